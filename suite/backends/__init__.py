@@ -1,0 +1,1 @@
+"""Backends: where a RunSpec becomes a RunResult (``local`` subprocess or ``docker`` container)."""

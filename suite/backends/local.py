@@ -1,0 +1,110 @@
+"""Local backend: the worker as a subprocess of this machine's Python.
+
+Each repetition is a fresh process in its own process group, so a timeout kills the worker and
+anything it started. GPUs are chosen with CUDA_VISIBLE_DEVICES: an empty string for CPU runs,
+the inventory's first N indices for GPU runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from suite import hostinfo
+from suite.backends.base import device_skip_reason, gpu_ids, now_iso, result_from_worker, skipped_result
+from suite.plan import RunSpec
+from suite.results import RunResult
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, python: str | None = None, machine: str | None = None):
+        self.python = python or sys.executable
+        self.machine = machine or hostinfo.machine_name()
+        self._inventory: dict[str, Any] | None = None
+        self._current: subprocess.Popen | None = None
+
+    def inventory(self) -> dict[str, Any]:
+        if self._inventory is None:
+            gpus, note = hostinfo.gpu_inventory()
+            self._inventory = {"gpus": gpus, "gpu_note": note, "cpus": os.cpu_count()}
+        return self._inventory
+
+    def skip_reason(self, spec: RunSpec) -> str | None:
+        backend = spec.config["backend"]
+        if importlib.util.find_spec(backend) is None:
+            return f"Keras backend {backend!r} is not installed in {self.python}"
+        return device_skip_reason(spec, self.inventory())
+
+    def run_info(self) -> dict[str, Any]:
+        return {"backend": self.name, "machine": self.machine, "python": self.python}
+
+    def skipped(self, spec: RunSpec, reason: str) -> RunResult:
+        return skipped_result(spec, reason, self.run_info())
+
+    def run(self, spec: RunSpec) -> RunResult:
+        ids = gpu_ids(spec, self.inventory())
+        env = {
+            **os.environ,
+            "CUDA_VISIBLE_DEVICES": ",".join(ids),
+            "KERAS_BACKEND": spec.config["backend"],
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            "PYTHONUNBUFFERED": "1",
+        }
+        with tempfile.TemporaryDirectory(prefix="suite-run-") as tmp:
+            spec_file, result_file, log_file = Path(tmp, "spec.json"), Path(tmp, "result.json"), Path(tmp, "log.txt")
+            spec_file.write_text(_json(spec.to_dict()), encoding="utf-8")
+            info = {**self.run_info(), "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"], "started_at": now_iso()}
+            status, message, code = self._spawn(spec, env, spec_file, result_file, log_file)
+            info.update(finished_at=now_iso(), exit_code=code)
+            log = log_file.read_text(encoding="utf-8", errors="replace")
+            return result_from_worker(spec, result_file, log, info, status, message)
+
+    def _spawn(self, spec: RunSpec, env: dict[str, str], spec_file: Path, result_file: Path, log_file: Path):
+        cmd = [self.python, "-m", "suite.worker", str(spec_file), str(result_file)]
+        with log_file.open("wb") as log:
+            env["SUITE_LAUNCH_UNIX"] = repr(time.time())
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+            self._current = proc
+            try:
+                code = proc.wait(timeout=spec.timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                return "timeout", f"killed after the run's limit of {spec.timeout_s:g} s (timeout_s)", proc.returncode
+            finally:
+                self._current = None
+        if code < 0:
+            name = signal.Signals(-code).name
+            hint = " (the kernel's OOM killer sends this when memory runs out)" if code == -signal.SIGKILL else ""
+            return "error", f"worker killed by {name}{hint}", code
+        if not result_file.is_file():
+            return "error", f"worker exited with code {code} without writing a result", code
+        return "", "", code
+
+    def close(self) -> None:
+        if self._current is not None:
+            _kill_group(self._current)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, indent=1, sort_keys=True)

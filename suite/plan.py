@@ -1,0 +1,137 @@
+"""Plan: a scenario's matrix expanded into fully resolved, fingerprinted runs.
+
+A RunSpec is everything the worker needs and nothing the host keeps to itself: it is written
+verbatim as ``spec.json``. Its fingerprint hashes the settings that change what is measured, so a
+result can be matched to the run that produced it and a rerun can skip what is already done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.scenario import Scenario, apply_overrides
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One repetition of one matrix point, fully resolved."""
+
+    scenario: str
+    scenario_file: str
+    question: str
+    point: dict[str, Any]  # matrix coordinates, path -> value (includes "variant" when used)
+    point_label: str
+    repetition: int
+    smoke: bool
+    config: dict[str, Any]  # model, training, data, device, backend, threads, timeout_s, image
+    order: int = 0  # position in the interleaved plan
+    fingerprint: str = field(default="", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "scenario_file": self.scenario_file,
+            "question": self.question,
+            "point": self.point,
+            "point_label": self.point_label,
+            "repetition": self.repetition,
+            "smoke": self.smoke,
+            "config": self.config,
+            "order": self.order,
+            "fingerprint": self.fingerprint or fingerprint_of(self),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        return cls(**data)
+
+    @property
+    def device(self) -> str:
+        return str(self.config["device"])
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.config["timeout_s"])
+
+    @property
+    def run_id(self) -> str:
+        """Stable file-name stem: fingerprint prefix and repetition."""
+        return f"{self.fingerprint[:12]}-r{self.repetition}"
+
+
+def fingerprint_of(spec: RunSpec) -> str:
+    """SHA-256 of what changes the measurement: scenario, size (smoke or not), resolved config."""
+    payload = {"scenario": spec.scenario, "smoke": spec.smoke, "config": spec.config}
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """'cpu' -> ('cpu', 1); 'gpu:4' -> ('gpu', 4). Validated in scenario.py already."""
+    kind, _, count = device.partition(":")
+    return kind, int(count) if count else 1
+
+
+def _label(point: dict[str, Any]) -> str:
+    return ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in point.items()) or "default"
+
+
+def _short(path: str) -> str:
+    return {"model.hidden.0": "width"}.get(path, path.rsplit(".", 1)[-1])
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def expand(scenario: Scenario, *, smoke: bool = False, repeats: int | None = None) -> list[RunSpec]:
+    """Cartesian product of variants x matrix, smoke overrides last, one spec per repetition.
+
+    Runs come out interleaved (repetition-major: every point once, then every point again) so
+    that slow drift on the machine spreads evenly over the points instead of favouring one.
+    """
+    reps = repeats if repeats is not None else (1 if smoke else scenario.repeats)
+    points = _points(scenario)
+    specs: list[RunSpec] = []
+    for rep in range(reps):
+        for point, config in points:
+            if smoke:
+                config = apply_overrides(config, scenario.smoke, scenario.source, "smoke")
+            spec = RunSpec(
+                scenario=scenario.name,
+                scenario_file=scenario.source,
+                question=scenario.question,
+                point=point,
+                point_label=_label(point),
+                repetition=rep,
+                smoke=smoke,
+                config=config,
+                order=len(specs),
+            )
+            specs.append(_with_fingerprint(spec))
+    return specs
+
+
+def _with_fingerprint(spec: RunSpec) -> RunSpec:
+    return RunSpec(**{**spec.__dict__, "fingerprint": fingerprint_of(spec)})
+
+
+def _points(scenario: Scenario) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    variants = scenario.variants or [("", {})]
+    axes = list(scenario.matrix.items())
+    out = []
+    for variant_name, variant_set in variants:
+        for values in itertools.product(*(vals for _, vals in axes)):
+            point: dict[str, Any] = {"variant": variant_name} if scenario.variants else {}
+            overrides = dict(variant_set)
+            for (path, _), value in zip(axes, values, strict=True):
+                point[path] = value
+                overrides[path] = value
+            config = apply_overrides(scenario.config, overrides, scenario.source, "matrix")
+            out.append((point, config))
+    return out

@@ -1,0 +1,157 @@
+"""The result record: one JSON file per run, versioned, written atomically, never overwritten.
+
+Schema history (bump SCHEMA_VERSION and add a migration in ``_MIGRATIONS`` when a field changes
+meaning or moves; adding an optional field does not need a bump):
+
+- 1: first version. Sections: spec, run, timing, quality, work, environment; status + message +
+  log_tail for every outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+STATUSES = (
+    "ok",
+    "error",
+    "timeout",
+    "host_oom",
+    "gpu_oom",
+    "nan_loss",
+    "device_mismatch",
+    "image_unavailable",
+    "skipped",
+)
+
+# version -> function turning a record of that version into one of version + 1.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+class ResultError(Exception):
+    """A result file that cannot be read; the message says which file and what to do."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: str
+    spec: dict[str, Any]  # RunSpec.to_dict(): what was asked
+    message: str = ""
+    log_tail: str = ""
+    run: dict[str, Any] = field(default_factory=dict)  # backend, machine, times, command
+    timing: dict[str, Any] = field(default_factory=dict)
+    quality: dict[str, Any] = field(default_factory=dict)
+    work: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; allowed: {', '.join(STATUSES)}")
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.spec.get("fingerprint", ""))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "status": self.status,
+            "message": self.message,
+            "log_tail": self.log_tail,
+            "spec": self.spec,
+            "run": self.run,
+            "timing": self.timing,
+            "quality": self.quality,
+            "work": self.work,
+            "environment": self.environment,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+def save(result: RunResult, folder: Path, stem: str) -> Path:
+    """Write ``folder/stem.json`` (or ``stem.2.json`` ... if taken) via a temp file and rename.
+
+    A reader never sees a half-written file, and an earlier attempt at the same run is kept: a
+    failure followed by a success leaves both on disk, and the report picks the newest.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(result.to_dict(), indent=1, sort_keys=True, allow_nan=False, default=_jsonable)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        attempt = 1
+        while True:
+            target = folder / (f"{stem}.json" if attempt == 1 else f"{stem}.{attempt}.json")
+            try:
+                os.link(tmp, target)  # fails if the target exists: never overwrite
+                break
+            except FileExistsError:
+                attempt += 1
+    finally:
+        os.unlink(tmp)
+    return target
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def load(path: Path) -> RunResult:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultError(f"{path}: not a readable result file ({exc}); move it out of the results folder") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if not isinstance(version, int):
+        raise ResultError(f"{path}: no schema_version; this is not a result file of this suite")
+    if version > SCHEMA_VERSION:
+        raise ResultError(
+            f"{path}: schema_version {version} is newer than this suite understands ({SCHEMA_VERSION}); "
+            "update the suite (git pull) to read it"
+        )
+    while version < SCHEMA_VERSION:
+        if version not in _MIGRATIONS:
+            raise ResultError(
+                f"{path}: schema_version {version} has no migration to {SCHEMA_VERSION}; "
+                "rerun the scenario with --fresh to record it again"
+            )
+        data = _MIGRATIONS[version](data)
+        version = data["schema_version"]
+    try:
+        return RunResult.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise ResultError(f"{path}: malformed result ({exc})") from None
+
+
+def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
+    """Every result under ``folder`` (recursively), sorted by path so output is deterministic."""
+    return [(p, load(p)) for p in sorted(folder.rglob("*.json")) if not p.name.startswith(".")]
+
+
+def latest_by_run(results: list[RunResult]) -> dict[tuple[str, int], RunResult]:
+    """(fingerprint, repetition) -> the newest attempt, so a rerun after a failure wins."""
+    out: dict[tuple[str, int], RunResult] = {}
+    for r in sorted(results, key=lambda r: str(r.run.get("finished_at", ""))):
+        out[(r.fingerprint, int(r.spec.get("repetition", 0)))] = r
+    return out

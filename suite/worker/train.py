@@ -1,0 +1,241 @@
+"""The run itself: devices, data, model, timed ``fit``, evaluation, facts. Fills ``record``."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+from suite.worker import data as data_mod
+from suite.worker import facts
+from suite.worker import model as model_mod
+
+T0 = time.time()
+
+
+class DeviceMismatch(Exception):
+    """The framework sees other devices than the spec asks for: never a number."""
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    kind, _, count = device.partition(":")
+    return kind, int(count) if count else 1
+
+
+def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
+    cfg = spec["config"]
+    backend, training = cfg["backend"], cfg["training"]
+    kind, count = parse_device(cfg["device"])
+    timing, env = record["timing"], record["environment"]
+    os.environ["KERAS_BACKEND"] = backend  # before keras is imported anywhere
+
+    env["host"] = facts.collect_host()
+    env["gpus_driver"] = facts.collect_nvidia_smi()[0]
+    device_names = _setup_devices(backend, kind, count, cfg["threads"])
+    import keras
+
+    env["versions"] = facts.collect_versions(backend)
+    if backend == "tensorflow":
+        env["devices"] = facts.collect_tf_devices()
+    env["devices_used"] = device_names
+    launch = float(os.environ.get("SUITE_LAUNCH_UNIX", T0))
+    timing["launch_to_ready_s"] = time.time() - launch
+
+    keras.utils.set_random_seed(training["seed"])
+    if training["mixed_precision"]:
+        # float16 where Tensor Cores run it; bfloat16 on CPUs, where float16 has no fast kernels.
+        keras.mixed_precision.set_global_policy("mixed_float16" if kind == "gpu" else "mixed_bfloat16")
+
+    t = time.perf_counter()
+    ds = data_mod.load(cfg["data"], training["seed"])
+    timing["data_load_s"] = time.perf_counter() - t
+    record["quality"].update(data_source=ds.source, data_detail=ds.detail, synthetic=ds.synthetic)
+
+    replicas = len(device_names)
+    per_replica = training["batch_mode"] == "per_replica"
+    global_batch = training["batch_size"] * (replicas if per_replica else 1)
+
+    strategy = _strategy(backend, device_names)
+    t = time.perf_counter()
+    with strategy.scope() if strategy else _nullcontext():
+        model = model_mod.build(keras, cfg["model"])
+        compiled = model_mod.compile_model(keras, model, training)
+    timing["build_compile_s"] = time.perf_counter() - t
+    record["settings"] = {
+        **compiled,
+        "global_batch": global_batch,
+        "per_replica_batch": global_batch / replicas,
+        "replicas": replicas,
+        "strategy": type(strategy).__name__ if strategy else None,
+        "input_pipeline": training["input_pipeline"],
+    }
+
+    y_train, y_test = _labels(keras, ds, training["loss"])
+    timer = _timer_class(keras)()
+    fit_args = _fit_inputs(ds.x_train, y_train, global_batch, training)
+    t = time.perf_counter()
+    model.fit(*fit_args["xy"], epochs=training["epochs"], verbose=0, callbacks=[timer], **fit_args["kw"])
+    timing["fit_s"] = time.perf_counter() - t
+    timing["epoch_s"] = timer.epoch_s
+    timing["first_step_s"] = timer.first_step_s
+    record["quality"]["train_loss"] = timer.losses
+    if timer.nan:
+        record["status"] = "nan_loss"
+        record["message"] = f"training loss became {timer.losses[-1]} in epoch {len(timer.losses)}; stopped"
+        return
+
+    t = time.perf_counter()
+    scores = model.evaluate(ds.x_test, y_test, batch_size=global_batch, verbose=0, return_dict=True)
+    timing["evaluate_s"] = time.perf_counter() - t
+    record["quality"].update(
+        final_loss=timer.losses[-1], test_loss=float(scores["loss"]), test_accuracy=float(scores["accuracy"]),
+        train_samples=len(ds.x_train), test_samples=len(ds.x_test),
+    )
+    _derive(record, cfg["model"], len(ds.x_train))
+    record["status"] = "ok"
+
+
+def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int) -> None:
+    timing, work = record["timing"], record["work"]
+    epochs = timing["epoch_s"]
+    steady = sorted(epochs[1:]) if len(epochs) > 1 else list(epochs)
+    median = steady[len(steady) // 2] if len(steady) % 2 else sum(steady[len(steady) // 2 - 1 : len(steady) // 2 + 1]) / 2
+    timing["steady_epoch_s"] = median
+    timing["steady_examples_per_s"] = n_train / median if median > 0 else None
+    timing["first_epoch_overhead_s"] = epochs[0] - median if len(epochs) > 1 else None
+    flops = model_mod.flops_per_example(model_cfg)
+    work.update(
+        flops_per_example_forward=flops["forward"],
+        flops_per_example_train=flops["train"],
+        parameters=model_mod.parameter_count(model_cfg),
+        achieved_flops_per_s=flops["train"] * timing["steady_examples_per_s"] if timing["steady_examples_per_s"] else None,
+    )
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _setup_devices(backend: str, kind: str, count: int, threads: dict[str, int]) -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+    if backend == "tensorflow":
+        return _setup_tf(kind, count, threads, visible)
+    if backend == "jax":
+        import jax
+
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+        seen = [str(d) for d in jax.devices()]
+    else:
+        import torch
+
+        gpus = list(range(torch.cuda.device_count()))
+        seen = [f"cuda:{i}" for i in gpus] or ["cpu"]
+        if threads["intra_op"]:
+            torch.set_num_threads(threads["intra_op"])
+    _verify(kind, count, len(gpus), visible)
+    return seen if kind == "gpu" else ["cpu"]
+
+
+def _setup_tf(kind: str, count: int, threads: dict[str, int], visible: str) -> list[str]:
+    import tensorflow as tf
+
+    if threads["intra_op"]:
+        tf.config.threading.set_intra_op_parallelism_threads(threads["intra_op"])
+    if threads["inter_op"]:
+        tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
+    gpus = tf.config.list_physical_devices("GPU")
+    _verify(kind, count, len(gpus), visible)
+    if kind == "cpu" and count > 1:
+        # Several logical CPU devices: MirroredStrategy's multi-replica path without GPUs.
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    return [f"/{kind}:{i}" for i in range(count)]
+
+
+def _verify(kind: str, count: int, n_gpus: int, visible: str) -> None:
+    if kind == "cpu" and n_gpus:
+        raise DeviceMismatch(
+            f"asked for the CPU only, but the framework sees {n_gpus} GPU(s) (CUDA_VISIBLE_DEVICES={visible})"
+        )
+    if kind == "gpu" and n_gpus != count:
+        raise DeviceMismatch(
+            f"asked for {count} GPU(s), the framework sees {n_gpus} (CUDA_VISIBLE_DEVICES={visible})"
+        )
+
+
+def _strategy(backend: str, device_names: list[str]) -> Any:
+    """No strategy for one device (as a plain script runs); MirroredStrategy for several."""
+    if len(device_names) == 1:
+        return None
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(devices=device_names)
+
+
+def _labels(keras: Any, ds: data_mod.Dataset, loss: str) -> tuple[Any, Any]:
+    if loss == "sparse_categorical_crossentropy":
+        return ds.y_train.astype("int32"), ds.y_test.astype("int32")
+    return (
+        keras.utils.to_categorical(ds.y_train, data_mod.CLASSES).astype("float32"),
+        keras.utils.to_categorical(ds.y_test, data_mod.CLASSES).astype("float32"),
+    )
+
+
+def _fit_inputs(x: Any, y: Any, global_batch: int, training: dict[str, Any]) -> dict[str, Any]:
+    if training["input_pipeline"] == "numpy":
+        return {"xy": (x, y), "kw": {"batch_size": global_batch, "shuffle": training["shuffle"]}}
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    if training["shuffle"]:
+        ds = ds.shuffle(len(x), seed=training["seed"], reshuffle_each_iteration=True)
+    return {"xy": (ds.batch(global_batch).prefetch(tf.data.AUTOTUNE),), "kw": {}}
+
+
+def _timer_class(keras: Any) -> type:
+    class EpochTimer(keras.callbacks.Callback):
+        """Epoch wall times and the first step, without forcing a sync on every step.
+
+        Only batch *begin* is hooked: overriding a batch *end* hook makes Keras convert the logs
+        to Python numbers after every step, a device sync that a plain script does not pay.
+        The first step is the time from fit's start to the second step's begin (tracing and
+        compilation are host-side and synchronous, so they are inside it).
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch_s: list[float] = []
+            self.losses: list[float] = []
+            self.first_step_s: float | None = None
+            self.nan = False
+            self._t_fit = self._t_epoch = 0.0
+            self._begins = 0
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self._t_fit = time.perf_counter()
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._t_epoch = time.perf_counter()
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self._begins += 1
+            if self._begins == 2 and self.first_step_s is None:
+                self.first_step_s = time.perf_counter() - self._t_fit
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            # Keras has synced the epoch's metrics before calling this: the time is real.
+            self.epoch_s.append(time.perf_counter() - self._t_epoch)
+            loss = float((logs or {}).get("loss", float("nan")))
+            self.losses.append(loss)
+            if self.first_step_s is None:
+                self.first_step_s = self.epoch_s[0]  # a single step in the whole epoch
+            if not math.isfinite(loss):
+                self.nan = True
+                self.model.stop_training = True
+
+    return EpochTimer
