@@ -15,6 +15,7 @@ from typing import Any
 
 from suite.scenario import Scenario, apply_overrides
 
+
 @dataclass(frozen=True)
 class RunSpec:
     """One repetition of one matrix point, fully resolved."""
@@ -28,6 +29,7 @@ class RunSpec:
     smoke: bool
     config: dict[str, Any]  # model, training, data, device, backend, threads, timeout_s, image
     order: int = 0  # position in the interleaved plan
+    report: dict[str, Any] = field(default_factory=dict)  # verdict kind, baseline: how to read it
     fingerprint: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -41,6 +43,7 @@ class RunSpec:
             "smoke": self.smoke,
             "config": self.config,
             "order": self.order,
+            "report": self.report,
             "fingerprint": self.fingerprint or fingerprint_of(self),
         }
 
@@ -112,6 +115,11 @@ def expand(scenario: Scenario, *, smoke: bool = False, repeats: int | None = Non
                 smoke=smoke,
                 config=config,
                 order=len(specs),
+                report={
+                    "verdict": scenario.verdict,
+                    "baseline": scenario.baseline,
+                    "description": scenario.description,
+                },
             )
             specs.append(_with_fingerprint(spec))
     return specs
@@ -135,3 +143,13 @@ def _points(scenario: Scenario) -> list[tuple[dict[str, Any], dict[str, Any]]]:
             config = apply_overrides(scenario.config, overrides, scenario.source, "matrix")
             out.append((point, config))
     return out
+
+
+def interleave(specs: list[RunSpec]) -> list[RunSpec]:
+    """Order a multi-scenario plan repetition-major and number it.
+
+    Every point of every scenario runs once before any runs twice, so drift on the machine (heat,
+    other load) spreads over all points instead of landing on whichever ran last.
+    """
+    ordered = sorted(enumerate(specs), key=lambda item: (item[1].repetition, item[0]))
+    return [RunSpec(**{**s.__dict__, "order": i}) for i, (_, s) in enumerate(ordered)]

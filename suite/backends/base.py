@@ -29,8 +29,11 @@ class Backend(Protocol):
         """Why this spec cannot run here (recorded as ``skipped``), or None."""
         ...
 
-    def run(self, spec: RunSpec) -> RunResult:
+    def skipped(self, spec: RunSpec, reason: str) -> RunResult:
+        """The ``skipped`` record for a spec, with this backend's run facts."""
         ...
+
+    def run(self, spec: RunSpec) -> RunResult: ...
 
     def close(self) -> None:
         """Release what the backend holds (containers, clients); also called on Ctrl-C."""
@@ -61,7 +64,9 @@ def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
 
 def skipped_result(spec: RunSpec, reason: str, run_info: dict[str, Any]) -> RunResult:
     now = now_iso()
-    return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run={**run_info, "started_at": now, "finished_at": now})
+    return RunResult(
+        status="skipped", spec=spec.to_dict(), message=reason, run={**run_info, "started_at": now, "finished_at": now}
+    )
 
 
 def result_from_worker(

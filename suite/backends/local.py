@@ -74,7 +74,9 @@ class LocalBackend:
         cmd = [self.python, "-m", "suite.worker", str(spec_file), str(result_file)]
         with log_file.open("wb") as log:
             env["SUITE_LAUNCH_UNIX"] = repr(time.time())
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
+            )
             self._current = proc
             try:
                 code = proc.wait(timeout=spec.timeout_s)

@@ -22,7 +22,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m suite.worker spec.json result.json", file=sys.stderr)
         return 2
     spec_path, result_path = argv
-    record: dict[str, Any] = {"status": "error", "message": "", "timing": {}, "quality": {}, "work": {}, "environment": {}}
+    record: dict[str, Any] = {"status": "error", "message": ""}
+    record.update({section: {} for section in ("timing", "quality", "work", "environment")})
     try:
         with open(spec_path, encoding="utf-8") as fh:
             spec = json.load(fh)

@@ -135,7 +135,11 @@ def _from_idx_dir(folder: Path, data_cfg: dict[str, Any]) -> Dataset:
     if cut <= 0:
         raise DataUnavailable(f"data.test_samples {n_test} leaves no training digits in {folder}")
     return Dataset(
-        _scale(test_x[:cut]), test_y[:cut], _scale(test_x[cut:]), test_y[cut:], "idx-t10k-split",
+        _scale(test_x[:cut]),
+        test_y[:cut],
+        _scale(test_x[cut:]),
+        test_y[cut:],
+        "idx-t10k-split",
         f"{folder}: t10k digits 0..{cut - 1} train, {cut}..{len(test_x) - 1} test",
     )
 

@@ -50,7 +50,10 @@ def collect_nvidia_smi() -> tuple[list[dict[str, Any]], str]:
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         ).stdout
     except FileNotFoundError:
         return [], "no NVIDIA driver found (no nvidia-smi)"

@@ -7,6 +7,8 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 from suite.worker import data as data_mod
 from suite.worker import facts
 from suite.worker import model as model_mod
@@ -89,8 +91,11 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
     scores = model.evaluate(ds.x_test, y_test, batch_size=global_batch, verbose=0, return_dict=True)
     timing["evaluate_s"] = time.perf_counter() - t
     record["quality"].update(
-        final_loss=timer.losses[-1], test_loss=float(scores["loss"]), test_accuracy=float(scores["accuracy"]),
-        train_samples=len(ds.x_train), test_samples=len(ds.x_test),
+        final_loss=timer.losses[-1],
+        test_loss=float(scores["loss"]),
+        test_accuracy=float(scores["accuracy"]),
+        train_samples=len(ds.x_train),
+        test_samples=len(ds.x_test),
     )
     _derive(record, cfg["model"], len(ds.x_train))
     record["status"] = "ok"
@@ -99,17 +104,17 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
 def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int) -> None:
     timing, work = record["timing"], record["work"]
     epochs = timing["epoch_s"]
-    steady = sorted(epochs[1:]) if len(epochs) > 1 else list(epochs)
-    median = steady[len(steady) // 2] if len(steady) % 2 else sum(steady[len(steady) // 2 - 1 : len(steady) // 2 + 1]) / 2
+    median = float(np.median(epochs[1:] if len(epochs) > 1 else epochs))
     timing["steady_epoch_s"] = median
     timing["steady_examples_per_s"] = n_train / median if median > 0 else None
     timing["first_epoch_overhead_s"] = epochs[0] - median if len(epochs) > 1 else None
     flops = model_mod.flops_per_example(model_cfg)
+    eps = timing["steady_examples_per_s"]
     work.update(
         flops_per_example_forward=flops["forward"],
         flops_per_example_train=flops["train"],
         parameters=model_mod.parameter_count(model_cfg),
-        achieved_flops_per_s=flops["train"] * timing["steady_examples_per_s"] if timing["steady_examples_per_s"] else None,
+        achieved_flops_per_s=flops["train"] * eps if eps else None,
     )
 
 
@@ -163,9 +168,7 @@ def _verify(kind: str, count: int, n_gpus: int, visible: str) -> None:
             f"asked for the CPU only, but the framework sees {n_gpus} GPU(s) (CUDA_VISIBLE_DEVICES={visible})"
         )
     if kind == "gpu" and n_gpus != count:
-        raise DeviceMismatch(
-            f"asked for {count} GPU(s), the framework sees {n_gpus} (CUDA_VISIBLE_DEVICES={visible})"
-        )
+        raise DeviceMismatch(f"asked for {count} GPU(s), the framework sees {n_gpus} (CUDA_VISIBLE_DEVICES={visible})")
 
 
 def _strategy(backend: str, device_names: list[str]) -> Any:

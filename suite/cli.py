@@ -1,0 +1,162 @@
+"""``python -m suite``: run, check, report, env (and images, compare where present).
+
+Exit codes: 0 everything ran (skips included), 1 some run failed (the failure is recorded and
+reported), 2 bad input (scenario, results or arguments), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from suite import hostinfo, plan, results, runner
+from suite.scenario import ScenarioError, load_all
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SCENARIOS = REPO_ROOT / "scenarios"
+DEFAULT_RESULTS = REPO_ROOT / "reports" / "results"
+DEFAULT_REPORTS = REPO_ROOT / "reports"
+
+
+class UsageError(Exception):
+    """Bad input that is not a scenario file (arguments, backends, result folders)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ScenarioError, results.ResultError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; results written so far are kept", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run scenarios and record one result file per run")
+    _scenario_args(r)
+    r.add_argument(
+        "--backend",
+        choices=("auto", "local", "docker"),
+        default="auto",
+        help="auto: docker when an engine answers and the images are there, else local",
+    )
+    r.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results folder (default: reports/results)")
+    r.add_argument("--fresh", action="store_true", help="rerun runs that already have an ok result")
+    r.add_argument("--machine", help="name of this machine's results folder (default: the hostname)")
+    r.add_argument("--docker-host", help="Docker daemon address (default: DOCKER_HOST or the local socket)")
+    r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("check", help="validate scenarios and print the expanded plan without running")
+    _scenario_args(c)
+    c.set_defaults(func=cmd_check)
+
+    rep = sub.add_parser("report", help="write Markdown reports from result files only")
+    rep.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    rep.add_argument("--out", type=Path, default=DEFAULT_REPORTS)
+    rep.set_defaults(func=cmd_report)
+
+    e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
+    e.add_argument("--docker-host")
+    e.set_defaults(func=cmd_env)
+    return p
+
+
+def _scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenarios", nargs="*", type=Path, help="scenario YAML files (default: every file in scenarios/)")
+    p.add_argument("--smoke", action="store_true", help="smoke size: the scenarios' smoke overrides, 1 repetition")
+    p.add_argument("--repeats", type=int, help="repetitions per point (default: the scenario's)")
+
+
+def _load_plan(args: argparse.Namespace) -> list[plan.RunSpec]:
+    files = args.scenarios or sorted(DEFAULT_SCENARIOS.glob("*.yaml"))
+    if not files:
+        raise UsageError(f"no scenario files given and none in {DEFAULT_SCENARIOS}")
+    if args.repeats is not None and args.repeats < 1:
+        raise UsageError(f"--repeats {args.repeats}: must be >= 1")
+    scenarios = load_all([_display_path(f) for f in files])
+    specs = [s for sc in scenarios for s in plan.expand(sc, smoke=args.smoke, repeats=args.repeats)]
+    return plan.interleave(specs)
+
+
+def _display_path(path: Path) -> Path:
+    """Paths inside the repository as relative ones: they end up in results and reports."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    specs = _load_plan(args)
+    from tabulate import tabulate
+
+    rows = {}
+    for s in specs:
+        key = (s.scenario, s.point_label)
+        rows.setdefault(key, [s.scenario, s.point_label, s.device, 0, s.fingerprint[:12]])[3] += 1
+    print(
+        tabulate(list(rows.values()), headers=["scenario", "point", "device", "reps", "fingerprint"], tablefmt="github")
+    )
+    print(f"\n{len(rows)} points, {len(specs)} runs")
+    return 0
+
+
+def make_backend(name: str, args: argparse.Namespace) -> Any:
+    from suite.backends.local import LocalBackend
+
+    machine = args.machine or hostinfo.machine_name()
+    if name == "auto":
+        name = _auto_backend(args)
+    if name == "local":
+        return LocalBackend(machine=machine)
+    try:
+        from suite.backends.docker import DockerBackend
+    except ImportError as exc:
+        raise UsageError(f"--backend docker is not available: {exc}") from None
+    return DockerBackend(machine=machine, docker_host=args.docker_host)
+
+
+def _auto_backend(args: argparse.Namespace) -> str:
+    try:
+        from suite.backends.docker import auto_choice
+    except ImportError:
+        return "local"
+    choice, why = auto_choice(docker_host=args.docker_host)
+    print(f"backend: {choice} ({why})")
+    return choice
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    specs = _load_plan(args)
+    backend = make_backend(args.backend, args)
+    print(f"{len(specs)} runs on backend {backend.name}, results in {args.results / backend.machine}")
+    summary = runner.run_plan(specs, backend, args.results, backend.machine, fresh=args.fresh)
+    for line in summary.lines():
+        print(line)
+    return 1 if summary.failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from suite import report
+
+    if not args.results.is_dir():
+        raise UsageError(f"no results folder {args.results}; run `python -m suite run` first")
+    written = report.write_reports(args.results, args.out)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from suite import envinfo
+
+    print(envinfo.render(envinfo.collect(docker_host=args.docker_host)))
+    return 0

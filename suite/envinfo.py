@@ -1,0 +1,64 @@
+"""``python -m suite env``: what this machine offers, so a user sees before a long run what will be skipped."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+from typing import Any
+
+from suite import hostinfo
+from suite.worker.facts import collect_host
+
+PACKAGES = ("tensorflow", "tensorflow-cpu", "keras", "jax", "torch", "numpy", "docker", "nvidia-ml-py")
+
+
+def collect(docker_host: str | None = None) -> dict[str, Any]:
+    gpus, note = hostinfo.gpu_inventory()
+    facts: dict[str, Any] = {
+        "machine": hostinfo.machine_name(),
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "cpu": f"{collect_host()['cpu_model']}, {os.cpu_count()} logical cores",
+        "packages": {name: _version(name) for name in PACKAGES},
+        "gpus": gpus,
+        "gpu_note": note,
+    }
+    try:
+        from suite.backends.docker import engine_facts
+    except ImportError as exc:
+        facts["docker"] = {"error": f"docker backend not available: {exc}"}
+    else:
+        facts["docker"] = engine_facts(docker_host=docker_host)
+    return facts
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def render(facts: dict[str, Any]) -> str:
+    lines = [
+        f"machine:  {facts['machine']} (results go to reports/results/{facts['machine']}/)",
+        f"python:   {facts['python']}",
+        f"cpu:      {facts['cpu']}",
+        "packages: " + ", ".join(f"{k} {v}" for k, v in facts["packages"].items()),
+    ]
+    if facts["gpus"]:
+        lines.append(f"gpus ({facts['gpu_note']}):")
+        lines += [
+            f"  [{g['index']}] {g['name']}, {g['memory_mib']} MiB, driver {g['driver']}, {g['uuid']}"
+            for g in facts["gpus"]
+        ]
+        lines.append("  a point asking for gpu:N runs on GPUs [0..N-1] of this list; more than listed: skipped")
+    else:
+        lines.append(f"gpus:     none ({facts['gpu_note']}); every GPU point will be recorded as skipped")
+    docker = facts.get("docker") or {}
+    if "error" in docker:
+        lines.append(f"docker:   {docker['error']}")
+    else:
+        lines.append("docker:   " + ", ".join(f"{k}: {v}" for k, v in docker.items()))
+    return "\n".join(lines)

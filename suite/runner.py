@@ -1,0 +1,100 @@
+"""Run a plan: each spec through the backend, each result saved the moment it exists.
+
+Resume is by fingerprint: a (fingerprint, repetition) with an ``ok`` result is not run again
+unless ``fresh``. Results are saved one by one, so a run killed halfway loses only the run in
+flight (hyperfine's rule: export after every benchmark).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite import results
+from suite.backends.base import Backend
+from suite.plan import RunSpec
+
+FAILED = ("error", "timeout", "host_oom", "gpu_oom", "nan_loss", "device_mismatch", "image_unavailable")
+
+
+@dataclass
+class Summary:
+    counts: Counter = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(self.counts[s] for s in FAILED)
+
+    def lines(self) -> list[str]:
+        parts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
+        out = [f"runs: {parts or 'none'}"]
+        if self.failed:
+            out.append("some runs failed; they are recorded with their status and shown in the report:")
+            out += [f"  {f}" for f in self.failures]
+        return out
+
+
+def machine_dir(results_dir: Path, machine: str) -> Path:
+    return results_dir / machine
+
+
+def done_runs(folder: Path) -> set[tuple[str, int]]:
+    """(fingerprint, repetition) pairs whose newest attempt is ``ok``."""
+    if not folder.is_dir():
+        return set()
+    loaded = [r for _, r in results.load_folder(folder)]
+    return {key for key, r in results.latest_by_run(loaded).items() if r.ok}
+
+
+def run_plan(
+    specs: list[RunSpec],
+    backend: Backend,
+    results_dir: Path,
+    machine: str,
+    *,
+    fresh: bool = False,
+    say: Callable[[str], None] = print,
+) -> Summary:
+    summary = Summary()
+    folder = machine_dir(results_dir, machine)
+    done = set() if fresh else done_runs(folder)
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        for i, spec in enumerate(specs, 1):
+            head = f"[{i}/{len(specs)}] {spec.scenario} [{spec.point_label}] rep {spec.repetition}"
+            if (spec.fingerprint, spec.repetition) in done:
+                summary.counts["already done"] += 1
+                say(f"{head}: already done (ok result on file; --fresh reruns)")
+                continue
+            t = time.perf_counter()
+            reason = backend.skip_reason(spec)
+            result = backend.skipped(spec, reason) if reason else backend.run(spec)
+            path = results.save(result, folder / spec.scenario, spec.run_id)
+            summary.counts[result.status] += 1
+            detail = _detail(result)
+            if result.status in FAILED:
+                summary.failures.append(
+                    f"{head}: {result.status}: {result.message.splitlines()[0] if result.message else ''}"
+                )
+            say(f"{head}: {result.status}{detail} ({time.perf_counter() - t:.1f} s) -> {path}")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        backend.close()
+    return summary
+
+
+def _detail(result: results.RunResult) -> str:
+    if result.ok:
+        fit = result.timing.get("fit_s")
+        acc = result.quality.get("test_accuracy")
+        return f", fit {fit:.2f} s, test accuracy {acc:.3f}" if fit is not None and acc is not None else ""
+    return f": {result.message.splitlines()[0][:200]}" if result.message else ""
+
+
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

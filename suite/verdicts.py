@@ -1,0 +1,125 @@
+"""One-line answers computed from the data, chosen by name (the scenario's ``report.verdict``).
+
+Only points that ran ``ok`` on every repetition and pass the accuracy gate take part; each
+sentence says what it could not compare and why, rather than guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from suite import stats
+from suite.views import Point, ScenarioView
+
+WIDTH = "model.hidden.0"
+
+
+def _usable(p: Point | None) -> bool:
+    return p is not None and p.passes_gate and len(p.ok_runs) == len(p.runs)
+
+
+def _fit(p: Point) -> list[float]:
+    return p.values("timing", "fit_s")
+
+
+def _skipped_reason(view: ScenarioView, device_prefix: str) -> str:
+    for p in view.points:
+        if p.device.startswith(device_prefix) and p.runs[0].status == "skipped":
+            return p.runs[0].message
+    return ""
+
+
+def gpu_crossover(view: ScenarioView) -> str:
+    """From which width on the GPU trains faster than the CPU (total fit time)."""
+    rows = []
+    for cpu in view.points:
+        if cpu.device != "cpu" or not _usable(cpu):
+            continue
+        gpu = view.point(**{**cpu.coords, "device": "gpu"})
+        if _usable(gpu):
+            rows.append((cpu.coords.get(WIDTH), stats.ratio(_fit(cpu), _fit(gpu))))
+    if not rows:
+        why = _skipped_reason(view, "gpu") or "no GPU point ran ok"
+        cpu_fits = [(p.coords.get(WIDTH), p.summary("timing", "fit_s")) for p in view.points if p.device == "cpu"]
+        cpu_fits = [(w, s) for w, s in cpu_fits if s]
+        span = (
+            f" CPU fit time: {cpu_fits[0][1].median:.2f} s at width {cpu_fits[0][0]} to "
+            f"{cpu_fits[-1][1].median:.2f} s at width {cpu_fits[-1][0]}."
+            if cpu_fits
+            else ""
+        )
+        return f"No CPU-GPU comparison on this machine: GPU points did not run ({why}).{span}"
+    wins = [(w, r) for w, r in rows if r.value > 1 and r.significant is not False]
+    if not wins:
+        best_w, best = max(rows, key=lambda wr: wr[1].value)
+        return f"The GPU is never faster than the CPU here; closest at width {best_w}: GPU speedup {best.text()}."
+    first = min(w for w, _ in wins)
+    beaten_from_then_on = all(r.value > 1 for w, r in rows if w >= first)
+    at_first = dict(rows)[first]
+    tail = "" if beaten_from_then_on else " (though not at every larger width)"
+    if first == min(w for w, _ in rows):
+        return f"The GPU is faster at every width measured{tail}; at width {first}: GPU speedup {at_first.text()}."
+    return f"The GPU is faster from width {first} on{tail}: GPU speedup {at_first.text()} at width {first}."
+
+
+def scaling(view: ScenarioView) -> str:
+    """Speedup and efficiency of N GPUs against one, for each batch mode."""
+    parts = []
+    modes = sorted({p.coords.get("training.batch_mode", "global") for p in view.points})
+    for mode in modes:
+        one = (
+            view.point(**{"training.batch_mode": mode, "device": "gpu:1"})
+            if len(modes) > 1
+            else view.point(device="gpu:1")
+        )
+        if not _usable(one):
+            continue
+        items = []
+        for p in view.points:
+            n = int(p.device.partition(":")[2] or 1)
+            if p.coords.get("training.batch_mode", mode) != mode or n == 1 or not _usable(p):
+                continue
+            r = stats.ratio(_fit(one), _fit(p))
+            items.append(f"{n} GPUs {r.text()}, efficiency {r.value / n:.0%}")
+        label = {"global": "batch 128 split across GPUs", "per_replica": "128 per GPU"}.get(mode, mode)
+        if items:
+            parts.append(f"{label}: " + "; ".join(items))
+    if not parts:
+        why = _skipped_reason(view, "gpu") or "fewer than two GPU counts ran ok"
+        return f"No multi-GPU comparison on this machine: {why}."
+    return "Speedup over 1 GPU (total fit time): " + " | ".join(parts) + "."
+
+
+def knobs(view: ScenarioView) -> str:
+    """Which single setting helps most against the default, and by how much."""
+    best: tuple[float, str, stats.Ratio] | None = None
+    for p in view.points:
+        base = view.baseline_for(p)
+        if p is base or not (_usable(p) and _usable(base)):
+            continue
+        r = stats.ratio(_fit(base), _fit(p))
+        if r.significant is not False and (best is None or r.value > best[0]):
+            best = (r.value, p.label, r)
+    if best is None:
+        why = _skipped_reason(view, "gpu") or "no variant ran ok beside its default"
+        return f"No setting could be compared on this machine: {why}."
+    if best[0] <= 1:
+        return f"No setting beats the default; the closest is {best[1]}: {best[2].text()}."
+    return f"Biggest gain: {best[1]}, {best[2].text()} faster than the default at the same batch size."
+
+
+def none(view: ScenarioView) -> str:
+    ok = sum(1 for p in view.points if p.ok_runs)
+    return f"{ok} of {len(view.points)} points ran ok."
+
+
+VERDICTS: dict[str, Callable[[ScenarioView], str]] = {
+    "gpu_crossover": gpu_crossover,
+    "scaling": scaling,
+    "knobs": knobs,
+    "none": none,
+}
+
+
+def verdict(view: ScenarioView) -> str:
+    return VERDICTS[view.spec.get("report", {}).get("verdict", "none")](view)
