@@ -43,12 +43,11 @@ def machine_dir(results_dir: Path, machine: str) -> Path:
     return results_dir / machine
 
 
-def done_runs(folder: Path) -> set[tuple[str, int]]:
-    """(fingerprint, repetition) pairs whose newest attempt is ``ok``."""
+def previous_runs(folder: Path) -> dict[tuple[str, int], results.RunResult]:
+    """(fingerprint, repetition) -> the newest result on file."""
     if not folder.is_dir():
-        return set()
-    loaded = [r for _, r in results.load_folder(folder)]
-    return {key for key, r in results.latest_by_run(loaded).items() if r.ok}
+        return {}
+    return results.latest_by_run([r for _, r in results.load_folder(folder)])
 
 
 def run_plan(
@@ -62,17 +61,22 @@ def run_plan(
 ) -> Summary:
     summary = Summary()
     folder = machine_dir(results_dir, machine)
-    done = set() if fresh else done_runs(folder)
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    previous = {} if fresh else previous_runs(folder)
+    old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         for i, spec in enumerate(specs, 1):
             head = f"[{i}/{len(specs)}] {spec.scenario} [{spec.point_label}] rep {spec.repetition}"
-            if (spec.fingerprint, spec.repetition) in done:
+            before = previous.get((spec.fingerprint, spec.repetition))
+            if before is not None and before.ok:
                 summary.counts["already done"] += 1
                 say(f"{head}: already done (ok result on file; --fresh reruns)")
                 continue
             t = time.perf_counter()
             reason = backend.skip_reason(spec)
+            if reason and before is not None and before.status == "skipped" and before.message == reason:
+                summary.counts["skipped"] += 1
+                say(f"{head}: skipped, as recorded before: {reason}")
+                continue
             result = backend.skipped(spec, reason) if reason else backend.run(spec)
             path = results.save(result, folder / spec.scenario, spec.run_id)
             summary.counts[result.status] += 1
@@ -83,7 +87,7 @@ def run_plan(
                 )
             say(f"{head}: {result.status}{detail} ({time.perf_counter() - t:.1f} s) -> {path}")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, old_handler)
         backend.close()
     return summary
 

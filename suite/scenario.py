@@ -184,14 +184,14 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_value(ck: _Checker, key: str, value: Any, line_key: str | None = None) -> None:
-    """Check one leaf of the resolved config, by its dotted path."""
+def _check_value(ck: _Checker, key: str, value: Any, line_key: str | None = None, shown: str | None = None) -> None:
+    """Check one leaf of the config by its dotted path ``key``; ``shown`` is the key as the file spells it."""
     rule = _RULES.get(re.sub(r"\.\d+$", ".N", key))
     if rule is None:
         return
     ok, allowed = rule(value)
     if not ok:
-        ck.fail(key, f"got {value!r} ({_type(value)}); allowed: {allowed}", line_key)
+        ck.fail(shown or key, f"got {value!r} ({_type(value)}); allowed: {allowed}", line_key)
 
 
 def _choice(options: tuple[str, ...]):
@@ -394,10 +394,10 @@ def _load_overrides(ck: _Checker, raw: Any, config: dict[str, Any], section: str
         if isinstance(_get(config, path), dict):
             ck.fail(key, "names a whole section; give a path to one setting, e.g. data.train_samples")
             continue
-        _check_value(ck, path, value, key)
+        _check_value(ck, path, value, key, key)
         if isinstance(value, list) and path == "model.hidden":
             for i, item in enumerate(value):
-                _check_value(ck, f"{path}.{i}", item, key)
+                _check_value(ck, f"{path}.{i}", item, key, key)
         out[path] = value
     return out
 
@@ -420,7 +420,7 @@ def _load_matrix(ck: _Checker, raw: Any, config: dict[str, Any]) -> dict[str, li
         if len({repr(v) for v in values}) != len(values):
             ck.fail(key, "lists a value twice")
         for i, value in enumerate(values):
-            _check_value(ck, path, value, f"{key}.{i}")
+            _check_value(ck, path, value, f"{key}.{i}", key)
         out[path] = values
     return out
 

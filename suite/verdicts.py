@@ -29,37 +29,50 @@ def _skipped_reason(view: ScenarioView, device_prefix: str) -> str:
     return ""
 
 
+def _axis(view: ScenarioView) -> str | None:
+    """The matrix axis the CPU-GPU comparison runs along: the first one that is not the device."""
+    for key in view.points[0].coords if view.points else ():
+        if key not in ("device", "variant"):
+            return key
+    return None
+
+
+def _name(axis: str | None, value: object) -> str:
+    return {WIDTH: "width"}.get(axis or "", (axis or "point").rsplit(".", 1)[-1]) + f" {value}"
+
+
 def gpu_crossover(view: ScenarioView) -> str:
-    """From which width on the GPU trains faster than the CPU (total fit time)."""
-    rows = []
+    """From which point along the size axis (in matrix order) the GPU trains faster than the CPU."""
+    axis = _axis(view)
+    rows = []  # (value along the axis, GPU speedup = CPU fit / GPU fit), in matrix order
     for cpu in view.points:
         if cpu.device != "cpu" or not _usable(cpu):
             continue
         gpu = view.point(**{**cpu.coords, "device": "gpu"})
         if _usable(gpu):
-            rows.append((cpu.coords.get(WIDTH), stats.ratio(_fit(cpu), _fit(gpu))))
+            rows.append((cpu.coords.get(axis), stats.ratio(_fit(cpu), _fit(gpu))))
     if not rows:
         why = _skipped_reason(view, "gpu") or "no GPU point ran ok"
-        cpu_fits = [(p.coords.get(WIDTH), p.summary("timing", "fit_s")) for p in view.points if p.device == "cpu"]
-        cpu_fits = [(w, s) for w, s in cpu_fits if s]
+        cpu_fits = [(p.coords.get(axis), p.summary("timing", "fit_s")) for p in view.points if p.device == "cpu"]
+        cpu_fits = [(v, s) for v, s in cpu_fits if s]
         span = (
-            f" CPU fit time: {cpu_fits[0][1].median:.2f} s at width {cpu_fits[0][0]} to "
-            f"{cpu_fits[-1][1].median:.2f} s at width {cpu_fits[-1][0]}."
+            f" CPU fit time: {cpu_fits[0][1].median:.2f} s at {_name(axis, cpu_fits[0][0])} to "
+            f"{cpu_fits[-1][1].median:.2f} s at {_name(axis, cpu_fits[-1][0])}."
             if cpu_fits
             else ""
         )
         return f"No CPU-GPU comparison on this machine: GPU points did not run ({why}).{span}"
-    wins = [(w, r) for w, r in rows if r.value > 1 and r.significant is not False]
+    wins = [i for i, (_, r) in enumerate(rows) if r.value > 1 and r.significant is not False]
     if not wins:
-        best_w, best = max(rows, key=lambda wr: wr[1].value)
-        return f"The GPU is never faster than the CPU here; closest at width {best_w}: GPU speedup {best.text()}."
-    first = min(w for w, _ in wins)
-    beaten_from_then_on = all(r.value > 1 for w, r in rows if w >= first)
-    at_first = dict(rows)[first]
-    tail = "" if beaten_from_then_on else " (though not at every larger width)"
-    if first == min(w for w, _ in rows):
-        return f"The GPU is faster at every width measured{tail}; at width {first}: GPU speedup {at_first.text()}."
-    return f"The GPU is faster from width {first} on{tail}: GPU speedup {at_first.text()} at width {first}."
+        value, best = max(rows, key=lambda vr: vr[1].value)
+        return f"The GPU is never faster than the CPU here; closest at {_name(axis, value)}: GPU speedup {best.text()}."
+    first = wins[0]
+    value, at_first = rows[first]
+    tail = "" if wins == list(range(first, len(rows))) else " (though not at every point after it)"
+    if first == 0:
+        where = _name(axis, value)
+        return f"The GPU is faster at every point measured{tail}; at {where}: GPU speedup {at_first.text()}."
+    return f"The GPU is faster from {_name(axis, value)} on{tail}: GPU speedup {at_first.text()}."
 
 
 def scaling(view: ScenarioView) -> str:

@@ -1,0 +1,130 @@
+"""Does the harness change what it measures? The same training through the suite and as a bare script.
+
+Alternates, pair by pair: one run through the suite's local backend (spec.json -> worker
+subprocess -> result record) and one plain Keras script in a fresh process that builds the same
+model and calls ``fit`` with nothing but an epoch timer. Prints the ratio of steady-state epoch
+times (goal: within 3%) and the suite's fixed cost per run (process start to result, beyond the
+bare script's own start-up).
+
+    python benchmarks/harness_fidelity.py [--pairs 5] [--width 750] [--samples 20000] [--epochs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from suite import plan, scenario  # noqa: E402
+from suite.backends.local import LocalBackend  # noqa: E402
+
+# A Keras script as a user would write it: no suite code, same model, optimizer and batch.
+BARE = r"""
+import json, sys, time
+t_launch = float(sys.argv[2])
+import numpy as np
+import keras
+cfg = json.loads(sys.argv[1])
+keras.utils.set_random_seed(1234)
+rng = np.random.default_rng(0)
+x = rng.random((cfg["samples"], 784), dtype=np.float32)
+y = keras.utils.to_categorical(rng.integers(0, 10, cfg["samples"]), 10).astype("float32")
+layers = [keras.Input(shape=(784,))]
+for w in cfg["hidden"]:
+    layers += [keras.layers.Dense(w, activation="relu"), keras.layers.Dropout(0.2)]
+layers.append(keras.layers.Dense(10, activation="softmax", dtype="float32"))
+model = keras.Sequential(layers)
+model.compile(optimizer=keras.optimizers.Nadam(), loss="categorical_crossentropy", metrics=["accuracy"],
+              jit_compile=False, steps_per_execution=1)
+
+class Epochs(keras.callbacks.Callback):
+    times = []
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t = time.perf_counter()
+    def on_epoch_end(self, epoch, logs=None):
+        self.times.append(time.perf_counter() - self.t)
+
+t_ready = time.time()
+model.fit(x, y, batch_size=128, epochs=cfg["epochs"], verbose=0, callbacks=[Epochs()])
+print(json.dumps({"epoch_s": Epochs.times, "launch_to_ready_s": t_ready - t_launch}))
+"""
+
+SCENARIO = """\
+name: harness_fidelity
+question: Does the harness change what it measures?
+model: {{hidden: {hidden}, dropout: 0.2}}
+training: {{optimizer: nadam, batch_size: 128, epochs: {epochs}}}
+data: {{allow_synthetic: true, train_samples: {samples}, test_samples: 1000}}
+repeats: 1
+"""
+
+
+def suite_run(spec: plan.RunSpec, backend: LocalBackend) -> tuple[list[float], float]:
+    t = time.time()
+    result = backend.run(spec)
+    wall = time.time() - t
+    if not result.ok:
+        raise SystemExit(f"suite run failed: {result.status}: {result.message}\n{result.log_tail}")
+    return result.timing["epoch_s"], wall
+
+
+def bare_run(hidden: list[int], samples: int, epochs: int) -> tuple[list[float], float]:
+    cfg = json.dumps({"hidden": hidden, "samples": samples, "epochs": epochs})
+    t = time.time()
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow"}
+    out = subprocess.run([sys.executable, "-c", BARE, cfg, repr(t)], capture_output=True, text=True, env=env)
+    wall = time.time() - t
+    if out.returncode:
+        raise SystemExit(f"bare script failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["epoch_s"], wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--width", type=int, default=750)
+    ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--epochs", type=int, default=4)
+    args = ap.parse_args()
+    hidden = [args.width, 150, 50, 50]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "harness_fidelity.yaml")
+        path.write_text(SCENARIO.format(hidden=hidden, epochs=args.epochs, samples=args.samples))
+        spec = plan.expand(scenario.load(path))[0]
+    backend = LocalBackend()
+    suite_steady, bare_steady, suite_wall, bare_wall = [], [], [], []
+    for i in range(args.pairs):
+        # Alternate which goes first, so neither always runs on a warmer machine.
+        order = ("suite", "bare") if i % 2 == 0 else ("bare", "suite")
+        for who in order:
+            if who == "suite":
+                epochs, wall = suite_run(spec, backend)
+                suite_steady.append(statistics.median(epochs[1:]))
+                suite_wall.append(wall)
+            else:
+                epochs, wall = bare_run(hidden, args.samples, args.epochs)
+                bare_steady.append(statistics.median(epochs[1:]))
+                bare_wall.append(wall)
+        print(f"pair {i + 1}: steady epoch suite {suite_steady[-1]:.3f} s, bare {bare_steady[-1]:.3f} s")
+    ratios = [s / b for s, b in zip(suite_steady, bare_steady, strict=True)]
+    ratio = statistics.median(suite_steady) / statistics.median(bare_steady)
+    print(f"\nconfiguration: MLP 784-{'-'.join(map(str, hidden))}-10, {args.samples} samples, {args.epochs} epochs")
+    print(f"steady-state epoch, suite/bare: {ratio:.3f} (per pair {min(ratios):.3f}-{max(ratios):.3f}); goal within 3%")
+    print(
+        f"wall per run: suite {statistics.median(suite_wall):.2f} s, bare {statistics.median(bare_wall):.2f} s; "
+        f"suite fixed overhead {statistics.median(suite_wall) - statistics.median(bare_wall):+.2f} s per run "
+        "(evaluation, facts, result record)"
+    )
+
+
+if __name__ == "__main__":
+    main()

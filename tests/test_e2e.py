@@ -1,0 +1,85 @@
+"""End to end on the local backend, real TensorFlow on the CPU: scenario -> results -> report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SCENARIOS, suite_cli
+
+from suite import results
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    base = tmp_path_factory.mktemp("e2e")
+    res, out = base / "results", base / "reports"
+    proc = suite_cli("run", "--smoke", "--backend", "local", "--results", res, "--machine", "testbox")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = suite_cli("report", "--results", res, "--out", out)
+    assert rep.returncode == 0, rep.stderr
+    return res, out, proc.stdout
+
+
+def test_every_scenario_gets_a_report_with_its_matrix_points(smoke_run) -> None:
+    res, out, _ = smoke_run
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        check = suite_cli("check", "--smoke", path)
+        points = [line.split("|")[2].strip() for line in check.stdout.splitlines()[2:] if line.startswith("|")]
+        page = (out / f"{path.stem}.md").read_text()
+        assert page.startswith(f"# {path.stem}\n")
+        assert "**Verdict (testbox):**" in page and "**Question:**" in page
+        for point in points:
+            assert f"| {point} " in page, f"{point} missing from {path.stem}.md"
+    index = (out / "README.md").read_text()
+    assert all(f"[{p.stem}]({p.stem}.md)" in index for p in SCENARIOS.glob("*.yaml"))
+
+
+def test_cpu_points_measured_gpu_points_skipped_with_reason(smoke_run) -> None:
+    res, out, _ = smoke_run
+    loaded = [r for _, r in results.load_folder(res / "testbox")]
+    cpu = [r for r in loaded if r.spec["config"]["device"] == "cpu"]
+    gpu = [r for r in loaded if r.spec["config"]["device"].startswith("gpu")]
+    assert len(cpu) == 6 and all(r.ok for r in cpu)
+    for r in cpu:
+        assert r.timing["fit_s"] > 0 and len(r.timing["epoch_s"]) == 2
+        assert r.quality["data_source"] in ("synthetic", "mnist.npz", "download")
+        assert r.environment["versions"]["tensorflow"]
+        assert r.work["flops_per_example_train"] > 0
+    assert len(gpu) == 6 + 6 + 21
+    assert all(r.status == "skipped" and "GPU" in r.message for r in gpu)
+    page = (out / "mnist_mlp_width.md").read_text()
+    assert "`skipped`: needs 1 GPU(s)" in page
+    assert "No CPU-GPU comparison on this machine" in page
+
+
+def test_synthetic_data_is_said_in_the_report(smoke_run) -> None:
+    res, out, _ = smoke_run
+    first = next(r for _, r in results.load_folder(res / "testbox") if r.ok)
+    if first.quality["data_source"] != "synthetic":
+        pytest.skip("MNIST was available on this machine")
+    assert "**The data was synthetic**" in (out / "mnist_mlp_width.md").read_text()
+
+
+def test_rerun_skips_done_runs_and_report_is_byte_identical(smoke_run, tmp_path: Path) -> None:
+    res, out, _ = smoke_run
+    again = suite_cli("run", "--smoke", SCENARIOS / "mnist_mlp_width.yaml", "--results", res, "--machine", "testbox")
+    assert again.returncode == 0
+    assert again.stdout.count(": already done (") == 6
+    assert again.stdout.count("skipped, as recorded before") == 6, "an unchanged skip is not written again"
+    rep = suite_cli("report", "--results", res, "--out", tmp_path)
+    assert rep.returncode == 0
+    for page in out.glob("*.md"):
+        assert (tmp_path / page.name).read_bytes() == page.read_bytes(), page.name
+
+
+def test_result_files_hold_the_spec_and_schema(smoke_run) -> None:
+    res, _, _ = smoke_run
+    path = next((res / "testbox" / "mnist_mlp_width").glob("*.json"))
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == results.SCHEMA_VERSION
+    assert data["spec"]["scenario"] == "mnist_mlp_width" and data["spec"]["smoke"] is True
+    assert path.name.startswith(data["spec"]["fingerprint"][:12])

@@ -1,0 +1,83 @@
+"""Matrix expansion, variants, smoke overrides, fingerprints and run order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import SCENARIOS, write_scenario
+
+from suite import plan, scenario
+
+TEXT = """\
+name: grid
+question: How does the grid expand?
+model: {hidden: [64, 32]}
+training: {epochs: 3}
+repeats: 2
+matrix:
+  model.hidden.0: [16, 64]
+  device: [cpu, gpu]
+variants:
+  - name: plain
+  - name: xla
+    set: {training.jit_compile: true}
+smoke:
+  training.epochs: 1
+"""
+
+
+def _specs(tmp_path: Path, **kw) -> list[plan.RunSpec]:
+    return plan.expand(scenario.load(write_scenario(tmp_path, "grid", TEXT)), **kw)
+
+
+def test_cartesian_product_of_variants_and_matrix(tmp_path: Path) -> None:
+    specs = _specs(tmp_path)
+    assert len(specs) == 2 * 2 * 2 * 2  # variants x widths x devices x repeats
+    labels = [s.point_label for s in specs if s.repetition == 0]
+    assert labels[0] == "variant=plain, width=16, device=cpu"
+    assert labels[-1] == "variant=xla, width=64, device=gpu"
+    xla = [s for s in specs if s.point["variant"] == "xla"]
+    assert all(s.config["training"]["jit_compile"] for s in xla)
+    assert {s.config["model"]["hidden"][0] for s in specs} == {16, 64}
+    assert all(s.config["model"]["hidden"][1] == 32 for s in specs)
+
+
+def test_repetition_major_order(tmp_path: Path) -> None:
+    specs = _specs(tmp_path)
+    reps = [s.repetition for s in specs]
+    assert reps == sorted(reps), "every point runs once before any runs twice"
+    assert [s.order for s in specs] == list(range(len(specs)))
+
+
+def test_smoke_overrides_and_one_repetition(tmp_path: Path) -> None:
+    specs = _specs(tmp_path, smoke=True)
+    assert len(specs) == 8
+    assert all(s.smoke and s.config["training"]["epochs"] == 1 for s in specs)
+
+
+def test_fingerprint_tracks_what_is_measured(tmp_path: Path) -> None:
+    specs = _specs(tmp_path)
+    rep0 = {s.point_label: s.fingerprint for s in specs if s.repetition == 0}
+    rep1 = {s.point_label: s.fingerprint for s in specs if s.repetition == 1}
+    assert rep0 == rep1, "repetitions of one point share the fingerprint"
+    assert len(set(rep0.values())) == len(rep0), "different points differ"
+    smoke = {s.point_label: s.fingerprint for s in _specs(tmp_path, smoke=True)}
+    assert not set(smoke.values()) & set(rep0.values()), "smoke size is a different measurement"
+    again = {s.point_label: s.fingerprint for s in _specs(tmp_path) if s.repetition == 0}
+    assert again == rep0, "stable across loads"
+    spec = specs[0]
+    assert spec.to_dict()["fingerprint"] == plan.fingerprint_of(spec)
+
+
+def test_interleave_across_scenarios() -> None:
+    width = plan.expand(scenario.load(SCENARIOS / "mnist_mlp_width.yaml"), repeats=2)
+    gpus = plan.expand(scenario.load(SCENARIOS / "mlp4096_gpus.yaml"), repeats=2)
+    ordered = plan.interleave(width + gpus)
+    first_rep1 = next(i for i, s in enumerate(ordered) if s.repetition == 1)
+    assert first_rep1 == len(width) // 2 + len(gpus) // 2
+    assert [s.order for s in ordered] == list(range(len(ordered)))
+
+
+def test_spec_round_trips_through_json(tmp_path: Path) -> None:
+    spec = _specs(tmp_path)[3]
+    assert plan.RunSpec.from_dict(spec.to_dict()) == spec

@@ -1,0 +1,66 @@
+"""The result record: atomic save that never overwrites, load that refuses what it cannot read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from suite import results
+from suite.results import SCHEMA_VERSION, ResultError, RunResult
+
+SPEC = {"scenario": "s", "point_label": "p", "repetition": 0, "fingerprint": "ab" * 32, "config": {}}
+
+
+def _result(status: str = "ok", finished: str = "2026-01-01T00:00:00") -> RunResult:
+    return RunResult(status=status, spec=SPEC, run={"finished_at": finished}, timing={"fit_s": 1.5})
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = results.save(_result(), tmp_path, "run")
+    loaded = results.load(path)
+    assert loaded == _result()
+    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temp file left"
+
+
+def test_never_overwrites(tmp_path: Path) -> None:
+    first = results.save(_result("error", "2026-01-01"), tmp_path, "run")
+    second = results.save(_result("ok", "2026-01-02"), tmp_path, "run")
+    assert first != second and first.is_file() and second.is_file()
+    assert results.load(first).status == "error"
+    latest = results.latest_by_run([r for _, r in results.load_folder(tmp_path)])
+    assert latest[(SPEC["fingerprint"], 0)].status == "ok", "the newest attempt wins"
+
+
+def test_unknown_newer_version_refused_with_advice(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**_result().to_dict(), "schema_version": SCHEMA_VERSION + 1}))
+    with pytest.raises(ResultError, match="newer than this suite understands.*update the suite"):
+        results.load(path)
+
+
+def test_older_version_without_migration_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**_result().to_dict(), "schema_version": 0}))
+    with pytest.raises(ResultError, match="no migration.*--fresh"):
+        results.load(path)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"status": "ok"}'])
+def test_not_a_result_file(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(ResultError, match=str(path)):
+        results.load(path)
+
+
+def test_unknown_status_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown status"):
+        RunResult(status="fast", spec=SPEC)
+
+
+def test_nan_is_not_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        results.save(RunResult(status="ok", spec=SPEC, timing={"fit_s": float("nan")}), tmp_path, "run")

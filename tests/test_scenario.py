@@ -1,0 +1,155 @@
+"""Scenario parsing: valid files resolve fully; every kind of bad input names file, key and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import SCENARIOS, suite_cli, write_scenario
+
+from suite import scenario
+from suite.scenario import ScenarioError
+
+GOOD = """\
+name: tiny
+question: Does it parse?
+model:
+  hidden: [64, 32]
+training:
+  optimizer: nadam
+  epochs: 2
+matrix:
+  model.hidden.0: [16, 64]
+  device: [cpu, gpu]
+smoke:
+  data.train_samples: 256
+"""
+
+
+def test_good_file_resolves_defaults_and_matrix(tmp_path: Path) -> None:
+    sc = scenario.load(write_scenario(tmp_path, "tiny", GOOD))
+    assert sc.name == "tiny"
+    assert sc.config["model"]["hidden"] == [64, 32]
+    assert sc.config["training"]["optimizer"] == "nadam"
+    assert sc.config["training"]["jit_compile"] is False  # explicit default, never Keras' "auto"
+    assert sc.config["training"]["batch_size"] == 128
+    assert sc.matrix == {"model.hidden.0": [16, 64], "device": ["cpu", "gpu"]}
+    assert sc.smoke == {"data.train_samples": 256}
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_scenarios_load(path: Path) -> None:
+    sc = scenario.load(path)
+    assert sc.question.endswith("?")
+    assert sc.smoke, "every shipped scenario has a smoke size"
+    assert sc.verdict != "none"
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    path = write_scenario(tmp_path, "bad", text)
+    with pytest.raises(ScenarioError) as info:
+        scenario.load(path)
+    assert all(str(path) in p for p in info.value.problems), info.value.problems
+    return info.value.problems
+
+
+def _replace(old: str, new: str) -> str:
+    assert old in GOOD
+    return GOOD.replace(old, new)
+
+
+BAD = {
+    "unknown top key": (_replace("question:", "speed: fast\nquestion:"), "'speed'", "line 2", "allowed: name"),
+    "unknown nested key": (_replace("  epochs: 2", "  epoch: 2"), "'training.epoch'", "line 7", "allowed:"),
+    "wrong type": (_replace("epochs: 2", "epochs: two"), "'training.epochs'", "line 7", "integer >= 1"),
+    "bool is not an int": (_replace("epochs: 2", "epochs: true"), "'training.epochs'", "line 7", "integer"),
+    "unknown model": (_replace("model:\n", "model:\n  kind: cnn\n"), "'model.kind'", "line 4", "allowed: mlp"),
+    "unknown optimizer": (_replace("optimizer: nadam", "optimizer: lion"), "'training.optimizer'", "line 6", "rmsprop"),
+    "unknown loss": (_replace("  epochs: 2", "  epochs: 2\n  loss: mse"), "'training.loss'", "line 8", "categorical"),
+    "unknown device in matrix": (
+        _replace("[cpu, gpu]", "[cpu, tpu]"),
+        "'matrix.device'",
+        "line 10",
+        "'gpu:N'",
+    ),
+    "unknown device": (GOOD + "device: gpu:0\n", "'device'", "line 13", "N >= 1"),
+    "empty matrix values": (_replace("[cpu, gpu]", "[]"), "'matrix.device'", "line 10", "non-empty list"),
+    "matrix values not a list": (_replace("[cpu, gpu]", "cpu"), "'matrix.device'", "line 10", "non-empty list"),
+    "matrix path missing": (
+        _replace("model.hidden.0:", "model.hidden.5:"),
+        "'matrix.model.hidden.5'",
+        "line 9",
+        "no such setting",
+    ),
+    "matrix value wrong type": (_replace("[16, 64]", "[16, wide]"), "'matrix.model.hidden.0'", "line 9", "integer"),
+    "smoke path missing": (
+        _replace("data.train_samples", "data.samples"),
+        "'smoke.data.samples'",
+        "line 12",
+        "no such setting",
+    ),
+    "missing question": (_replace("question: Does it parse?\n", ""), "'question'", "", "required"),
+    "unknown verdict": (GOOD + "report: {verdict: magic}\n", "'report.verdict'", "line 13", "gpu_crossover"),
+    "baseline not an axis": (GOOD + "report: {baseline: {training.epochs: 2}}\n", "'report.baseline", "", "axis"),
+    "unknown keras backend": (GOOD + "backend: mxnet\n", "'backend'", "line 13", "tensorflow, jax, torch"),
+    "multi-device needs tensorflow": (
+        GOOD.replace("[cpu, gpu]", "[cpu, 'gpu:2']") + "backend: jax\n",
+        "matrix point",
+        "",
+        "MirroredStrategy",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_input_names_file_key_and_line(tmp_path: Path, case: str) -> None:
+    text, key, line, allowed = BAD[case]
+    problems = _problems(tmp_path, text)
+    joined = "\n".join(problems)
+    assert key in joined, joined
+    assert line in joined, joined
+    assert allowed in joined, joined
+
+
+def test_malformed_yaml_names_line(tmp_path: Path) -> None:
+    problems = _problems(tmp_path, "name: x\nquestion: [unclosed\n")
+    assert "malformed YAML" in problems[0] and "line" in problems[0]
+
+
+def test_duplicate_yaml_key(tmp_path: Path) -> None:
+    problems = _problems(tmp_path, GOOD + "name: again\n")
+    assert "duplicate key 'name'" in problems[0] and "line 13" in problems[0]
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    assert "must hold a mapping" in _problems(tmp_path, "- a\n- b\n")[0]
+
+
+def test_all_problems_reported_at_once(tmp_path: Path) -> None:
+    text = _replace("epochs: 2", "epochs: 0").replace("optimizer: nadam", "optimizer: lion")
+    assert len(_problems(tmp_path, text)) == 2
+
+
+def test_duplicate_scenario_names(tmp_path: Path) -> None:
+    a = write_scenario(tmp_path, "a", GOOD)
+    b = write_scenario(tmp_path, "b", GOOD)
+    with pytest.raises(ScenarioError) as info:
+        scenario.load_all([a, b])
+    assert str(b) in str(info.value) and "'tiny' is already used by" in str(info.value)
+
+
+def test_cli_bad_input_exit_2_without_traceback(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "bad", _replace("optimizer: nadam", "optimizer: lion"))
+    for args in (("check",), ("run", "--results", tmp_path / "res")):
+        proc = suite_cli(*args, path)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert f"{path}: line 6 key 'training.optimizer'" in proc.stderr
+    assert not (tmp_path / "res").exists(), "nothing runs when the input is bad"
+
+
+def test_cli_check_prints_plan() -> None:
+    proc = suite_cli("check", SCENARIOS / "mnist_mlp_width.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "width=2000, device=gpu" in proc.stdout
+    assert "12 points, 36 runs" in proc.stdout
