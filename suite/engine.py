@@ -1,0 +1,132 @@
+"""The Docker engine the suite talks to: which daemon, how it is reached, and what it reports.
+
+The daemon address is always explicit: an argument (``--docker-host``), else ``DOCKER_HOST``, else
+the default socket. The docker CLI's contexts are never consulted (docker-py 7.2's ``from_env``
+started to follow them, which can silently switch daemons); when the CLI's current context points
+elsewhere, ``engine_facts`` says so. The address and how it was chosen go into every result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+HTTP_TIMEOUT_S = 120  # for single API calls; waiting for a run uses no HTTP timeout at all
+
+
+@dataclass(frozen=True)
+class Daemon:
+    address: str
+    source: str  # "argument" | "DOCKER_HOST" | "default socket"
+
+
+def daemon(docker_host: str | None = None) -> Daemon:
+    if docker_host:
+        return Daemon(docker_host, "argument")
+    if os.environ.get("DOCKER_HOST"):
+        return Daemon(os.environ["DOCKER_HOST"], "DOCKER_HOST")
+    return Daemon(DEFAULT_SOCKET, "default socket")
+
+
+def connect(docker_host: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> tuple[Any, Daemon]:
+    """A docker-py client for the explicit daemon; raises docker.errors.DockerException if none answers.
+
+    TLS settings still come from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH, as the docker CLI reads them.
+    """
+    import docker
+
+    where = daemon(docker_host)
+    kwargs = docker.utils.kwargs_from_env()
+    kwargs["base_url"] = where.address
+    client = docker.DockerClient(version="auto", timeout=timeout, **kwargs)  # "auto" asks the engine
+    return client, where
+
+
+def engine_answers(docker_host: str | None = None) -> bool:
+    """True when a Docker engine answers at the explicit address (used by ``--backend auto``)."""
+    try:
+        client, _ = connect(docker_host, timeout=10)
+    except Exception:  # noqa: BLE001 - no SDK, no socket, refused, TLS: all mean "no engine"
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        client.close()
+
+
+def engine_facts(docker_host: str | None = None) -> dict[str, Any]:
+    """What ``suite env`` prints and every docker result records; ``error`` when no engine answers."""
+    where = daemon(docker_host)
+    facts: dict[str, Any] = {"address": where.address, "address_source": where.source}
+    note = _context_note(where)
+    if note:
+        facts["context_note"] = note
+    try:
+        client, _ = connect(docker_host, timeout=15)
+    except ImportError:
+        return {**facts, "error": "the Docker SDK for Python is not installed (pip install -r requirements/host.txt)"}
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: `env` must still print the rest
+        return {**facts, "error": f"no Docker engine answers at {where.address}: {exc}"}
+    try:
+        return {**facts, **_describe(client)}
+    except Exception as exc:  # noqa: BLE001
+        return {**facts, "error": f"the Docker engine at {where.address} did not describe itself: {exc}"}
+    finally:
+        client.close()
+
+
+def _describe(client: Any) -> dict[str, Any]:
+    version, info = client.version(), client.info()
+    runtimes = sorted(info.get("Runtimes") or {})
+    return {
+        "version": version.get("Version"),
+        "api_version": version.get("ApiVersion"),
+        "client_api_version": client.api.api_version,
+        "os": info.get("OperatingSystem"),
+        "kernel": info.get("KernelVersion"),
+        "cpus": info.get("NCPU"),
+        "memory_bytes": info.get("MemTotal"),
+        "storage_driver": info.get("Driver"),
+        "cgroup_version": info.get("CgroupVersion"),
+        "runtimes": runtimes,
+        "default_runtime": info.get("DefaultRuntime"),
+        "nvidia_runtime": "nvidia" in runtimes,
+        "cdi_spec_dirs": info.get("CDISpecDirs"),
+        "gpu_note": _gpu_note(runtimes, info),
+    }
+
+
+def _gpu_note(runtimes: list[str], info: dict[str, Any]) -> str:
+    if "nvidia" in runtimes:
+        return "the NVIDIA runtime is registered: GPU points get their GPUs through device requests"
+    if info.get("CDISpecDirs"):
+        return ("no 'nvidia' runtime registered, but CDI is configured; GPU device requests work only if the "
+                "NVIDIA Container Toolkit hook is installed on the daemon's host")
+    return ("no 'nvidia' runtime registered: GPU device requests will fail at container start unless the "
+            "NVIDIA Container Toolkit hook is on dockerd's PATH (install nvidia-container-toolkit, run "
+            "`nvidia-ctk runtime configure --runtime=docker`, restart dockerd)")
+
+
+def _context_note(where: Daemon) -> str:
+    """A warning when the docker CLI would talk to another daemon than the suite does."""
+    if where.source != "default socket":
+        return ""
+    name = os.environ.get("DOCKER_CONTEXT") or _cli_current_context()
+    if name and name != "default":
+        return (f"the docker CLI's current context is {name!r}, but the suite uses {where.address}; "
+                "set DOCKER_HOST (or --docker-host) to that context's address to use it")
+    return ""
+
+
+def _cli_current_context() -> str:
+    config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    try:
+        return str(json.loads(config.read_text(encoding="utf-8")).get("currentContext") or "")
+    except (OSError, ValueError):
+        return ""

@@ -1,0 +1,361 @@
+"""The suite's images: named in docker/images.yaml, built from docker/Dockerfile with docker-py.
+
+Each image is the one Dockerfile with other build args. It is tagged ``REPOSITORY:NAME`` and
+labelled with a hash of exactly what the build sees (the Dockerfile, the constraints file, the
+build args), so ``build`` skips an image whose label still matches and a result can name the
+recipe it ran in. Base images are pinned by tag in images.yaml; ``lock`` records their registry
+digests in docker/images.lock, and builds then use ``base@digest`` so a moved tag changes nothing.
+
+Builds stream through the low-level API (``APIClient.build(decode=True)``): the high-level
+``images.build`` only returns the log once the build is over. docker-py speaks the classic builder
+API (no BuildKit), which the Dockerfile is written for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DOCKER_DIR = Path(__file__).resolve().parents[1] / "docker"
+CATALOG = DOCKER_DIR / "images.yaml"
+LOCK = DOCKER_DIR / "images.lock"
+IMAGE_KEYS = {
+    "description", "gpu", "base", "tensorflow", "extra", "constraints", "cuda", "cudnn", "python", "dockerfile",
+}
+REQUIRED_KEYS = {"gpu", "base", "tensorflow", "constraints"}
+LABEL_PREFIX = "suite."
+
+
+class ImageError(Exception):
+    """A catalog, lock or build problem; the message says which file or image and what to do."""
+
+
+@dataclass(frozen=True)
+class ImageDef:
+    name: str
+    gpu: bool
+    base: str  # pinned tag, e.g. python:3.11-slim-bookworm
+    tensorflow: str  # pip requirement
+    constraints: str  # path relative to docker/
+    extra: str = ""
+    description: str = ""
+    cuda: str | None = None
+    cudnn: str | None = None
+    python: str = "python3"
+    dockerfile: str = "Dockerfile"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    repository: str
+    defaults: dict[str, str]  # "gpu" | "cpu" -> image name
+    images: dict[str, ImageDef]
+
+    def get(self, name: str) -> ImageDef:
+        if name not in self.images:
+            raise ImageError(f"{CATALOG}: no image named {name!r}; known: {', '.join(sorted(self.images))}")
+        return self.images[name]
+
+    def default_for(self, gpu: bool) -> str:
+        return self.defaults["gpu" if gpu else "cpu"]
+
+    def tag(self, name: str) -> str:
+        return f"{self.repository}:{name}"
+
+
+def load_catalog(path: Path = CATALOG) -> Catalog:
+    """images.yaml -> Catalog, with every error naming the file and the key."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ImageError(f"{path}: cannot read the image catalog ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), dict) or not data["images"]:
+        raise ImageError(f"{path}: expected a mapping with a non-empty 'images' mapping")
+    unknown = set(data) - {"repository", "defaults", "images"}
+    if unknown:
+        raise ImageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; allowed: repository, defaults, images")
+    images = {name: _image_def(path, name, entry) for name, entry in data["images"].items()}
+    defaults = data.get("defaults") or {}
+    for kind in ("gpu", "cpu"):
+        if defaults.get(kind) not in images:
+            raise ImageError(f"{path}: defaults.{kind} must name one of the images ({', '.join(sorted(images))})")
+    return Catalog(str(data.get("repository") or "suite-bench"), dict(defaults), images)
+
+
+def _image_def(path: Path, name: str, entry: Any) -> ImageDef:
+    where = f"{path}: images.{name}"
+    if not isinstance(entry, dict):
+        raise ImageError(f"{where}: expected a mapping")
+    unknown = set(entry) - IMAGE_KEYS
+    if unknown:
+        raise ImageError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(IMAGE_KEYS))}")
+    missing = REQUIRED_KEYS - set(entry)
+    if missing:
+        raise ImageError(f"{where}: missing key(s) {sorted(missing)}")
+    if not isinstance(entry["gpu"], bool):
+        raise ImageError(f"{where}.gpu: expected true or false, got {entry['gpu']!r}")
+    if not (DOCKER_DIR / entry["constraints"]).is_file():
+        raise ImageError(f"{where}.constraints: {DOCKER_DIR / entry['constraints']} does not exist")
+    return ImageDef(name=name, **{k: (v if k == "gpu" or v is None else str(v)) for k, v in entry.items()})
+
+
+def load_lock(path: Path = LOCK) -> dict[str, dict[str, str]]:
+    """base tag -> {"digest": "sha256:...", "locked_at": ...}; empty when nothing was locked yet."""
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        what_to_do = "delete it, then run `python -m suite images lock`"
+        raise ImageError(f"{path}: unreadable lock file ({exc}); {what_to_do}") from None
+    return dict(data.get("bases") or {})
+
+
+def pinned_base(base: str, lock: Mapping[str, Mapping[str, str]]) -> str:
+    """``repo@sha256:...`` when the lock knows the tag, else the tag itself."""
+    entry = lock.get(base)
+    if not entry:
+        return base
+    repo = base.rsplit(":", 1)[0] if ":" in base.rsplit("/", 1)[-1] else base
+    return f"{repo}@{entry['digest']}"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything one build sends to the engine, and the hash of it."""
+
+    name: str
+    tag: str
+    buildargs: dict[str, str]
+    files: dict[str, bytes]  # the whole build context: Dockerfile and the one constraints file
+    labels: dict[str, str]
+    context_hash: str
+
+
+def plan_build(catalog: Catalog, name: str, lock: Mapping[str, Mapping[str, str]] | None = None,
+               base_override: Mapping[str, str] | None = None) -> BuildPlan:
+    """Resolve one image's build: args, context, labels, tag.
+
+    ``base_override`` replaces build args (e.g. ``{"BASE_IMAGE": ..., "INSTALL": "0"}`` for a base
+    built offline). Such a build is tagged ``NAME-x<hash>`` so it never stands in for the real one.
+    """
+    d = catalog.get(name)
+    lock = load_lock() if lock is None else lock
+    args = {
+        "BASE_IMAGE": pinned_base(d.base, lock),
+        "PYTHON": d.python,
+        "TF_REQUIREMENT": d.tensorflow,
+        "EXTRA_REQUIREMENTS": d.extra,
+        "CONSTRAINTS": d.constraints,
+        "INSTALL": "1",
+    }
+    unknown = set(base_override or {}) - set(args)
+    if unknown:
+        raise ImageError(f"unknown build arg(s) {sorted(unknown)}; allowed: {', '.join(sorted(args))}")
+    args.update(base_override or {})
+    files = {"Dockerfile": (DOCKER_DIR / d.dockerfile).read_bytes(),
+             d.constraints: (DOCKER_DIR / d.constraints).read_bytes()}
+    digest = hashlib.sha256()
+    for key in sorted(files):
+        digest.update(f"file {key} {hashlib.sha256(files[key]).hexdigest()}\n".encode())
+    for key in sorted(args):
+        digest.update(f"arg {key}={args[key]}\n".encode())
+    context_hash = digest.hexdigest()
+    tag = catalog.tag(name) if not base_override else f"{catalog.tag(name)}-x{context_hash[:10]}"
+    base_ref = args["BASE_IMAGE"]
+    labels = {
+        "suite.image": name,
+        "suite.context_hash": context_hash,
+        "suite.base.ref": base_ref if base_override else d.base,
+        "suite.base.digest": base_ref.split("@", 1)[1] if "@" in base_ref else "",
+        "suite.tensorflow": d.tensorflow,
+        "suite.gpu": "true" if d.gpu else "false",
+        "suite.cuda": d.cuda or "",
+        "suite.python": d.python,
+    }
+    return BuildPlan(name, tag, args, files, labels, context_hash)
+
+
+def list_images(client: Any = None, docker_host: str | None = None) -> list[dict[str, Any]]:
+    """One row per catalog image, with its state on the engine (``built``, ``stale``, ``missing``)."""
+    catalog, lock = load_catalog(), load_lock()
+    client, problem = _client_or_problem(client, docker_host)
+    rows = []
+    for name, d in catalog.images.items():
+        plan = plan_build(catalog, name, lock)
+        row = {
+            "name": name,
+            "tag": plan.tag,
+            "tensorflow": d.tensorflow,
+            "gpu": d.gpu,
+            "cuda": d.cuda or "-",
+            "base": d.base,
+            "base_digest": (lock.get(d.base) or {}).get("digest", "not locked"),
+            "default_for": ",".join(k for k, v in catalog.defaults.items() if v == name) or "-",
+        }
+        row.update(_engine_state(client, plan) if client else {"state": f"unknown ({problem})", "image_id": "-"})
+        rows.append(row)
+    return rows
+
+
+def _engine_state(client: Any, plan: BuildPlan) -> dict[str, Any]:
+    import docker
+
+    try:
+        image = client.images.get(plan.tag)
+    except docker.errors.ImageNotFound:
+        return {"state": "missing", "image_id": "-"}
+    same = (image.labels or {}).get("suite.context_hash") == plan.context_hash
+    return {"state": "built" if same else "stale (recipe changed; rebuild)", "image_id": image.id}
+
+
+def build_images(names: list[str] | None = None, base_override: Mapping[str, str] | None = None,
+                 progress: Callable[[str], None] = print, *, client: Any = None, docker_host: str | None = None,
+                 force: bool = False) -> list[dict[str, Any]]:
+    """Build the named images (all when None), skipping those whose recipe label still matches.
+
+    Returns one row per image: name, tag, image_id, context_hash, action (built | up to date).
+    Raises ImageError with the build's last lines when a build fails.
+    """
+    catalog, lock = load_catalog(), load_lock()
+    client = client or _connect(docker_host)
+    rows = []
+    for name in names or list(catalog.images):
+        plan = plan_build(catalog, name, lock, base_override)
+        image_id = None if force else _matching_image(client, plan)
+        action = "up to date"
+        if image_id is None:
+            progress(f"building {plan.tag} (FROM {plan.buildargs['BASE_IMAGE']}, {plan.buildargs['TF_REQUIREMENT']})")
+            image_id = _build(client, plan, {**plan.labels, "suite.base.id": _local_id(client, plan)}, progress)
+            action = "built"
+        progress(f"{plan.tag}: {action} ({image_id[:19]})")
+        rows.append({"name": name, "tag": plan.tag, "image_id": image_id, "context_hash": plan.context_hash,
+                     "action": action})
+    return rows
+
+
+def _matching_image(client: Any, plan: BuildPlan) -> str | None:
+    import docker
+
+    try:
+        image = client.images.get(plan.tag)
+    except docker.errors.ImageNotFound:
+        return None
+    return image.id if (image.labels or {}).get("suite.context_hash") == plan.context_hash else None
+
+
+def _local_id(client: Any, plan: BuildPlan) -> str:
+    """The base's local image ID: the only trace of a base that has no registry digest."""
+    import docker
+
+    try:
+        return str(client.images.get(plan.buildargs["BASE_IMAGE"]).id)
+    except docker.errors.ImageNotFound:
+        return ""  # pulled by the build itself
+
+
+def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Callable[[str], None]) -> str:
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for arcname, data in sorted(plan.files.items()):
+            info = tarfile.TarInfo(arcname)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0  # fixed metadata: same bytes, same cache
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image_id, log = None, []
+    stream = client.api.build(
+        fileobj=context, custom_context=True, tag=plan.tag, buildargs=plan.buildargs, labels=labels,
+        rm=True, forcerm=True, pull=False, decode=True,
+    )
+    for event in stream:
+        if "error" in event:
+            tail = "".join(log[-30:])
+            raise ImageError(f"building {plan.tag} failed: {event['error'].strip()}\n{tail}")
+        text = event.get("stream") or event.get("status") or ""
+        if text:
+            log.append(text if text.endswith("\n") else text + "\n")
+            if text.strip():
+                progress(text.rstrip("\n"))
+        image_id = (event.get("aux") or {}).get("ID", image_id)
+    if image_id is None:  # older engines announce the ID only in the stream text
+        image_id = client.images.get(plan.tag).id
+    return image_id
+
+
+def lock_images(names: list[str] | None = None, progress: Callable[[str], None] = print, *, client: Any = None,
+                docker_host: str | None = None, path: Path = LOCK) -> dict[str, dict[str, str]]:
+    """Ask the registry for each base tag's digest and write docker/images.lock.
+
+    Needs a daemon that reaches the registry. Bases that fail keep their previous entry, and the
+    error lists them; the others are written first so a partial lock is not lost.
+    """
+    catalog = load_catalog()
+    client = client or _connect(docker_host)
+    bases = sorted({catalog.get(n).base for n in (names or list(catalog.images))})
+    lock, failures = load_lock(path), []
+    for base in bases:
+        try:
+            digest = client.images.get_registry_data(base).id
+        except Exception as exc:  # noqa: BLE001 - listed below with the engine's words
+            failures.append(f"{base}: {exc}")
+            progress(f"{base}: no digest ({exc})")
+            continue
+        lock[base] = {"digest": digest, "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        progress(f"{base}: {digest}")
+    _write_lock(path, lock)
+    if failures:
+        listed = "\n  ".join(failures)
+        raise ImageError(f"could not lock every base image (does the daemon reach the registry?):\n  {listed}")
+    return lock
+
+
+def _write_lock(path: Path, lock: Mapping[str, Mapping[str, str]]) -> None:
+    header = ("# Base-image digests for docker/images.yaml, written by `python -m suite images lock`.\n"
+              "# Builds use BASE@DIGEST for every tag listed here. Commit this file.\n")
+    body = yaml.safe_dump({"bases": {k: dict(v) for k, v in sorted(lock.items())}}, sort_keys=True)
+    tmp = path.with_suffix(".lock.tmp")
+    tmp.write_text(header + body, encoding="utf-8")
+    tmp.replace(path)
+
+
+def image_record(image: Any) -> dict[str, Any]:
+    """What a result records about the image it ran in: ID, digests, and the recipe labels."""
+    labels = image.labels or {}
+    return {
+        "image_id": image.id,
+        "image_tags": list(image.tags),
+        "repo_digests": list(image.attrs.get("RepoDigests") or []),
+        "image_created": image.attrs.get("Created"),
+        "image_labels": {k: v for k, v in sorted(labels.items()) if k.startswith(LABEL_PREFIX)},
+        "base_ref": labels.get("suite.base.ref", ""),
+        "base_digest": labels.get("suite.base.digest", ""),
+        "base_id": labels.get("suite.base.id", ""),
+        "context_hash": labels.get("suite.context_hash", ""),
+    }
+
+
+def _connect(docker_host: str | None) -> Any:
+    from suite import engine
+
+    try:
+        client, _ = engine.connect(docker_host)
+    except Exception as exc:  # noqa: BLE001 - turned into a message that says where and what to do
+        raise ImageError(f"no Docker engine answers at {engine.daemon(docker_host).address}: {exc}") from None
+    return client
+
+
+def _client_or_problem(client: Any, docker_host: str | None) -> tuple[Any, str]:
+    if client is not None:
+        return client, ""
+    try:
+        return _connect(docker_host), ""
+    except ImageError as exc:
+        return None, str(exc)
