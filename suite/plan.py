@@ -30,6 +30,7 @@ class RunSpec:
     config: dict[str, Any]  # model, training, data, device, backend, threads, timeout_s, image
     order: int = 0  # position in the interleaved plan
     report: dict[str, Any] = field(default_factory=dict)  # verdict kind, baseline: how to read it
+    calibrate_peak: bool = False  # the host asks for a peak measurement when none is cached
     fingerprint: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,6 +45,7 @@ class RunSpec:
             "config": self.config,
             "order": self.order,
             "report": self.report,
+            "calibrate_peak": self.calibrate_peak,
             "fingerprint": self.fingerprint or fingerprint_of(self),
         }
 

@@ -23,6 +23,8 @@ HEADERS = [
     "steady epoch, median (min-max) (s)",
     "examples/s",
     "first-epoch overhead (s)",
+    "fixed cost per step (ms)",
+    "GFLOP/s (% of peak)",
     "speedup vs baseline",
     "test accuracy",
     "notes",
@@ -68,10 +70,38 @@ def _row(view: ScenarioView, p: Point) -> list[str]:
         steady_text,
         _num(eps.median if eps else None, ",.0f"),
         _num(first.median if first else None),
+        _step_overhead(p),
+        _flops(p),
         speed,
         _num(p.accuracy, ".3f"),
         "; ".join(notes),
     ]
+
+
+def _step_overhead(p: Point) -> str:
+    """'X of Y': the near-empty model's step time against this model's, in ms."""
+    step, floor = p.summary("timing", "step_s"), p.summary("timing", "step_floor_s")
+    if not (step and floor):
+        return "-"
+    return f"{floor.median * 1e3:.2f} of {step.median * 1e3:.2f} ({min(1.0, floor.median / step.median):.0%})"
+
+
+def peak_of(run: Any) -> float | None:
+    """The calibrated float32 peak of the device set: per-device peak x GPUs (CPUs share one peak)."""
+    peak = run.work.get("peak") or {}
+    if not peak.get("flops_per_s"):
+        return None
+    kind, _, count = str(run.spec["config"]["device"]).partition(":")
+    return peak["flops_per_s"] * (int(count or 1) if kind == "gpu" else 1)
+
+
+def _flops(p: Point) -> str:
+    achieved = p.summary("work", "achieved_flops_per_s")
+    if not achieved:
+        return "-"
+    peaks = [peak_of(r) for r in p.ok_runs if peak_of(r)]
+    share = f" ({achieved.median / peaks[0]:.1%})" if peaks else ""
+    return f"{achieved.median / 1e9:,.1f}{share}"
 
 
 def _environment(view: ScenarioView) -> list[str]:
@@ -138,8 +168,12 @@ def render_scenario(views: list[ScenarioView]) -> str:
         lines += [
             "",
             "Fit time is the whole `model.fit` (the figure the original questions compared); the steady "
-            "epoch leaves out the first epoch, which holds tracing and compilation. Speedup is the "
-            "baseline's median fit time over this point's, with a bootstrap 95% interval.",
+            "epoch leaves out the first epoch, which holds tracing and compilation. Fixed cost per step is "
+            "the step time of a one-unit model trained the same way (same data, batch, device and settings) "
+            "against this model's: the part of each step that is not arithmetic. GFLOP/s counts the dense "
+            "layers' training FLOPs (3 x forward); the peak is a float32 matmul timed in the same process "
+            "and device set. Speedup is the baseline's median fit time over this point's, with a bootstrap "
+            "95% interval.",
         ]
         failures = _failures(view)
         if failures:

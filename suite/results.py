@@ -145,8 +145,12 @@ def load(path: Path) -> RunResult:
 
 
 def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
-    """Every result under ``folder`` (recursively), sorted by path so output is deterministic."""
-    return [(p, load(p)) for p in sorted(folder.rglob("*.json")) if not p.name.startswith(".")]
+    """Every result under ``folder`` (recursively), sorted by path so output is deterministic.
+
+    Names starting with '.' (temp files) or '_' (the peak calibration cache) are not results.
+    """
+    paths = sorted(folder.rglob("*.json"))
+    return [(p, load(p)) for p in paths if not any(part[0] in "._" for part in p.relative_to(folder).parts)]
 
 
 def latest_by_run(results: list[RunResult]) -> dict[tuple[str, int], RunResult]:

@@ -7,6 +7,9 @@ flight (hyperfine's rule: export after every benchmark).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 import signal
 import time
 from collections import Counter
@@ -77,7 +80,7 @@ def run_plan(
                 summary.counts["skipped"] += 1
                 say(f"{head}: skipped, as recorded before: {reason}")
                 continue
-            result = backend.skipped(spec, reason) if reason else backend.run(spec)
+            result = backend.skipped(spec, reason) if reason else _run_with_peak(spec, backend, folder)
             path = results.save(result, folder / spec.scenario, spec.run_id)
             summary.counts[result.status] += 1
             detail = _detail(result)
@@ -90,6 +93,32 @@ def run_plan(
         signal.signal(signal.SIGTERM, old_handler)
         backend.close()
     return summary
+
+
+def _peak_key(spec: RunSpec, backend: Backend) -> str:
+    """Peaks are cached per machine (the folder), backend, image, framework and device kind."""
+    kind = spec.device.partition(":")[0]
+    parts = (backend.name, spec.config.get("image") or "default", spec.config["backend"], kind)
+    return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", str(p)) for p in parts)
+
+
+def _run_with_peak(spec: RunSpec, backend: Backend, folder: Path) -> results.RunResult:
+    """Run; the first ok run of a device kind measures its peak, later ones reuse the cached figure."""
+    cache = folder / "_calibration" / f"{_peak_key(spec, backend)}.json"
+    cached = json.loads(cache.read_text(encoding="utf-8")) if cache.is_file() else None
+    result = backend.run(dataclasses.replace(spec, calibrate_peak=cached is None))
+    if not result.ok:
+        return result
+    if cached is None and result.work.get("peak"):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        record = {**result.work["peak"], "measured_in": spec.run_id, "finished_at": result.run.get("finished_at")}
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.replace(cache)
+        return result
+    if cached is not None:
+        return dataclasses.replace(result, work={**result.work, "peak": {**cached, "source": "cached"}})
+    return result
 
 
 def _detail(result: results.RunResult) -> str:

@@ -65,6 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "threads": {"intra_op": 0, "inter_op": 0},  # 0: TensorFlow's choice
     "timeout_s": 3600,
     "image": None,  # name from docker/images.yaml; None: the backend's default
+    # After the timed fit, in the same process: a near-empty model's step time (the fixed cost).
+    "measure": {"step_overhead": True},
 }
 TOP_KEYS = ("name", "question", "description", "repeats", "matrix", "variants", "smoke", "report")
 REPORT_KEYS = ("baseline", "verdict")
@@ -238,6 +240,7 @@ _RULES = {
     "threads.inter_op": _int_min(0),
     "timeout_s": lambda v: (_is_num(v) and v > 0, "a number of seconds > 0"),
     "image": lambda v: (v is None or isinstance(v, str), "an image name from docker/images.yaml or null"),
+    "measure.step_overhead": _bool,
 }
 
 

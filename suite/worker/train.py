@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
@@ -10,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from suite.worker import data as data_mod
-from suite.worker import facts
+from suite.worker import facts, probes
 from suite.worker import model as model_mod
+from suite.worker import timing as timing_mod
 
 T0 = time.time()
 
@@ -74,7 +74,7 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
     }
 
     y_train, y_test = _labels(keras, ds, training["loss"])
-    timer = _timer_class(keras)()
+    timer = timing_mod.epoch_timer(keras)
     fit_args = _fit_inputs(ds.x_train, y_train, global_batch, training)
     t = time.perf_counter()
     model.fit(*fit_args["xy"], epochs=training["epochs"], verbose=0, callbacks=[timer], **fit_args["kw"])
@@ -97,17 +97,34 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
         train_samples=len(ds.x_train),
         test_samples=len(ds.x_test),
     )
-    _derive(record, cfg["model"], len(ds.x_train))
+    _derive(record, cfg["model"], len(ds.x_train), global_batch)
+    _probe(keras, spec, record, kind, fit_args, strategy)
     record["status"] = "ok"
 
 
-def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int) -> None:
+def _probe(keras: Any, spec: dict[str, Any], record: dict[str, Any], kind: str, fit_args: dict, strategy: Any) -> None:
+    """After the timed fit: the fixed cost per step, and (when the host asks) the device's peak."""
+    measure, timing, work = spec["config"]["measure"], record["timing"], record["work"]
+    if measure["step_overhead"]:
+        scope = strategy.scope() if strategy else _nullcontext()
+        floor = probes.step_floor(
+            keras, model_mod.build, model_mod.compile_model, fit_args, spec["config"]["training"], scope
+        )
+        timing["step_floor_s"] = floor["epoch_s"] / timing["steps_per_epoch"]
+        timing["overhead_share"] = min(1.0, timing["step_floor_s"] / timing["step_s"]) if timing["step_s"] else None
+    if spec.get("calibrate_peak"):
+        work["peak"] = probes.peak_flops(keras, kind)
+
+
+def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int, global_batch: int) -> None:
     timing, work = record["timing"], record["work"]
     epochs = timing["epoch_s"]
     median = float(np.median(epochs[1:] if len(epochs) > 1 else epochs))
     timing["steady_epoch_s"] = median
     timing["steady_examples_per_s"] = n_train / median if median > 0 else None
     timing["first_epoch_overhead_s"] = epochs[0] - median if len(epochs) > 1 else None
+    timing["steps_per_epoch"] = -(-n_train // global_batch)
+    timing["step_s"] = median / timing["steps_per_epoch"]
     flops = model_mod.flops_per_example(model_cfg)
     eps = timing["steady_examples_per_s"]
     work.update(
@@ -198,47 +215,3 @@ def _fit_inputs(x: Any, y: Any, global_batch: int, training: dict[str, Any]) -> 
     if training["shuffle"]:
         ds = ds.shuffle(len(x), seed=training["seed"], reshuffle_each_iteration=True)
     return {"xy": (ds.batch(global_batch).prefetch(tf.data.AUTOTUNE),), "kw": {}}
-
-
-def _timer_class(keras: Any) -> type:
-    class EpochTimer(keras.callbacks.Callback):
-        """Epoch wall times and the first step, without forcing a sync on every step.
-
-        Only batch *begin* is hooked: overriding a batch *end* hook makes Keras convert the logs
-        to Python numbers after every step, a device sync that a plain script does not pay.
-        The first step is the time from fit's start to the second step's begin (tracing and
-        compilation are host-side and synchronous, so they are inside it).
-        """
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.epoch_s: list[float] = []
-            self.losses: list[float] = []
-            self.first_step_s: float | None = None
-            self.nan = False
-            self._t_fit = self._t_epoch = 0.0
-            self._begins = 0
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            self._t_fit = time.perf_counter()
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._t_epoch = time.perf_counter()
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            self._begins += 1
-            if self._begins == 2 and self.first_step_s is None:
-                self.first_step_s = time.perf_counter() - self._t_fit
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            # Keras has synced the epoch's metrics before calling this: the time is real.
-            self.epoch_s.append(time.perf_counter() - self._t_epoch)
-            loss = float((logs or {}).get("loss", float("nan")))
-            self.losses.append(loss)
-            if self.first_step_s is None:
-                self.first_step_s = self.epoch_s[0]  # a single step in the whole epoch
-            if not math.isfinite(loss):
-                self.nan = True
-                self.model.stop_training = True
-
-    return EpochTimer

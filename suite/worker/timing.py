@@ -1,0 +1,53 @@
+"""The epoch timer: epoch wall times and the first step, without a device sync on every step."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+
+def epoch_timer(keras: Any) -> Any:
+    """A fresh timer callback (the class is made per call: keras is imported after backend setup)."""
+
+    class EpochTimer(keras.callbacks.Callback):
+        """Epoch wall times and the first step, without forcing a sync on every step.
+
+        Only batch *begin* is hooked: overriding a batch *end* hook makes Keras convert the logs
+        to Python numbers after every step, a device sync that a plain script does not pay.
+        The first step is the time from fit's start to the second step's begin (tracing and
+        compilation are host-side and synchronous, so they are inside it).
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch_s: list[float] = []
+            self.losses: list[float] = []
+            self.first_step_s: float | None = None
+            self.nan = False
+            self._t_fit = self._t_epoch = 0.0
+            self._begins = 0
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self._t_fit = time.perf_counter()
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._t_epoch = time.perf_counter()
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self._begins += 1
+            if self._begins == 2 and self.first_step_s is None:
+                self.first_step_s = time.perf_counter() - self._t_fit
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            # Keras has synced the epoch's metrics before calling this: the time is real.
+            self.epoch_s.append(time.perf_counter() - self._t_epoch)
+            loss = float((logs or {}).get("loss", float("nan")))
+            self.losses.append(loss)
+            if self.first_step_s is None:
+                self.first_step_s = self.epoch_s[0]  # a single step in the whole epoch
+            if not math.isfinite(loss):
+                self.nan = True
+                self.model.stop_training = True
+
+    return EpochTimer()
