@@ -61,7 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="write Markdown reports from result files only")
     rep.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     rep.add_argument("--out", type=Path, default=DEFAULT_REPORTS)
+    rep.add_argument("--reference", help="machine the hardware comparison divides by (default: first by name)")
     rep.set_defaults(func=cmd_report)
+
+    cmp = sub.add_parser("compare", help="two result folders side by side: times, ratios, differing facts")
+    cmp.add_argument("folders", nargs=2, type=Path, metavar="DIR")
+    cmp.set_defaults(func=cmd_compare)
 
     e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
     e.add_argument("--docker-host")
@@ -149,9 +154,28 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if not args.results.is_dir():
         raise UsageError(f"no results folder {args.results}; run `python -m suite run` first")
-    written = report.write_reports(args.results, args.out)
+    written = report.write_reports(args.results, args.out, args.reference)
     for path in written:
         print(f"wrote {path}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """The first folder is the reference. Each folder's views are named after the folder."""
+    import dataclasses
+
+    from suite import compare
+    from suite.views import load_views
+
+    views = []
+    for folder in args.folders:
+        if not folder.is_dir():
+            raise UsageError(f"{folder}: not a folder of result files")
+        loaded = load_views(folder)
+        if not loaded:
+            raise UsageError(f"{folder}: holds no result files")
+        views += [dataclasses.replace(v, machine=str(folder)) for v in loaded]
+    print(compare.render(views, reference=str(args.folders[0]), title="Comparison"), end="")
     return 0
 
 

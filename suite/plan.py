@@ -81,10 +81,11 @@ def parse_device(device: str) -> tuple[str, int]:
 
 
 def _label(point: dict[str, Any]) -> str:
-    return ", ".join(f"{_short(k)}={_fmt(v)}" for k, v in point.items()) or "default"
+    return ", ".join(f"{axis_name(k)}={_fmt(v)}" for k, v in point.items()) or "default"
 
 
-def _short(path: str) -> str:
+def axis_name(path: str) -> str:
+    """A matrix path as people say it: model.hidden.0 -> width, training.batch_size -> batch_size."""
     return {"model.hidden.0": "width"}.get(path, path.rsplit(".", 1)[-1])
 
 

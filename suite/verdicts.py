@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from suite import stats
+from suite.plan import axis_name
 from suite.views import Point, ScenarioView
-
-WIDTH = "model.hidden.0"
 
 
 def _usable(p: Point | None) -> bool:
@@ -29,21 +28,13 @@ def _skipped_reason(view: ScenarioView, device_prefix: str) -> str:
     return ""
 
 
-def _axis(view: ScenarioView) -> str | None:
-    """The matrix axis the CPU-GPU comparison runs along: the first one that is not the device."""
-    for key in view.points[0].coords if view.points else ():
-        if key not in ("device", "variant"):
-            return key
-    return None
-
-
 def _name(axis: str | None, value: object) -> str:
-    return {WIDTH: "width"}.get(axis or "", (axis or "point").rsplit(".", 1)[-1]) + f" {value}"
+    return f"{axis_name(axis) if axis else 'point'} {value}"
 
 
 def gpu_crossover(view: ScenarioView) -> str:
     """From which point along the size axis (in matrix order) the GPU trains faster than the CPU."""
-    axis = _axis(view)
+    axis = view.size_axis
     rows = []  # (value along the axis, GPU speedup = CPU fit / GPU fit), in matrix order
     for cpu in view.points:
         if cpu.device != "cpu" or not _usable(cpu):

@@ -76,11 +76,20 @@ class ScenarioView:
     def spec(self) -> dict[str, Any]:
         return self.newest.spec
 
+    @property
+    def size_axis(self) -> str | None:
+        """The matrix axis comparisons run along: the first one that is neither device nor variant."""
+        keys = self.points[0].coords if self.points else {}
+        return next((k for k in keys if k not in ("device", "variant")), None)
+
     def point(self, **coords: Any) -> Point | None:
         for p in self.points:
             if all(p.coords.get(k) == v for k, v in coords.items()):
                 return p
         return None
+
+    def point_by_label(self, label: str) -> Point | None:
+        return next((p for p in self.points if p.label == label), None)
 
     def baseline_for(self, point: Point) -> Point | None:
         baseline = self.spec.get("report", {}).get("baseline") or {}

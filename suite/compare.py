@@ -1,0 +1,107 @@
+"""Machines side by side: the same scenario points on every machine, and which recorded facts differ.
+
+``reports/hardware.md`` covers every machine folder under the results directory;
+``python -m suite compare DIR_A DIR_B`` prints the same for two result folders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tabulate import tabulate
+
+from suite import stats
+from suite.report import cell
+from suite.results import RunResult
+from suite.views import ScenarioView
+
+
+def _gpus(r: RunResult, key: str) -> str:
+    gpus = r.environment.get("gpus_driver") or []
+    return ", ".join(sorted({str(g.get(key)) for g in gpus})) or "none"
+
+
+FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
+    ("GPU model", lambda r: _gpus(r, "name")),
+    ("GPU driver", lambda r: _gpus(r, "driver")),
+    ("CPU", lambda r: r.environment.get("host", {}).get("cpu_model")),
+    ("CPU cores", lambda r: r.environment.get("host", {}).get("cpu_count")),
+    ("backend", lambda r: r.run.get("backend")),
+    ("image ID", lambda r: r.run.get("image_id") or "none (local)"),
+    ("Docker engine", lambda r: r.run.get("engine_version") or "-"),
+    ("Python", lambda r: r.environment.get("host", {}).get("python")),
+    ("TensorFlow", lambda r: r.environment.get("versions", {}).get("tensorflow")),
+    ("Keras", lambda r: r.environment.get("versions", {}).get("keras")),
+    ("CUDA build", lambda r: r.environment.get("versions", {}).get("tf_cuda_build") or "-"),
+    ("cuDNN build", lambda r: r.environment.get("versions", {}).get("tf_cudnn_build") or "-"),
+]
+
+
+def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
+    """Facts of one machine, from its newest run that reached the worker."""
+    newest = max((v.newest for v in views), key=lambda r: str(r.run.get("finished_at", "")))
+    return {name: str(get(newest)) for name, get in FACTS}
+
+
+def render(views: list[ScenarioView], reference: str | None = None, title: str = "Hardware comparison") -> str:
+    names = sorted({v.machine for v in views})
+    if not names:
+        return f"# {title}\n\nNo results.\n"
+    ref = reference if reference in names else names[0]
+    machines = [ref, *[m for m in names if m != ref]]
+    lines = [
+        f"# {title}",
+        "",
+        f"Machines: {', '.join(f'`{cell(m)}`' for m in machines)}. Reference: `{cell(ref)}`. Each cell is the "
+        "median total `fit` time in seconds; beside it, the reference's time over this machine's "
+        "(above 1: this machine is faster) with a bootstrap 95% interval.",
+    ]
+    by_scenario: dict[str, dict[str, ScenarioView]] = {}
+    for v in views:
+        by_scenario.setdefault(v.scenario, {})[v.machine] = v
+    for scenario, per_machine in sorted(by_scenario.items()):
+        lines += ["", f"## {cell(scenario)}", "", _table(per_machine, machines, ref)]
+    lines += ["", "## Recorded facts", "", *_facts(views, machines)]
+    return "\n".join(lines) + "\n"
+
+
+def _table(per_machine: dict[str, ScenarioView], machines: list[str], ref: str) -> str:
+    labels: list[str] = []
+    for m in machines:
+        for p in per_machine[m].points if m in per_machine else []:
+            if p.label not in labels:
+                labels.append(p.label)
+    rows = []
+    for label in labels:
+        points = {m: per_machine[m].point_by_label(label) if m in per_machine else None for m in machines}
+        base = points.get(ref)
+        row = [cell(label)]
+        for m in machines:
+            p = points[m]
+            fit = p.values("timing", "fit_s") if p else []
+            if not fit:
+                row.append(cell(p.status if p else "not run"))
+            elif m == ref or not (base and base.values("timing", "fit_s")):
+                row.append(f"{stats.summarize(fit).median:.2f}")
+            else:
+                r = stats.ratio(base.values("timing", "fit_s"), fit)
+                row.append(f"{stats.summarize(fit).median:.2f} ({r.text()})")
+        rows.append(row)
+    smoke = [m for m in machines if m in per_machine and per_machine[m].smoke]
+    table = tabulate(rows, headers=["point", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
+    note = f"\n\nSmoke size on: {', '.join(smoke)} (not comparable with full-size runs)." if smoke else ""
+    return table + note
+
+
+def _facts(views: list[ScenarioView], machines: list[str]) -> list[str]:
+    facts = {m: machine_facts([v for v in views if v.machine == m]) for m in machines}
+    rows = [[name, *[cell(facts[m][name]) for m in machines]] for name, _ in FACTS]
+    differ = [name for name, _ in FACTS if len({facts[m][name] for m in machines}) > 1]
+    same = [name for name, _ in FACTS if name not in differ]
+    return [
+        tabulate(rows, headers=["fact", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True),
+        "",
+        f"Differ: {', '.join(differ) or 'nothing recorded'}.",
+        f"Same: {', '.join(same) or 'nothing recorded'}.",
+    ]
