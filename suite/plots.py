@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from suite import stats  # noqa: E402
 from suite.plan import axis_name  # noqa: E402
+from suite.verdicts import device_count  # noqa: E402
 from suite.views import Point, ScenarioView  # noqa: E402
 
 SIZE, DPI = (7.0, 4.2), 100
@@ -54,23 +55,23 @@ def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
 
 
 def speedup(view: ScenarioView, ax: plt.Axes) -> bool:
-    """Speedup over one GPU against GPU count, one line per batch mode, with the ideal line."""
-    counts = sorted({int(p.device.partition(":")[2] or 1) for p in view.points})
+    """Speedup over the baseline device set against device count, one line per batch mode, and ideal."""
+    base_device = str(view.spec.get("report", {}).get("baseline", {}).get("device", "gpu:1"))
+    counts = sorted({device_count(p.device) for p in view.points})
     drawn = False
     for mode in sorted({p.coords.get("training.batch_mode", "global") for p in view.points}):
-        one = view.point(**{"training.batch_mode": mode, "device": "gpu:1"}) or view.point(device="gpu:1")
-        xs, ys = [], []
-        for p in view.points:
-            if p.coords.get("training.batch_mode", mode) == mode and p.ok_runs and one and one.ok_runs:
-                xs.append(int(p.device.partition(":")[2] or 1))
-                ys.append(stats.ratio(_fit(one), _fit(p)).value)
-        if xs:
-            ax.plot(xs, ys, marker="o", label=f"batch mode {mode}")
+        same_mode = [p for p in view.points if p.coords.get("training.batch_mode", mode) == mode]
+        one = next((p for p in same_mode if p.device == base_device and p.ok_runs), None)
+        pts = [p for p in same_mode if p.ok_runs] if one else []
+        if pts:
+            xs = [device_count(p.device) for p in pts]
+            ax.plot(xs, [stats.ratio(_fit(one), _fit(p)).value for p in pts], marker="o", label=f"batch mode {mode}")
             drawn = True
-    ax.plot(counts, counts, linestyle="--", color="grey", label="ideal")
+    base_n = device_count(base_device)
+    ax.plot(counts, [c / base_n for c in counts], linestyle="--", color="grey", label="ideal")
     ax.set_xticks(counts)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("speedup over 1 GPU (fit time)")
+    ax.set_xlabel(f"devices ({base_device.partition(':')[0]})")
+    ax.set_ylabel(f"speedup over {base_device} (fit time)")
     return drawn
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from suite import stats
 from suite.plan import axis_name
-from suite.views import Point, ScenarioView
+from suite.views import ACCURACY_GATE, Point, ScenarioView
 
 
 def _usable(p: Point | None) -> bool:
@@ -21,11 +21,17 @@ def _fit(p: Point) -> list[float]:
     return p.values("timing", "fit_s")
 
 
-def _skipped_reason(view: ScenarioView, device_prefix: str) -> str:
-    for p in view.points:
-        if p.device.startswith(device_prefix) and p.runs[0].status == "skipped":
+def _why_not(view: ScenarioView, device_prefix: str) -> str:
+    """Why points of a device kind could not be compared: a skip, the accuracy gate, or failures."""
+    points = [p for p in view.points if p.device.startswith(device_prefix)]
+    for p in points:
+        if p.runs[0].status == "skipped":
             return p.runs[0].message
-    return ""
+    gated = [p.label for p in points if p.ok_runs and not p.passes_gate]
+    if gated:
+        return f"{len(gated)} point(s) stayed below the accuracy gate ({ACCURACY_GATE:.0%} test accuracy)"
+    failed = sorted({r.status for p in points for r in p.runs if not r.ok})
+    return f"runs ended {', '.join(failed)}" if failed else ""
 
 
 def _name(axis: str | None, value: object) -> str:
@@ -43,7 +49,7 @@ def gpu_crossover(view: ScenarioView) -> str:
         if _usable(gpu):
             rows.append((cpu.coords.get(axis), stats.ratio(_fit(cpu), _fit(gpu))))
     if not rows:
-        why = _skipped_reason(view, "gpu") or "no GPU point ran ok"
+        why = _why_not(view, "gpu") or "no GPU point ran ok"
         cpu_fits = [(p.coords.get(axis), p.summary("timing", "fit_s")) for p in view.points if p.device == "cpu"]
         cpu_fits = [(v, s) for v, s in cpu_fits if s]
         span = (
@@ -66,32 +72,35 @@ def gpu_crossover(view: ScenarioView) -> str:
     return f"The GPU is faster from {_name(axis, value)} on{tail}: GPU speedup {at_first.text()}."
 
 
+def device_count(device: str) -> int:
+    return int(device.partition(":")[2] or 1)
+
+
 def scaling(view: ScenarioView) -> str:
-    """Speedup and efficiency of N GPUs against one, for each batch mode."""
+    """Speedup and efficiency of N devices against the baseline device set, for each batch mode."""
+    base_device = str(view.spec.get("report", {}).get("baseline", {}).get("device", "gpu:1"))
+    kind = base_device.partition(":")[0].upper()
     parts = []
-    modes = sorted({p.coords.get("training.batch_mode", "global") for p in view.points})
-    for mode in modes:
-        one = (
-            view.point(**{"training.batch_mode": mode, "device": "gpu:1"})
-            if len(modes) > 1
-            else view.point(device="gpu:1")
-        )
+    for mode in sorted({p.coords.get("training.batch_mode", "global") for p in view.points}):
+        same_mode = [p for p in view.points if p.coords.get("training.batch_mode", mode) == mode]
+        one = next((p for p in same_mode if p.device == base_device), None)
         if not _usable(one):
             continue
         items = []
-        for p in view.points:
-            n = int(p.device.partition(":")[2] or 1)
-            if p.coords.get("training.batch_mode", mode) != mode or n == 1 or not _usable(p):
+        for p in same_mode:
+            n = device_count(p.device) / device_count(base_device)
+            if p is one or not _usable(p):
                 continue
             r = stats.ratio(_fit(one), _fit(p))
-            items.append(f"{n} GPUs {r.text()}, efficiency {r.value / n:.0%}")
-        label = {"global": "batch 128 split across GPUs", "per_replica": "128 per GPU"}.get(mode, mode)
+            items.append(f"{p.device} {r.text()}, efficiency {r.value / n:.0%}")
+        batch = one.runs[0].spec["config"]["training"]["batch_size"]
+        label = {"global": f"batch {batch} split across devices", "per_replica": f"{batch} per device"}.get(mode, mode)
         if items:
             parts.append(f"{label}: " + "; ".join(items))
     if not parts:
-        why = _skipped_reason(view, "gpu") or "fewer than two GPU counts ran ok"
-        return f"No multi-GPU comparison on this machine: {why}."
-    return "Speedup over 1 GPU (total fit time): " + " | ".join(parts) + "."
+        why = _why_not(view, base_device.partition(":")[0]) or "fewer than two device counts ran ok"
+        return f"No multi-{kind} comparison on this machine: {why}."
+    return f"Speedup over {base_device} (total fit time): " + " | ".join(parts) + "."
 
 
 def knobs(view: ScenarioView) -> str:
@@ -105,7 +114,7 @@ def knobs(view: ScenarioView) -> str:
         if r.significant is not False and (best is None or r.value > best[0]):
             best = (r.value, p.label, r)
     if best is None:
-        why = _skipped_reason(view, "gpu") or "no variant ran ok beside its default"
+        why = _why_not(view, "") or "no variant ran ok beside its default"
         return f"No setting could be compared on this machine: {why}."
     if best[0] <= 1:
         return f"No setting beats the default; the closest is {best[1]}: {best[2].text()}."
