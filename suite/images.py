@@ -124,8 +124,13 @@ def pinned_base(base: str, lock: Mapping[str, Mapping[str, str]]) -> str:
     entry = lock.get(base)
     if not entry:
         return base
-    repo = base.rsplit(":", 1)[0] if ":" in base.rsplit("/", 1)[-1] else base
-    return f"{repo}@{entry['digest']}"
+    return f"{_repository(base)}@{entry['digest']}"
+
+
+def _repository(ref: str) -> str:
+    """'host:5000/py:3.11' -> 'host:5000/py'; 'python@sha256:...' -> 'python' (a port is no tag)."""
+    ref = ref.split("@", 1)[0]
+    return ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
 
 
 @dataclass(frozen=True)
@@ -234,7 +239,7 @@ def build_images(names: list[str] | None = None, base_override: Mapping[str, str
         action = "up to date"
         if image_id is None:
             progress(f"building {plan.tag} (FROM {plan.buildargs['BASE_IMAGE']}, {plan.buildargs['TF_REQUIREMENT']})")
-            image_id = _build(client, plan, {**plan.labels, "suite.base.id": _local_id(client, plan)}, progress)
+            image_id = _build(client, plan, {**plan.labels, **_base_labels(client, plan, progress)}, progress)
             action = "built"
         progress(f"{plan.tag}: {action} ({image_id[:19]})")
         rows.append({"name": name, "tag": plan.tag, "image_id": image_id, "context_hash": plan.context_hash,
@@ -252,14 +257,39 @@ def _matching_image(client: Any, plan: BuildPlan) -> str | None:
     return image.id if (image.labels or {}).get("suite.context_hash") == plan.context_hash else None
 
 
-def _local_id(client: Any, plan: BuildPlan) -> str:
-    """The base's local image ID: the only trace of a base that has no registry digest."""
+def _base_labels(client: Any, plan: BuildPlan, progress: Callable[[str], None]) -> dict[str, str]:
+    """The base's image ID, and its registry digest when the lock gave none: pulled here if missing.
+
+    Pulling before the build (rather than letting the builder do it) is what lets the image say
+    which base bytes it was built on, even when nothing is locked yet.
+    """
     import docker
 
+    ref = plan.buildargs["BASE_IMAGE"]
     try:
-        return str(client.images.get(plan.buildargs["BASE_IMAGE"]).id)
+        base = client.images.get(ref)
     except docker.errors.ImageNotFound:
-        return ""  # pulled by the build itself
+        base = _pull(client, ref, progress)
+    labels = {"suite.base.id": str(base.id)}
+    if not plan.labels["suite.base.digest"]:
+        repo = _repository(ref)
+        digests = [d.split("@", 1)[1] for d in base.attrs.get("RepoDigests") or [] if _repository(d) == repo]
+        labels["suite.base.digest"] = digests[0] if digests else ""
+    return labels
+
+
+def _pull(client: Any, ref: str, progress: Callable[[str], None]) -> Any:
+    import docker
+
+    progress(f"pulling base image {ref}")
+    try:
+        for event in client.api.pull(ref, stream=True, decode=True):
+            if "error" in event:
+                raise ImageError(f"cannot pull base image {ref}: {event['error']}")
+        return client.images.get(ref)
+    except docker.errors.APIError as exc:
+        raise ImageError(f"cannot pull base image {ref}: {exc.explanation or exc}; build where the registry "
+                         "answers, or load the base with `docker load` first") from None
 
 
 def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Callable[[str], None]) -> str:

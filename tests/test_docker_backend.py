@@ -160,6 +160,7 @@ def test_cpu_smoke_run_in_container_matches_local_schema(backend, client: Any, t
     assert run["image_labels"]["suite.image"] == "tf2.21-cpu" and run["context_hash"]
     assert run["base_id"].startswith("sha256:")  # the imported base has no registry digest
     assert run["engine_device_requests"] in (None, [])  # CPU: no device request at all
+    assert set(run["container_s"]) == {"create", "start", "wait", "inspect_logs", "remove"}
     env = result.environment
     assert env["host"]["in_container"] is True
     assert env["host"]["env"]["CUDA_VISIBLE_DEVICES"] == ""
@@ -336,3 +337,11 @@ def test_sigint_to_suite_run_leaves_no_container_and_keeps_results(test_image: s
     kept = results.load_folder(out)
     assert kept and all(r.ok for _, r in kept), log
     assert len(kept) < 4
+
+
+def test_unbuildable_image_says_why(client: Any) -> None:
+    from suite import images
+
+    with pytest.raises(images.ImageError, match="cannot pull base image registry.invalid/nothing:1"):
+        images.build_images(["tf2.21-cpu"], base_override={"BASE_IMAGE": "registry.invalid/nothing:1"},
+                            progress=lambda line: None, client=client)

@@ -75,7 +75,6 @@ class DockerBackend:
         self._client: Any = None
         self._engine: dict[str, Any] = {}
         self._catalog: images.Catalog | None = None
-        self._current: Any = None
         self._refused_ulimits: set[str] = set()
 
     # -- protocol -------------------------------------------------------------------------------
@@ -113,7 +112,7 @@ class DockerBackend:
         with self._run_folder(spec) as folder:
             spec_file, result_file = folder / SPEC_NAME, folder / RESULT_NAME
             spec_file.write_text(_json(spec.to_dict()), encoding="utf-8")
-            status, message, log, extra = self._run_container(client, spec, image, folder, info)
+            status, message, log, extra = self._run_container(client, spec, image, folder)
             info.update(extra, finished_at=now_iso())
             return result_from_worker(spec, result_file, log, info, status, message)
 
@@ -125,22 +124,25 @@ class DockerBackend:
             mine = {"label": f"{LABEL_SESSION}={self.session}"}
             for container in self._client.containers.list(all=True, filters=mine):
                 _remove(container)
+        except Exception:  # noqa: BLE001 - the engine is gone: nothing left to remove, and close must not raise
+            pass
         finally:
-            self._current = None
             self._client.close()
             self._client = None
 
     # -- one container --------------------------------------------------------------------------
 
-    def _run_container(self, client: Any, spec: RunSpec, image: Any, folder: Path,
-                       info: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
+    def _run_container(self, client: Any, spec: RunSpec, image: Any,
+                       folder: Path) -> tuple[str, str, str, dict[str, Any]]:
         """(status or "" to take the worker's, message, log, facts for the result's ``run``)."""
         import requests
 
         import docker
 
         ids = gpu_ids(spec, self.inventory())
-        extra: dict[str, Any] = {"gpu_ids": ids, "gpu_uuids": self._uuids(ids)}
+        # Where the container's own cost goes (seconds): create, start, wait for exit, logs, remove.
+        phases: dict[str, float] = {}
+        extra: dict[str, Any] = {"gpu_ids": ids, "gpu_uuids": self._uuids(ids), "container_s": phases}
         kwargs = self._container_kwargs(spec, image, folder, ids)
         extra["cuda_visible_devices"] = kwargs["environment"].get("CUDA_VISIBLE_DEVICES")
         container, deadline = None, _Deadline(spec.timeout_s)
@@ -149,10 +151,14 @@ class DockerBackend:
             if container is None:
                 return *_start_failure(extra.pop("start_error"), bool(ids), self.daemon.address), "", extra
             deadline.arm(container)
+            t = time.perf_counter()
             code = int(container.wait(timeout=None).get("StatusCode", -1))  # None: no HTTP timeout
             deadline.disarm()
+            phases["wait"] = time.perf_counter() - t
+            t = time.perf_counter()
             container.reload()
             log = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
+            phases["inspect_logs"] = time.perf_counter() - t
             extra.update(exit_code=code, oom_killed=bool(container.attrs["State"].get("OOMKilled")))
             status, message = self._classify(spec, code, extra["oom_killed"], deadline.fired, folder)
             return status, message, log, extra
@@ -163,8 +169,9 @@ class DockerBackend:
         finally:
             deadline.disarm()
             if container is not None:
+                t = time.perf_counter()
                 _remove(container)
-            self._current = None
+                phases["remove"] = time.perf_counter() - t
 
     def _start(self, client: Any, kwargs: dict[str, Any], extra: dict[str, Any]) -> Any:
         """Create and start the container; None (with ``extra["start_error"]``) when the engine refuses.
@@ -178,18 +185,20 @@ class DockerBackend:
         while True:
             kwargs["ulimits"] = [u for u in kwargs["ulimits"] if u.name not in self._refused_ulimits]
             kwargs["environment"]["SUITE_LAUNCH_UNIX"] = repr(time.time())  # create counts as launch
+            t = time.perf_counter()
             container = client.containers.create(**kwargs)
-            self._current = container
+            extra["container_s"]["create"] = time.perf_counter() - t
             extra.update(container_id=container.id, ulimits={u.name: u.hard for u in kwargs["ulimits"]},
                          engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"))
             if self._refused_ulimits:
                 extra["ulimits_refused"] = sorted(self._refused_ulimits)
             try:
+                t = time.perf_counter()
                 container.start()
+                extra["container_s"]["start"] = time.perf_counter() - t
                 return container
             except docker.errors.APIError as exc:
                 _remove(container)
-                self._current = None
                 refused = _refused_ulimit(_engine_text(exc), [u.name for u in kwargs["ulimits"]])
                 if refused is None:
                     extra["start_error"] = exc
