@@ -309,9 +309,10 @@ def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, 
 
 
 @pytest.mark.skipif(not HAVE_CLI, reason="suite/cli.py does not exist yet")
-def test_sigint_to_suite_run_leaves_no_container_and_keeps_results(test_image: str, client: Any,
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_suite_run_leaves_no_container_and_keeps_results(signum: int, test_image: str, client: Any,
                                                                     tmp_path: Path) -> None:
-    name = f"docker_sigint_{os.getpid()}"
+    name = f"docker_signal_{signum}_{os.getpid()}"
     path = tmp_path / f"{name}.yaml"
     path.write_text(SMALL_SCENARIO.format(name=name, widths="[32, 48, 64, 80]"), encoding="utf-8")
     out = tmp_path / "results"
@@ -327,7 +328,7 @@ def test_sigint_to_suite_run_leaves_no_container_and_keeps_results(test_image: s
             time.sleep(0.3)
         else:
             pytest.fail(f"never saw a result and a running container: {proc.communicate(timeout=60)[0]}")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         log, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
