@@ -204,6 +204,9 @@ class DockerBackend:
                     extra["start_error"] = exc
                     return None
                 self._refused_ulimits.add(refused)
+            except BaseException:  # Ctrl-C mid-start: the caller never sees this container
+                _remove(container)
+                raise
 
     def _classify(self, spec: RunSpec, code: int, oom: bool, killed: bool, folder: Path) -> tuple[str, str]:
         if killed:
