@@ -68,6 +68,14 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("folders", nargs=2, type=Path, metavar="DIR")
     cmp.set_defaults(func=cmd_compare)
 
+    im = sub.add_parser("images", help="the Docker images of docker/images.yaml: list, build, lock")
+    im.add_argument("action", choices=("list", "build", "lock"))
+    im.add_argument("names", nargs="*", help="image names from docker/images.yaml (default: all)")
+    im.add_argument("--force", action="store_true", help="build: rebuild even when the recipe label matches")
+    im.add_argument("--base", help="build: FROM this image instead of the catalog's base (an image on the engine)")
+    im.add_argument("--docker-host")
+    im.set_defaults(func=cmd_images)
+
     e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
     e.add_argument("--docker-host")
     e.set_defaults(func=cmd_env)
@@ -176,6 +184,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise UsageError(f"{folder}: holds no result files")
         views += [dataclasses.replace(v, machine=str(folder)) for v in loaded]
     print(compare.render(views, reference=str(args.folders[0]), title="Comparison"), end="")
+    return 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from suite import images
+
+    try:
+        if args.action == "list":
+            rows = images.list_images(docker_host=args.docker_host)
+            keys = ("name", "tag", "tensorflow", "cuda", "default_for", "state", "base", "base_digest")
+            print(tabulate([[r[k] for k in keys] for r in rows], headers=keys, tablefmt="github"))
+        elif args.action == "build":
+            override = {"BASE_IMAGE": args.base} if args.base else None
+            images.build_images(args.names or None, override, docker_host=args.docker_host, force=args.force)
+        else:
+            images.lock_images(args.names or None, docker_host=args.docker_host)
+    except images.ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
