@@ -17,6 +17,16 @@ for arg in "$@"; do
   prev=$arg
 done
 
+# Where a Docker engine answers, build (or confirm) the images this machine's runs use, so that
+# --backend auto (the default) runs in containers; where that cannot be done, runs go local.
+case " $* " in
+  *" --backend local "*|*" --backend=local "*) ;;
+  *) if "$VENV/bin/python" -c "from suite.engine import engine_answers as a; raise SystemExit(not a())"; then
+       "$VENV/bin/python" -m suite images build --needed \
+         || echo "images not built (see above); --backend auto falls back to the local backend" >&2
+     fi ;;
+esac
+
 status=0
 "$VENV/bin/python" -m suite run "$@" || status=$?
 if [ "$status" -le 1 ]; then

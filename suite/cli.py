@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("action", choices=("list", "build", "lock"))
     im.add_argument("names", nargs="*", help="image names from docker/images.yaml (default: all)")
     im.add_argument("--force", action="store_true", help="build: rebuild even when the recipe label matches")
+    im.add_argument("--needed", action="store_true", help="build: only the defaults this machine uses (GPU if any)")
     im.add_argument("--base", help="build: FROM this image instead of the catalog's base (an image on the engine)")
     im.add_argument("--docker-host")
     im.set_defaults(func=cmd_images)
@@ -199,13 +200,20 @@ def cmd_images(args: argparse.Namespace) -> int:
             print(tabulate([[r[k] for k in keys] for r in rows], headers=keys, tablefmt="github"))
         elif args.action == "build":
             override = {"BASE_IMAGE": args.base} if args.base else None
-            images.build_images(args.names or None, override, docker_host=args.docker_host, force=args.force)
+            names = args.names or (_needed_images(images) if args.needed else None)
+            images.build_images(names, override, docker_host=args.docker_host, force=args.force)
         else:
             images.lock_images(args.names or None, docker_host=args.docker_host)
     except images.ImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _needed_images(images: Any) -> list[str]:
+    defaults = images.load_catalog().defaults
+    gpus, _ = hostinfo.gpu_inventory()
+    return [defaults["cpu"]] + ([defaults["gpu"]] if gpus else [])
 
 
 def cmd_env(args: argparse.Namespace) -> int:

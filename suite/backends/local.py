@@ -44,7 +44,13 @@ class LocalBackend:
         backend = spec.config["backend"]
         if importlib.util.find_spec(backend) is None:
             return f"Keras backend {backend!r} is not installed in {self.python}"
-        return device_skip_reason(spec, self.inventory())
+        reason = device_skip_reason(spec, self.inventory())
+        if reason is None and spec.device.startswith("gpu") and backend == "tensorflow" and _cpu_only_tensorflow():
+            reason = (
+                "the local TensorFlow is the CPU-only build (tensorflow-cpu); use --backend docker, or install "
+                "requirements/worker-gpu.txt (SUITE_WORKER_REQUIREMENTS=requirements/worker-gpu.txt ./run_all.sh)"
+            )
+        return reason
 
     def run_info(self) -> dict[str, Any]:
         return {"backend": self.name, "machine": self.machine, "python": self.python}
@@ -96,6 +102,20 @@ class LocalBackend:
     def close(self) -> None:
         if self._current is not None:
             _kill_group(self._current)
+
+
+def _cpu_only_tensorflow() -> bool:
+    """tensorflow-cpu installed and no full tensorflow: it can never see a GPU (checked without importing)."""
+    from importlib import metadata
+
+    def installed(dist: str) -> bool:
+        try:
+            metadata.version(dist)
+            return True
+        except metadata.PackageNotFoundError:
+            return False
+
+    return installed("tensorflow-cpu") and not installed("tensorflow")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
