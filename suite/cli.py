@@ -135,7 +135,7 @@ def make_backend(name: str, args: argparse.Namespace) -> Any:
         from suite.backends.docker import DockerBackend
     except ImportError as exc:
         raise UsageError(f"--backend docker is not available: {exc}") from None
-    return DockerBackend(machine=machine, docker_host=args.docker_host)
+    return DockerBackend(machine=machine, docker_host=args.docker_host, results_dir=args.results)
 
 
 def _auto_backend(args: argparse.Namespace) -> str:

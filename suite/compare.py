@@ -60,8 +60,14 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
     by_scenario: dict[str, dict[str, ScenarioView]] = {}
     for v in views:
         by_scenario.setdefault(v.scenario, {})[v.machine] = v
+    alone = []
     for scenario, per_machine in sorted(by_scenario.items()):
+        if len(per_machine) < 2 <= len(machines):
+            alone.append(f"{cell(scenario)} (only on `{cell(next(iter(per_machine)))}`)")
+            continue
         lines += ["", f"## {cell(scenario)}", "", _table(per_machine, machines, ref)]
+    if alone:
+        lines += ["", f"Not compared, measured on one machine only: {', '.join(alone)}."]
     lines += ["", "## Recorded facts", "", *_facts(views, machines)]
     return "\n".join(lines) + "\n"
 

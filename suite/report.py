@@ -162,7 +162,7 @@ def render_scenario(views: list[ScenarioView], plotted: frozenset[str] = frozens
     spec = first.spec
     lines = [f"# {cell(first.scenario)}", "", f"**Question:** {cell(spec.get('question', ''))}", ""]
     for view in views:
-        lines.append(f"**Verdict ({cell(view.machine)}):** {cell(verdicts.verdict(view))}")
+        lines.append(f"- **Verdict ({cell(view.machine)}):** {cell(verdicts.verdict(view))}")
     description = spec.get("report", {}).get("description")
     if description:
         lines += ["", cell(description)]

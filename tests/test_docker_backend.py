@@ -70,6 +70,7 @@ def _unavailable(reason: str) -> None:
 def client() -> Any:
     try:
         import docker  # noqa: F401
+
         from suite import engine
 
         engine_client, _ = engine.connect(timeout=60)

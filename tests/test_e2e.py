@@ -31,7 +31,7 @@ def test_every_scenario_gets_a_report_with_its_matrix_points(smoke_run) -> None:
         points = [line.split("|")[2].strip() for line in check.stdout.splitlines()[2:] if line.startswith("|")]
         page = (out / f"{path.stem}.md").read_text()
         assert page.startswith(f"# {path.stem}\n")
-        assert "**Verdict (testbox):**" in page and "**Question:**" in page
+        assert "- **Verdict (testbox):**" in page and "**Question:**" in page
         for point in points:
             assert f"| {point} " in page, f"{point} missing from {path.stem}.md"
     index = (out / "README.md").read_text()

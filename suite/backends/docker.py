@@ -66,7 +66,7 @@ class DockerBackend:
         self.machine = machine or hostinfo.machine_name()
         self.daemon = engine.daemon(docker_host)
         self._docker_host = docker_host
-        self.results_dir = Path(results_dir) if results_dir else None
+        self.results_dir = Path(results_dir).resolve() if results_dir else None  # bind mounts need absolute paths
         self.image_override = image if image is not None else _image_from_env(os.environ.get(IMAGE_ENV, ""))
         self.mem_limit, self.shm_size, self.network_mode = mem_limit, shm_size, network_mode
         self.keras_home = _keras_home(keras_home)
@@ -135,9 +135,8 @@ class DockerBackend:
     def _run_container(self, client: Any, spec: RunSpec, image: Any,
                        folder: Path) -> tuple[str, str, str, dict[str, Any]]:
         """(status or "" to take the worker's, message, log, facts for the result's ``run``)."""
-        import requests
-
         import docker
+        import requests
 
         ids = gpu_ids(spec, self.inventory())
         # Where the container's own cost goes (seconds): create, start, wait for exit, logs, remove.
