@@ -100,7 +100,23 @@ def scaling(view: ScenarioView) -> str:
     if not parts:
         why = _why_not(view, base_device.partition(":")[0]) or "fewer than two device counts ran ok"
         return f"No multi-{kind} comparison on this machine: {why}."
-    return f"Speedup over {base_device} (total fit time): " + " | ".join(parts) + "."
+    return f"Speedup over {base_device} (total fit time): " + " | ".join(parts) + "." + _batch_mode_effect(view)
+
+
+def _batch_mode_effect(view: ScenarioView) -> str:
+    """At the most devices measured in both modes: does a per-device batch change the picture?"""
+    both = [
+        (device_count(g.device), g, p)  # (devices, split-batch point, per-device-batch point)
+        for g in view.points
+        if g.coords.get("training.batch_mode") == "global"
+        for p in [view.point(**{**g.coords, "training.batch_mode": "per_replica"})]
+        if _usable(g) and _usable(p) and device_count(g.device) > 1
+    ]
+    if not both:
+        return ""
+    n, split, per = max(both, key=lambda t: t[0])
+    r = stats.ratio(_fit(split), _fit(per))
+    return f" On {per.device}, the per-device batch instead of the split one: speedup {r.text()}."
 
 
 def knobs(view: ScenarioView) -> str:

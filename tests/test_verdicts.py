@@ -88,6 +88,7 @@ def test_scaling_speedup_and_efficiency() -> None:
     assert text.startswith("Speedup over gpu:1 (total fit time): batch 128 split across devices: gpu:2 0.83x")
     assert "gpu:4 0.50x" in text and "efficiency 12%" in text
     assert "128 per device: gpu:2 1.67x" in text and "gpu:4 2.86x" in text and "efficiency 71%" in text
+    assert text.endswith("On gpu:4, the per-device batch instead of the split one: speedup 5.71x (95% CI 5.60-5.83).")
 
 
 def test_knobs_names_the_best_setting() -> None:
