@@ -8,6 +8,7 @@ holds values only: models, optimizers, losses and verdicts are chosen by name fr
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,8 +307,9 @@ def apply_overrides(config: dict[str, Any], overrides: dict[str, Any], source: s
     ck = _Checker(source, {})
     out = copy.deepcopy(config)
     for path, value in overrides.items():
-        if not path_exists(out, path):
-            ck.fail(f"{section}.{path}", f"no such setting in the scenario; {_path_hint(out, path)}")
+        problem = _path_problem(out, path)
+        if problem:
+            ck.fail(f"{section}.{path}", problem)
             continue
         _set(out, path, copy.deepcopy(value))
         _check_config(ck, {path.split(".")[0]: _get(out, path.split(".")[0])})
@@ -316,17 +318,28 @@ def apply_overrides(config: dict[str, Any], overrides: dict[str, Any], source: s
     return out
 
 
-def _path_hint(tree: Any, path: str) -> str:
-    leaves = sorted(_leaf_paths(tree))
-    return "paths look like " + ", ".join(p for p in leaves if "." in p)[:300] + " ..."
+def _path_problem(config: dict[str, Any], path: Any) -> str | None:
+    """Why ``path`` does not name one setting of ``config`` (with the closest real ones), or None."""
+    if isinstance(path, str) and path_exists(config, path):
+        if isinstance(_get(config, path), dict):
+            return "names a whole section; give a path to one setting, e.g. data.train_samples"
+        return None
+    leaves = [p for p in _leaf_paths(config) if "." in p or not isinstance(config.get(p), dict)]
+    close = difflib.get_close_matches(str(path), leaves, n=3, cutoff=0.6)
+    sections = ", ".join(sorted(config))
+    hint = f"did you mean {' or '.join(close)}?" if close else f"settings are {sections} and their keys"
+    return f"no such setting in the scenario; {hint}"
 
 
 def _leaf_paths(tree: Any, prefix: str = "") -> list[str]:
+    """Every path into the settings: sections, leaves, and list items (model.hidden.0)."""
     if isinstance(tree, dict):
-        return [p for k, v in tree.items() for p in _leaf_paths(v, f"{prefix}.{k}" if prefix else k)] + (
-            [prefix] if prefix else []
-        )
-    return [prefix]
+        children = [p for k, v in tree.items() for p in _leaf_paths(v, f"{prefix}.{k}" if prefix else k)]
+    elif isinstance(tree, list):
+        children = [f"{prefix}.{i}" for i in range(len(tree))]
+    else:
+        children = []
+    return children + ([prefix] if prefix else [])
 
 
 # --------------------------------------------------------------------------- loading
@@ -391,11 +404,9 @@ def _load_overrides(ck: _Checker, raw: Any, config: dict[str, Any], section: str
     out = {}
     for path, value in raw.items():
         key = f"{section}.{path}"
-        if not isinstance(path, str) or not path_exists(config, path):
-            ck.fail(key, f"no such setting in the scenario; {_path_hint(config, str(path))}")
-            continue
-        if isinstance(_get(config, path), dict):
-            ck.fail(key, "names a whole section; give a path to one setting, e.g. data.train_samples")
+        problem = _path_problem(config, path)
+        if problem:
+            ck.fail(key, problem)
             continue
         _check_value(ck, path, value, key, key)
         if isinstance(value, list) and path == "model.hidden":
@@ -417,8 +428,9 @@ def _load_matrix(ck: _Checker, raw: Any, config: dict[str, Any]) -> dict[str, li
         if not isinstance(values, list) or not values:
             ck.fail(key, f"must be a non-empty list of values, got {values!r}")
             continue
-        if not isinstance(path, str) or not path_exists(config, path):
-            ck.fail(key, f"no such setting in the scenario; {_path_hint(config, str(path))}")
+        problem = _path_problem(config, path)
+        if problem:
+            ck.fail(key, problem)
             continue
         if len({repr(v) for v in values}) != len(values):
             ck.fail(key, "lists a value twice")
