@@ -2,11 +2,12 @@
 
 Alternates, pair by pair: one run through the suite's local backend (spec.json -> worker
 subprocess -> result record) and one plain Keras script in a fresh process that builds the same
-model and calls ``fit`` with nothing but an epoch timer. Prints the ratio of steady-state epoch
-times (goal: within 3%) and the suite's fixed cost per run (process start to result, beyond the
-bare script's own start-up).
+model and calls ``fit`` with nothing but an epoch timer. Both train on the same real digits: the
+MNIST IDX files in --data-dir (by default the test set in ../shared/data/mnist, split 8000/2000).
+Prints the ratio of steady-state epoch times (goal: within 3%) and the suite's fixed cost per run
+(process start to result, beyond the bare script's own start-up).
 
-    python benchmarks/harness_fidelity.py [--pairs 5] [--width 750] [--samples 20000] [--epochs 4]
+    python benchmarks/harness_fidelity.py [--pairs 6] [--width 750] [--epochs 6] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -29,15 +30,18 @@ from suite.backends.local import LocalBackend  # noqa: E402
 
 # A Keras script as a user would write it: no suite code, same model, optimizer and batch.
 BARE = r"""
-import json, sys, time
+import gzip, json, sys, time
 t_launch = float(sys.argv[2])
 import numpy as np
 import keras
 cfg = json.loads(sys.argv[1])
 keras.utils.set_random_seed(1234)
-rng = np.random.default_rng(0)
-x = rng.random((cfg["samples"], 784), dtype=np.float32)
-y = keras.utils.to_categorical(rng.integers(0, 10, cfg["samples"]), 10).astype("float32")
+with gzip.open(cfg["dir"] + "/t10k-images-idx3-ubyte.gz") as f:
+    images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784)
+with gzip.open(cfg["dir"] + "/t10k-labels-idx1-ubyte.gz") as f:
+    labels = np.frombuffer(f.read(), np.uint8, offset=8)
+x = images[: cfg["samples"]].astype("float32") / 255.0
+y = keras.utils.to_categorical(labels[: cfg["samples"]], 10).astype("float32")
 layers = [keras.Input(shape=(784,))]
 for w in cfg["hidden"]:
     layers += [keras.layers.Dense(w, activation="relu"), keras.layers.Dropout(0.2)]
@@ -63,9 +67,10 @@ name: harness_fidelity
 question: Does the harness change what it measures?
 model: {{hidden: {hidden}, dropout: 0.2}}
 training: {{optimizer: nadam, batch_size: 128, epochs: {epochs}}}
-data: {{allow_synthetic: true, train_samples: {samples}, test_samples: 1000}}
+data: {{data_dir: "{data_dir}", test_samples: 2000}}
 repeats: 1
 """
+TRAIN_SAMPLES = 8000  # the t10k split: the first 8000 digits train, the last 2000 test
 
 
 def suite_run(spec: plan.RunSpec, backend: LocalBackend) -> tuple[list[float], float]:
@@ -77,8 +82,8 @@ def suite_run(spec: plan.RunSpec, backend: LocalBackend) -> tuple[list[float], f
     return result.timing["epoch_s"], wall
 
 
-def bare_run(hidden: list[int], samples: int, epochs: int) -> tuple[list[float], float]:
-    cfg = json.dumps({"hidden": hidden, "samples": samples, "epochs": epochs})
+def bare_run(hidden: list[int], data_dir: Path, epochs: int) -> tuple[list[float], float]:
+    cfg = json.dumps({"hidden": hidden, "samples": TRAIN_SAMPLES, "epochs": epochs, "dir": str(data_dir)})
     t = time.time()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow"}
     out = subprocess.run([sys.executable, "-c", BARE, cfg, repr(t)], capture_output=True, text=True, env=env)
@@ -90,15 +95,17 @@ def bare_run(hidden: list[int], samples: int, epochs: int) -> tuple[list[float],
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--width", type=int, default=750)
-    ap.add_argument("--samples", type=int, default=20000)
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "mnist")
     args = ap.parse_args()
+    if not (args.data_dir / "t10k-images-idx3-ubyte.gz").is_file():
+        raise SystemExit(f"no MNIST IDX files (t10k-*-ubyte.gz) in {args.data_dir}; pass --data-dir")
     hidden = [args.width, 150, 50, 50]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "harness_fidelity.yaml")
-        path.write_text(SCENARIO.format(hidden=hidden, epochs=args.epochs, samples=args.samples))
+        path.write_text(SCENARIO.format(hidden=hidden, epochs=args.epochs, data_dir=args.data_dir.resolve()))
         spec = plan.expand(scenario.load(path))[0]
     backend = LocalBackend()
     suite_steady, bare_steady, suite_wall, bare_wall = [], [], [], []
@@ -113,14 +120,15 @@ def main() -> None:
                 suite_fastest.append(min(epochs[1:]))
                 suite_wall.append(wall)
             else:
-                epochs, wall = bare_run(hidden, args.samples, args.epochs)
+                epochs, wall = bare_run(hidden, args.data_dir.resolve(), args.epochs)
                 bare_steady.append(statistics.median(epochs[1:]))
                 bare_fastest.append(min(epochs[1:]))
                 bare_wall.append(wall)
         print(f"pair {i + 1}: steady epoch suite {suite_steady[-1]:.3f} s, bare {bare_steady[-1]:.3f} s")
     ratios = [s / b for s, b in zip(suite_steady, bare_steady, strict=True)]
     ratio = statistics.median(suite_steady) / statistics.median(bare_steady)
-    print(f"\nconfiguration: MLP 784-{'-'.join(map(str, hidden))}-10, {args.samples} samples, {args.epochs} epochs")
+    shape = "-".join(map(str, hidden))
+    print(f"\nconfiguration: MLP 784-{shape}-10, {TRAIN_SAMPLES} MNIST digits, {args.epochs} epochs")
     print(f"steady-state epoch, suite/bare: {ratio:.3f} (per pair {min(ratios):.3f}-{max(ratios):.3f}); goal within 3%")
     fastest = statistics.median(suite_fastest) / statistics.median(bare_fastest)
     print(f"fastest steady epoch, suite/bare: {fastest:.3f} (less sensitive to load spikes on a shared machine)")
