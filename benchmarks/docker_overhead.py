@@ -55,8 +55,11 @@ def steady(result: RunResult) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--image", default=os.environ.get(IMAGE_ENV) or None,
-                    help=f"image reference for the docker runs (default: ${IMAGE_ENV}, else images.yaml's CPU default)")
+    ap.add_argument(
+        "--image",
+        default=os.environ.get(IMAGE_ENV) or None,
+        help=f"image reference for the docker runs (default: ${IMAGE_ENV}, else images.yaml's CPU default)",
+    )
     ap.add_argument("--docker-host", help="daemon address (default: DOCKER_HOST or the local socket)")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--width", type=int, default=750)
@@ -80,8 +83,11 @@ def main() -> int:
             for name, backend in order if pair % 2 == 0 else order[::-1]:
                 result, wall = one_run(backend, spec)
                 rows.append((pair, name, result, wall))
-                print(f"pair {pair} {name:6s}: launch->ready {result.timing['launch_to_ready_s']:.2f} s, "
-                      f"steady epoch {steady(result):.3f} s, run wall {wall:.2f} s", flush=True)
+                print(
+                    f"pair {pair} {name:6s}: launch->ready {result.timing['launch_to_ready_s']:.2f} s, "
+                    f"steady epoch {steady(result):.3f} s, run wall {wall:.2f} s",
+                    flush=True,
+                )
     finally:
         docker_backend.close()
     report(rows, args)
@@ -104,13 +110,18 @@ def report(rows: list[tuple[int, str, RunResult, float]], args: argparse.Namespa
     image = next(r for _, n, r, _ in rows if n == "docker").run
     print()
     threads = args.threads or "TensorFlow's choice of"
-    print(f"spec: MLP 784-{args.width}-150-50-50-10, {args.samples} samples, batch 128, {args.epochs} epochs, "
-          f"CPU, {threads} threads")
+    print(
+        f"spec: MLP 784-{args.width}-150-50-50-10, {args.samples} samples, batch 128, {args.epochs} epochs, "
+        f"CPU, {threads} threads"
+    )
     print(f"image: {image['image']} ({image['image_id'][:19]}), engine {image.get('engine_version')}")
     med = statistics.median
     print(f"{'(medians)':32s}{'docker':>10s}{'local':>10s}{'docker - local':>16s}")
-    for label, d, loc in (("launch -> worker ready (s)", ready_d, ready_l), ("whole run, wall (s)", wall_d, wall_l),
-                          ("steady epoch (s)", of("docker", "steady_epoch_s"), of("local", "steady_epoch_s"))):
+    for label, d, loc in (
+        ("launch -> worker ready (s)", ready_d, ready_l),
+        ("whole run, wall (s)", wall_d, wall_l),
+        ("steady epoch (s)", of("docker", "steady_epoch_s"), of("local", "steady_epoch_s")),
+    ):
         print(f"{label:32s}{med(d):10.3f}{med(loc):10.3f}{med(d) - med(loc):16.3f}")
     print(f"steady epoch ratio docker/local: median {med(ratios):.3f} (pairs: {', '.join(f'{x:.3f}' for x in ratios)})")
     best = min(of("docker", "steady_epoch_s")) / min(of("local", "steady_epoch_s"))

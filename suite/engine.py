@@ -106,11 +106,15 @@ def _gpu_note(runtimes: list[str], info: dict[str, Any]) -> str:
     if "nvidia" in runtimes:
         return "the NVIDIA runtime is registered: GPU points get their GPUs through device requests"
     if info.get("CDISpecDirs"):
-        return ("no 'nvidia' runtime registered, but CDI is configured; GPU device requests work only if the "
-                "NVIDIA Container Toolkit hook is installed on the daemon's host")
-    return ("no 'nvidia' runtime registered: GPU device requests will fail at container start unless the "
-            "NVIDIA Container Toolkit hook is on dockerd's PATH (install nvidia-container-toolkit, run "
-            "`nvidia-ctk runtime configure --runtime=docker`, restart dockerd)")
+        return (
+            "no 'nvidia' runtime registered, but CDI is configured; GPU device requests work only if the "
+            "NVIDIA Container Toolkit hook is installed on the daemon's host"
+        )
+    return (
+        "no 'nvidia' runtime registered: GPU device requests will fail at container start unless the "
+        "NVIDIA Container Toolkit hook is on dockerd's PATH (install nvidia-container-toolkit, run "
+        "`nvidia-ctk runtime configure --runtime=docker`, restart dockerd)"
+    )
 
 
 def _context_note(where: Daemon) -> str:
@@ -119,8 +123,10 @@ def _context_note(where: Daemon) -> str:
         return ""
     name = os.environ.get("DOCKER_CONTEXT") or _cli_current_context()
     if name and name != "default":
-        return (f"the docker CLI's current context is {name!r}, but the suite uses {where.address}; "
-                "set DOCKER_HOST (or --docker-host) to that context's address to use it")
+        return (
+            f"the docker CLI's current context is {name!r}, but the suite uses {where.address}; "
+            "set DOCKER_HOST (or --docker-host) to that context's address to use it"
+        )
     return ""
 
 

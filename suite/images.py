@@ -28,7 +28,16 @@ DOCKER_DIR = Path(__file__).resolve().parents[1] / "docker"
 CATALOG = DOCKER_DIR / "images.yaml"
 LOCK = DOCKER_DIR / "images.lock"
 IMAGE_KEYS = {
-    "description", "gpu", "base", "tensorflow", "extra", "constraints", "cuda", "cudnn", "python", "dockerfile",
+    "description",
+    "gpu",
+    "base",
+    "tensorflow",
+    "extra",
+    "constraints",
+    "cuda",
+    "cudnn",
+    "python",
+    "dockerfile",
 }
 REQUIRED_KEYS = {"gpu", "base", "tensorflow", "constraints"}
 LABEL_PREFIX = "suite."
@@ -145,8 +154,12 @@ class BuildPlan:
     context_hash: str
 
 
-def plan_build(catalog: Catalog, name: str, lock: Mapping[str, Mapping[str, str]] | None = None,
-               base_override: Mapping[str, str] | None = None) -> BuildPlan:
+def plan_build(
+    catalog: Catalog,
+    name: str,
+    lock: Mapping[str, Mapping[str, str]] | None = None,
+    base_override: Mapping[str, str] | None = None,
+) -> BuildPlan:
     """Resolve one image's build: args, context, labels, tag.
 
     ``base_override`` replaces build args (e.g. ``{"BASE_IMAGE": ..., "INSTALL": "0"}`` for a base
@@ -166,8 +179,10 @@ def plan_build(catalog: Catalog, name: str, lock: Mapping[str, Mapping[str, str]
     if unknown:
         raise ImageError(f"unknown build arg(s) {sorted(unknown)}; allowed: {', '.join(sorted(args))}")
     args.update(base_override or {})
-    files = {"Dockerfile": (DOCKER_DIR / d.dockerfile).read_bytes(),
-             d.constraints: (DOCKER_DIR / d.constraints).read_bytes()}
+    files = {
+        "Dockerfile": (DOCKER_DIR / d.dockerfile).read_bytes(),
+        d.constraints: (DOCKER_DIR / d.constraints).read_bytes(),
+    }
     digest = hashlib.sha256()
     for key in sorted(files):
         digest.update(f"file {key} {hashlib.sha256(files[key]).hexdigest()}\n".encode())
@@ -222,9 +237,15 @@ def _engine_state(client: Any, plan: BuildPlan) -> dict[str, Any]:
     return {"state": "built" if same else "stale (recipe changed; rebuild)", "image_id": image.id}
 
 
-def build_images(names: list[str] | None = None, base_override: Mapping[str, str] | None = None,
-                 progress: Callable[[str], None] = print, *, client: Any = None, docker_host: str | None = None,
-                 force: bool = False) -> list[dict[str, Any]]:
+def build_images(
+    names: list[str] | None = None,
+    base_override: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] = print,
+    *,
+    client: Any = None,
+    docker_host: str | None = None,
+    force: bool = False,
+) -> list[dict[str, Any]]:
     """Build the named images (all when None), skipping those whose recipe label still matches.
 
     Returns one row per image: name, tag, image_id, context_hash, action (built | up to date).
@@ -242,8 +263,9 @@ def build_images(names: list[str] | None = None, base_override: Mapping[str, str
             image_id = _build(client, plan, {**plan.labels, **_base_labels(client, plan, progress)}, progress)
             action = "built"
         progress(f"{plan.tag}: {action} ({image_id[:19]})")
-        rows.append({"name": name, "tag": plan.tag, "image_id": image_id, "context_hash": plan.context_hash,
-                     "action": action})
+        rows.append(
+            {"name": name, "tag": plan.tag, "image_id": image_id, "context_hash": plan.context_hash, "action": action}
+        )
     return rows
 
 
@@ -288,8 +310,10 @@ def _pull(client: Any, ref: str, progress: Callable[[str], None]) -> Any:
                 raise ImageError(f"cannot pull base image {ref}: {event['error']}")
         return client.images.get(ref)
     except docker.errors.APIError as exc:
-        raise ImageError(f"cannot pull base image {ref}: {exc.explanation or exc}; build where the registry "
-                         "answers, or load the base with `docker load` first") from None
+        raise ImageError(
+            f"cannot pull base image {ref}: {exc.explanation or exc}; build where the registry "
+            "answers, or load the base with `docker load` first"
+        ) from None
 
 
 def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Callable[[str], None]) -> str:
@@ -302,8 +326,15 @@ def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Calla
     context.seek(0)
     image_id, log = None, []
     stream = client.api.build(
-        fileobj=context, custom_context=True, tag=plan.tag, buildargs=plan.buildargs, labels=labels,
-        rm=True, forcerm=True, pull=False, decode=True,
+        fileobj=context,
+        custom_context=True,
+        tag=plan.tag,
+        buildargs=plan.buildargs,
+        labels=labels,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=True,
     )
     for event in stream:
         if "error" in event:
@@ -320,8 +351,14 @@ def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Calla
     return image_id
 
 
-def lock_images(names: list[str] | None = None, progress: Callable[[str], None] = print, *, client: Any = None,
-                docker_host: str | None = None, path: Path = LOCK) -> dict[str, dict[str, str]]:
+def lock_images(
+    names: list[str] | None = None,
+    progress: Callable[[str], None] = print,
+    *,
+    client: Any = None,
+    docker_host: str | None = None,
+    path: Path = LOCK,
+) -> dict[str, dict[str, str]]:
     """Ask the registry for each base tag's digest and write docker/images.lock.
 
     Needs a daemon that reaches the registry. Bases that fail keep their previous entry, and the
@@ -348,8 +385,10 @@ def lock_images(names: list[str] | None = None, progress: Callable[[str], None] 
 
 
 def _write_lock(path: Path, lock: Mapping[str, Mapping[str, str]]) -> None:
-    header = ("# Base-image digests for docker/images.yaml, written by `python -m suite images lock`.\n"
-              "# Builds use BASE@DIGEST for every tag listed here. Commit this file.\n")
+    header = (
+        "# Base-image digests for docker/images.yaml, written by `python -m suite images lock`.\n"
+        "# Builds use BASE@DIGEST for every tag listed here. Commit this file.\n"
+    )
     body = yaml.safe_dump({"bases": {k: dict(v) for k, v in sorted(lock.items())}}, sort_keys=True)
     tmp = path.with_suffix(".lock.tmp")
     tmp.write_text(header + body, encoding="utf-8")

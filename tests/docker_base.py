@@ -51,8 +51,15 @@ def requirement_lines() -> list[str]:
 
 def inputs_hash() -> str:
     """Hash of the recipe: same inputs, same tag, so the engine's copy is reused."""
-    parts = [RECIPE_VERSION, DEBIAN_SUITE, DEBIAN_MIRROR, *DEBIAN_PACKAGES, *requirement_lines(),
-             CONSTRAINTS.read_text(encoding="utf-8"), _host_python_tag()]
+    parts = [
+        RECIPE_VERSION,
+        DEBIAN_SUITE,
+        DEBIAN_MIRROR,
+        *DEBIAN_PACKAGES,
+        *requirement_lines(),
+        CONSTRAINTS.read_text(encoding="utf-8"),
+        _host_python_tag(),
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -89,8 +96,11 @@ def ensure_base_image(client, progress: Callable[[str], None] = print) -> str:
             str(tarball),
             repository=repository,
             tag=version,
-            changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8",
-                     'CMD ["python3"]'],
+            changes=[
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "ENV LANG=C.UTF-8",
+                'CMD ["python3"]',
+            ],
         )
     client.images.get(tag)  # raises if the import did not produce it
     return tag
@@ -101,27 +111,57 @@ def ensure_test_image(client, progress: Callable[[str], None] = print) -> str:
     from suite import images
 
     base = ensure_base_image(client, progress)
-    built = images.build_images([TEST_VARIANT], base_override={"BASE_IMAGE": base, "INSTALL": "0"},
-                                progress=progress, client=client)
+    built = images.build_images(
+        [TEST_VARIANT], base_override={"BASE_IMAGE": base, "INSTALL": "0"}, progress=progress, client=client
+    )
     return built[0]["tag"]
 
 
 def _debootstrap(root: Path, progress: Callable[[str], None]) -> None:
     progress(f"debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR} (a few minutes)")
-    cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}", DEBIAN_SUITE, str(root),
-           DEBIAN_MIRROR]
+    cmd = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(DEBIAN_PACKAGES)}",
+        DEBIAN_SUITE,
+        str(root),
+        DEBIAN_MIRROR,
+    ]
     _run(cmd, "debootstrap")
 
 
 def _pip_install(root: Path, progress: Callable[[str], None]) -> None:
     """The host's pip installs into the root's site-packages: the root itself needs no pip."""
     progress(f"pip install {' '.join(requirement_lines())} (constraints {CONSTRAINTS.name}) into the root")
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-warn-script-location",
-           "--target", str(root / SITE_PACKAGES), "-r", str(REQUIREMENTS), "-c", str(CONSTRAINTS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-warn-script-location",
+        "--target",
+        str(root / SITE_PACKAGES),
+        "-r",
+        str(REQUIREMENTS),
+        "-c",
+        str(CONSTRAINTS),
+    ]
     if sys.version_info[:2] != (3, 11):
         # Another host Python: ask for wheels made for the root's interpreter instead.
-        cmd += ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--only-binary=:all:",
-                "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64"]
+        cmd += [
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp311",
+            "--only-binary=:all:",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+        ]
     _run(cmd, "pip install")
 
 

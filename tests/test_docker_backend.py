@@ -180,8 +180,13 @@ def test_cpu_smoke_run_in_container_matches_local_schema(backend, client: Any, t
 
 def test_real_mnist_digits_mounted_read_only(backend, mnist_dir: Path, tmp_path: Path) -> None:
     spec = small_specs(tmp_path)[0]
-    data = {**spec.config["data"], "data_dir": str(mnist_dir), "allow_synthetic": False,
-            "train_samples": 4000, "test_samples": 1000}
+    data = {
+        **spec.config["data"],
+        "data_dir": str(mnist_dir),
+        "allow_synthetic": False,
+        "train_samples": 4000,
+        "test_samples": 1000,
+    }
     spec = with_config(spec, data=data, training={**spec.config["training"], "epochs": 3})
     result = backend().run(spec)
     assert result.status == "ok", (result.message, result.log_tail)
@@ -196,8 +201,9 @@ def test_relative_data_dir_maps_into_the_container() -> None:
     assert _data_mount("/data/mnist") == (Path("/data/mnist"), "/data/mnist")
 
 
-def test_gpu_point_requests_exact_ids_and_fails_clearly_without_nvidia_runtime(backend, client: Any,
-                                                                                 tmp_path: Path) -> None:
+def test_gpu_point_requests_exact_ids_and_fails_clearly_without_nvidia_runtime(
+    backend, client: Any, tmp_path: Path
+) -> None:
     if engine_facts().get("nvidia_runtime"):
         pytest.skip("this engine has the NVIDIA runtime: the start would succeed (GPU checks are scripts)")
     fake = {"gpus": [{"index": i, "uuid": f"GPU-test-{i}", "name": "test GPU"} for i in range(3)], "cpus": 2}
@@ -285,16 +291,29 @@ def test_ctrl_c_during_a_run_removes_the_container(backend, client: Any, tmp_pat
 
 def _suite(*args: str, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "suite", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        [sys.executable, "-m", "suite", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
     )
 
 
 @pytest.mark.skipif(not HAVE_CLI, reason="suite/cli.py does not exist yet")
 def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = _suite("run", "--backend", "docker", "--smoke", "--results", str(out), "--machine", "dockertest",
-                  env={"SUITE_DOCKER_IMAGE": test_image})
+    proc = _suite(
+        "run",
+        "--backend",
+        "docker",
+        "--smoke",
+        "--results",
+        str(out),
+        "--machine",
+        "dockertest",
+        env={"SUITE_DOCKER_IMAGE": test_image},
+    )
     log, _ = proc.communicate(timeout=1800)
     assert proc.returncode == 0, log
     found = results.load_folder(out)
@@ -307,23 +326,38 @@ def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, 
             assert r.run["engine_version"]
     assert_no_container_left(client, "suite.scenario")
     if importlib.util.find_spec("suite.report") is not None:
-        report = subprocess.run([sys.executable, "-m", "suite", "report", "--results", str(out),
-                                 "--out", str(tmp_path / "reports")], cwd=REPO, capture_output=True, text=True,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        report = subprocess.run(
+            [sys.executable, "-m", "suite", "report", "--results", str(out), "--out", str(tmp_path / "reports")],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         assert report.returncode == 0, report.stdout + report.stderr
         assert list((tmp_path / "reports").rglob("*.md"))
 
 
 @pytest.mark.skipif(not HAVE_CLI, reason="suite/cli.py does not exist yet")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_to_suite_run_leaves_no_container_and_keeps_results(signum: int, test_image: str, client: Any,
-                                                                    tmp_path: Path) -> None:
+def test_signal_to_suite_run_leaves_no_container_and_keeps_results(
+    signum: int, test_image: str, client: Any, tmp_path: Path
+) -> None:
     name = f"docker_signal_{signum}_{os.getpid()}"
     path = tmp_path / f"{name}.yaml"
     path.write_text(SMALL_SCENARIO.format(name=name, widths="[32, 48, 64, 80]"), encoding="utf-8")
     out = tmp_path / "results"
-    proc = _suite("run", str(path), "--backend", "docker", "--smoke", "--results", str(out), "--machine", "m",
-                  env={"SUITE_DOCKER_IMAGE": test_image})
+    proc = _suite(
+        "run",
+        str(path),
+        "--backend",
+        "docker",
+        "--smoke",
+        "--results",
+        str(out),
+        "--machine",
+        "m",
+        env={"SUITE_DOCKER_IMAGE": test_image},
+    )
     label = f"suite.scenario={name}"
     try:
         deadline = time.monotonic() + 300
@@ -350,5 +384,9 @@ def test_unbuildable_image_says_why(client: Any) -> None:
     from suite import images
 
     with pytest.raises(images.ImageError, match="cannot pull base image registry.invalid/nothing:1"):
-        images.build_images(["tf2.21-cpu"], base_override={"BASE_IMAGE": "registry.invalid/nothing:1"},
-                            progress=lambda line: None, client=client)
+        images.build_images(
+            ["tf2.21-cpu"],
+            base_override={"BASE_IMAGE": "registry.invalid/nothing:1"},
+            progress=lambda line: None,
+            client=client,
+        )

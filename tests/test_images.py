@@ -71,11 +71,14 @@ def test_locked_digest_replaces_the_base_tag() -> None:
 
 def test_catalog_errors_name_the_file_and_key(tmp_path: Path) -> None:
     bad = tmp_path / "images.yaml"
-    bad.write_text("defaults: {gpu: a, cpu: a}\nimages:\n  a: {gpu: yes-please, base: b:1, tensorflow: t, "
-                   "constraints: constraints/tf-2.21.txt}\n")
+    bad.write_text(
+        "defaults: {gpu: a, cpu: a}\nimages:\n  a: {gpu: yes-please, base: b:1, tensorflow: t, "
+        "constraints: constraints/tf-2.21.txt}\n"
+    )
     with pytest.raises(images.ImageError, match=r"images\.yaml: images\.a\.gpu"):
         images.load_catalog(bad)
-    bad.write_text("images:\n  a: {gpu: true, base: b:1, tensorflow: t, constraints: constraints/tf-2.21.txt, "
-                   "colour: red}\n")
+    bad.write_text(
+        "images:\n  a: {gpu: true, base: b:1, tensorflow: t, constraints: constraints/tf-2.21.txt, colour: red}\n"
+    )
     with pytest.raises(images.ImageError, match=r"images\.a: unknown key.*colour"):
         images.load_catalog(bad)

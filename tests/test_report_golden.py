@@ -59,8 +59,9 @@ def test_hardware_comparison_names_what_differs(tmp_path: Path) -> None:
         data = json.loads(path.read_text())
         data["run"]["machine"] = "box-b"
         if data["environment"]:  # runs that reached the worker
-            data["environment"]["gpus_driver"] = [{"index": 0, "uuid": "GPU-x", "name": "Other GPU", "memory_mib": 1,
-                                               "driver": "999.1"}]
+            data["environment"]["gpus_driver"] = [
+                {"index": 0, "uuid": "GPU-x", "name": "Other GPU", "memory_mib": 1, "driver": "999.1"}
+            ]
         path.write_text(json.dumps(data))
     for path in (tmp_path / "box-a").rglob("*.json"):
         data = json.loads(path.read_text())

@@ -14,8 +14,15 @@ def _run(point: dict[str, Any], fit: float, rep: int, status: str = "ok", acc: f
     config = {"device": point.get("device", "cpu"), "training": {"batch_size": 128}, **cfg}
     return RunResult(
         status=status,
-        spec={"scenario": "s", "point": point, "point_label": label, "repetition": rep, "config": config,
-              "fingerprint": label, "report": {}},
+        spec={
+            "scenario": "s",
+            "point": point,
+            "point_label": label,
+            "repetition": rep,
+            "config": config,
+            "fingerprint": label,
+            "report": {},
+        },
         message="needs 1 GPU(s); this machine has no GPU" if status == "skipped" else "",
         timing={"fit_s": fit} if status == "ok" else {},
         quality={"test_accuracy": acc} if status == "ok" else {},

@@ -48,10 +48,19 @@ SPEC_NAME, RESULT_NAME = ".spec.json", ".result.json"
 class DockerBackend:
     name = "docker"
 
-    def __init__(self, machine: str | None = None, docker_host: str | None = None,
-                 results_dir: str | Path | None = None, image: str | Mapping[str, str] | None = None, *,
-                 mem_limit: str | None = None, shm_size: str = SHM_SIZE, network_mode: str = "none",
-                 keras_home: str | Path | None = None, inventory: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        machine: str | None = None,
+        docker_host: str | None = None,
+        results_dir: str | Path | None = None,
+        image: str | Mapping[str, str] | None = None,
+        *,
+        mem_limit: str | None = None,
+        shm_size: str = SHM_SIZE,
+        network_mode: str = "none",
+        keras_home: str | Path | None = None,
+        inventory: dict[str, Any] | None = None,
+    ):
         """
         image: a reference (tag or ID) every run uses, or a mapping images.yaml name -> reference;
             None: each run's ``config.image`` (or the GPU/CPU default) as tagged by ``images build``.
@@ -92,8 +101,12 @@ class DockerBackend:
         return device_skip_reason(spec, self.inventory())
 
     def run_info(self) -> dict[str, Any]:
-        info = {"backend": self.name, "machine": self.machine, "daemon": self.daemon.address,
-                "daemon_source": self.daemon.source}
+        info = {
+            "backend": self.name,
+            "machine": self.machine,
+            "daemon": self.daemon.address,
+            "daemon_source": self.daemon.source,
+        }
         if self._engine:
             info.update(engine_version=self._engine.get("Version"), engine_api_version=self._engine.get("ApiVersion"))
         return info
@@ -132,8 +145,9 @@ class DockerBackend:
 
     # -- one container --------------------------------------------------------------------------
 
-    def _run_container(self, client: Any, spec: RunSpec, image: Any,
-                       folder: Path) -> tuple[str, str, str, dict[str, Any]]:
+    def _run_container(
+        self, client: Any, spec: RunSpec, image: Any, folder: Path
+    ) -> tuple[str, str, str, dict[str, Any]]:
         """(status or "" to take the worker's, message, log, facts for the result's ``run``)."""
         import docker
         import requests
@@ -187,8 +201,11 @@ class DockerBackend:
             t = time.perf_counter()
             container = client.containers.create(**kwargs)
             extra["container_s"]["create"] = time.perf_counter() - t
-            extra.update(container_id=container.id, ulimits={u.name: u.hard for u in kwargs["ulimits"]},
-                         engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"))
+            extra.update(
+                container_id=container.id,
+                ulimits={u.name: u.hard for u in kwargs["ulimits"]},
+                engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"),
+            )
             if self._refused_ulimits:
                 extra["ulimits_refused"] = sorted(self._refused_ulimits)
             try:
@@ -223,8 +240,9 @@ class DockerBackend:
 
         kind, _ = parse_device(spec.device)
         env = {k: v for k, v in os.environ.items() if k.startswith(PASS_PREFIXES)}
-        env.update(PYTHONPATH=CODE_DIR, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
-                   KERAS_BACKEND=spec.config["backend"])
+        env.update(
+            PYTHONPATH=CODE_DIR, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", KERAS_BACKEND=spec.config["backend"]
+        )
         if kind == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # the worker's device check then proves no GPU is seen
         volumes = {str(REPO_ROOT): {"bind": CODE_DIR, "mode": "ro"}, str(folder): {"bind": OUT_DIR, "mode": "rw"}}
@@ -243,11 +261,17 @@ class DockerBackend:
             "working_dir": CODE_DIR,
             "environment": env,
             "volumes": volumes,
-            "labels": {LABEL_SESSION: self.session, LABEL_RUN: spec.fingerprint, LABEL_RUN_ID: spec.run_id,
-                       "suite.scenario": spec.scenario},
+            "labels": {
+                LABEL_SESSION: self.session,
+                LABEL_RUN: spec.fingerprint,
+                LABEL_RUN_ID: spec.run_id,
+                "suite.scenario": spec.scenario,
+            },
             "shm_size": self.shm_size,
-            "ulimits": [Ulimit(name="memlock", soft=MEMLOCK_UNLIMITED, hard=MEMLOCK_UNLIMITED),
-                        Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
+            "ulimits": [
+                Ulimit(name="memlock", soft=MEMLOCK_UNLIMITED, hard=MEMLOCK_UNLIMITED),
+                Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
+            ],
             "network_mode": self.network_mode,
             "detach": True,
         }
@@ -265,8 +289,9 @@ class DockerBackend:
                 client, _ = engine.connect(self._docker_host)
                 self._engine = client.version()
             except Exception as exc:  # noqa: BLE001 - no engine is a status of every run, not a crash
-                raise _Unavailable("error", f"no Docker engine answers at {self.daemon.address} "
-                                   f"({self.daemon.source}): {exc}") from None
+                raise _Unavailable(
+                    "error", f"no Docker engine answers at {self.daemon.address} ({self.daemon.source}): {exc}"
+                ) from None
             self._client = client
         return self._client
 
@@ -283,14 +308,19 @@ class DockerBackend:
         ref = self._override_for(name)
         if ref is None:
             if name not in self._catalog.images:
-                raise _Unavailable("image_unavailable", f"no image named {name!r} in {images.CATALOG} "
-                                   f"(known: {', '.join(sorted(self._catalog.images))})")
+                raise _Unavailable(
+                    "image_unavailable",
+                    f"no image named {name!r} in {images.CATALOG} (known: {', '.join(sorted(self._catalog.images))})",
+                )
             ref = self._catalog.tag(name)
         try:
             return ref, client.images.get(ref)
         except docker.errors.ImageNotFound:
-            raise _Unavailable("image_unavailable", f"image {ref} ({name}) is not on the Docker engine at "
-                               f"{self.daemon.address}; build it with `python -m suite images build {name}`") from None
+            raise _Unavailable(
+                "image_unavailable",
+                f"image {ref} ({name}) is not on the Docker engine at "
+                f"{self.daemon.address}; build it with `python -m suite images build {name}`",
+            ) from None
         except docker.errors.APIError as exc:
             raise _Unavailable("error", f"the Docker engine could not inspect {ref}: {_engine_text(exc)}") from None
 
@@ -379,9 +409,11 @@ class _Deadline:
 def _start_failure(exc: Any, gpu: bool, address: str) -> tuple[str, str]:
     text = _engine_text(exc)
     if gpu and ("device driver" in text or "nvidia" in text.lower() or "gpu" in text.lower()):
-        return "error", (f"the Docker engine at {address} cannot give this container GPUs: {text}. Install the "
-                         "NVIDIA Container Toolkit on the engine's host, run `nvidia-ctk runtime configure "
-                         "--runtime=docker` and restart dockerd; `python -m suite env` shows the engine's runtimes")
+        return "error", (
+            f"the Docker engine at {address} cannot give this container GPUs: {text}. Install the "
+            "NVIDIA Container Toolkit on the engine's host, run `nvidia-ctk runtime configure "
+            "--runtime=docker` and restart dockerd; `python -m suite env` shows the engine's runtimes"
+        )
     return "error", f"the Docker engine could not start the container: {text}"
 
 
