@@ -7,7 +7,6 @@ so CI cannot pass by skipping them where an engine exists.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -30,7 +29,6 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = os.environ.get("SUITE_REQUIRE_DOCKER") == "1"
-HAVE_CLI = importlib.util.find_spec("suite.cli") is not None
 
 SMALL_SCENARIO = """\
 name: {name}
@@ -300,7 +298,6 @@ def _suite(*args: str, env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-@pytest.mark.skipif(not HAVE_CLI, reason="suite/cli.py does not exist yet")
 def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = _suite(
@@ -325,19 +322,17 @@ def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, 
             assert r.run["backend"] == "docker" and r.run["image_id"].startswith("sha256:")
             assert r.run["engine_version"]
     assert_no_container_left(client, "suite.scenario")
-    if importlib.util.find_spec("suite.report") is not None:
-        report = subprocess.run(
-            [sys.executable, "-m", "suite", "report", "--results", str(out), "--out", str(tmp_path / "reports")],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        assert report.returncode == 0, report.stdout + report.stderr
-        assert list((tmp_path / "reports").rglob("*.md"))
+    report = subprocess.run(
+        [sys.executable, "-m", "suite", "report", "--results", str(out), "--out", str(tmp_path / "reports")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert list((tmp_path / "reports").rglob("*.md"))
 
 
-@pytest.mark.skipif(not HAVE_CLI, reason="suite/cli.py does not exist yet")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_to_suite_run_leaves_no_container_and_keeps_results(
     signum: int, test_image: str, client: Any, tmp_path: Path

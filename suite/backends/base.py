@@ -8,10 +8,12 @@ did not rule out.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from suite import hostinfo
 from suite.plan import RunSpec, parse_device
 from suite.results import RunResult
 
@@ -38,6 +40,12 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the backend holds (containers, clients); also called on Ctrl-C."""
         ...
+
+
+def host_inventory() -> dict[str, Any]:
+    """The GPUs (NVML or nvidia-smi) and CPUs of the machine the suite runs on."""
+    gpus, note = hostinfo.gpu_inventory()
+    return {"gpus": gpus, "gpu_note": note, "cpus": os.cpu_count()}
 
 
 def device_skip_reason(spec: RunSpec, inventory: dict[str, Any]) -> str | None:

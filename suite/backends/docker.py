@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import engine, hostinfo, images
-from suite.backends.base import device_skip_reason, gpu_ids, now_iso, result_from_worker, skipped_result
+from suite.backends.base import device_skip_reason, gpu_ids, host_inventory, now_iso, result_from_worker, skipped_result
 from suite.engine import engine_answers, engine_facts
 from suite.plan import RunSpec, parse_device
 from suite.results import RunResult
@@ -90,8 +90,7 @@ class DockerBackend:
 
     def inventory(self) -> dict[str, Any]:
         if self._inventory is None:
-            gpus, note = hostinfo.gpu_inventory()
-            self._inventory = {"gpus": gpus, "gpu_note": note, "cpus": os.cpu_count()}
+            self._inventory = host_inventory()
         return self._inventory
 
     def skip_reason(self, spec: RunSpec) -> str | None:
