@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -60,7 +61,7 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
 
     strategy = _strategy(backend, device_names)
     t = time.perf_counter()
-    with strategy.scope() if strategy else _nullcontext():
+    with strategy.scope() if strategy else contextlib.nullcontext():
         model = model_mod.build(keras, cfg["model"])
         compiled = model_mod.compile_model(keras, model, training)
     timing["build_compile_s"] = time.perf_counter() - t
@@ -106,7 +107,7 @@ def _probe(keras: Any, spec: dict[str, Any], record: dict[str, Any], kind: str, 
     """After the timed fit: the fixed cost per step, and (when the host asks) the device's peak."""
     measure, timing, work = spec["config"]["measure"], record["timing"], record["work"]
     if measure["step_overhead"]:
-        scope = strategy.scope() if strategy else _nullcontext()
+        scope = strategy.scope() if strategy else contextlib.nullcontext()
         floor = probes.step_floor(
             keras, model_mod.build, model_mod.compile_model, fit_args, spec["config"]["training"], scope
         )
@@ -133,14 +134,6 @@ def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int, glo
         parameters=model_mod.parameter_count(model_cfg),
         achieved_flops_per_s=flops["train"] * eps if eps else None,
     )
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _setup_devices(backend: str, kind: str, count: int, threads: dict[str, int]) -> list[str]:
