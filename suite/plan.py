@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.scenario import Scenario, apply_overrides
+from suite.worker.train import parse_device  # one definition, shared with the worker
+
+__all__ = ["RunSpec", "axis_name", "expand", "fingerprint_of", "interleave", "parse_device"]
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,6 @@ def fingerprint_of(spec: RunSpec) -> str:
     payload = {"scenario": spec.scenario, "smoke": spec.smoke, "config": spec.config}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def parse_device(device: str) -> tuple[str, int]:
-    """'cpu' -> ('cpu', 1); 'gpu:4' -> ('gpu', 4). Validated in scenario.py already."""
-    kind, _, count = device.partition(":")
-    return kind, int(count) if count else 1
 
 
 def _label(point: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from tabulate import tabulate
 
 from suite import plots, stats, verdicts
+from suite.plan import parse_device
 from suite.views import ACCURACY_GATE, Point, ScenarioView, load_views
 
 HEADERS = [
@@ -91,8 +92,8 @@ def peak_of(run: Any) -> float | None:
     peak = run.work.get("peak") or {}
     if not peak.get("flops_per_s"):
         return None
-    kind, _, count = str(run.spec["config"]["device"]).partition(":")
-    return peak["flops_per_s"] * (int(count or 1) if kind == "gpu" else 1)
+    kind, count = parse_device(str(run.spec["config"]["device"]))
+    return peak["flops_per_s"] * (count if kind == "gpu" else 1)
 
 
 def _flops(p: Point) -> str:

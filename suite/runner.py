@@ -19,7 +19,7 @@ from pathlib import Path
 
 from suite import results
 from suite.backends.base import Backend
-from suite.plan import RunSpec
+from suite.plan import RunSpec, parse_device
 
 FAILED = ("error", "timeout", "host_oom", "gpu_oom", "nan_loss", "device_mismatch", "image_unavailable")
 
@@ -97,7 +97,7 @@ def run_plan(
 
 def _peak_key(spec: RunSpec, backend: Backend) -> str:
     """Peaks are cached per machine (the folder), backend, image, framework and device kind."""
-    kind = spec.device.partition(":")[0]
+    kind = parse_device(spec.device)[0]
     parts = (backend.name, spec.config.get("image") or "default", spec.config["backend"], kind)
     return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", str(p)) for p in parts)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from suite import stats
-from suite.plan import axis_name
+from suite.plan import axis_name, parse_device
 from suite.views import ACCURACY_GATE, Point, ScenarioView
 
 
@@ -73,13 +73,13 @@ def gpu_crossover(view: ScenarioView) -> str:
 
 
 def device_count(device: str) -> int:
-    return int(device.partition(":")[2] or 1)
+    return parse_device(device)[1]
 
 
 def scaling(view: ScenarioView) -> str:
     """Speedup and efficiency of N devices against the baseline device set, for each batch mode."""
     base_device = str(view.spec.get("report", {}).get("baseline", {}).get("device", "gpu:1"))
-    kind = base_device.partition(":")[0].upper()
+    base_kind = parse_device(base_device)[0]
     parts = []
     for mode in sorted({p.coords.get("training.batch_mode", "global") for p in view.points}):
         same_mode = [p for p in view.points if p.coords.get("training.batch_mode", mode) == mode]
@@ -98,8 +98,8 @@ def scaling(view: ScenarioView) -> str:
         if items:
             parts.append(f"{label}: " + "; ".join(items))
     if not parts:
-        why = _why_not(view, base_device.partition(":")[0]) or "fewer than two device counts ran ok"
-        return f"No multi-{kind} comparison on this machine: {why}."
+        why = _why_not(view, base_kind) or "fewer than two device counts ran ok"
+        return f"No multi-{base_kind.upper()} comparison on this machine: {why}."
     return f"Speedup over {base_device} (total fit time): " + " | ".join(parts) + "." + _batch_mode_effect(view)
 
 

@@ -22,6 +22,7 @@ class DeviceMismatch(Exception):
 
 
 def parse_device(device: str) -> tuple[str, int]:
+    """'cpu' -> ('cpu', 1); 'gpu:4' -> ('gpu', 4); the scenario loader has validated the form."""
     kind, _, count = device.partition(":")
     return kind, int(count) if count else 1
 
