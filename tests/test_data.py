@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,28 @@ def test_no_data_and_no_synthetic_is_a_clear_error(tmp_path: Path, monkeypatch: 
         assert "data.allow_synthetic: true" in str(exc) and "mnist.npz" in str(exc)
     else:
         assert ds.source == "download", "only a real download may stand in"
+
+
+def test_download_uses_the_arrays_keras_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Keras may store its download anywhere (its cache_dir, a read-only fallback, a new layout),
+    # so the loader must take what load_data() returns rather than look for a file.
+    rng = np.random.default_rng(0)
+    x_train, x_test = rng.integers(0, 256, (6, 28, 28), np.uint8), rng.integers(0, 256, (3, 28, 28), np.uint8)
+    y_train, y_test = np.arange(6, dtype=np.uint8), np.arange(3, dtype=np.uint8)
+    # A stand-in module: no network, and no TensorFlow import just for this.
+    fake_keras = types.ModuleType("keras")
+    fake_keras.datasets = types.SimpleNamespace(  # type: ignore[attr-defined]
+        mnist=types.SimpleNamespace(load_data=lambda: ((x_train, y_train), (x_test, y_test)))
+    )
+    monkeypatch.setitem(sys.modules, "keras", fake_keras)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    ds = data.load({**CFG, "allow_synthetic": False}, seed=1)
+    assert ds.source == "download", ds.detail
+    np.testing.assert_array_equal(ds.x_train, x_train.reshape(6, 784).astype("float32") / 255.0)
+    np.testing.assert_array_equal(ds.x_test, x_test.reshape(3, 784).astype("float32") / 255.0)
+    np.testing.assert_array_equal(ds.y_train, y_train)
+    np.testing.assert_array_equal(ds.y_test, y_test)
+    assert ds.x_train.dtype == np.float32
 
 
 def test_idx_split_trains_and_tests_on_disjoint_digits(mnist_dir: Path) -> None:

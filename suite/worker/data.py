@@ -86,16 +86,17 @@ def _from_cache_or_download() -> tuple[Dataset | None, list[str]]:
     else:
         problems.append(f"no {cached}")
     try:
-        # Keras checks the same hash and writes into $KERAS_HOME/datasets; a read-only cache
-        # (as mounted in containers) makes this fail cleanly, which lands in the message below.
+        # Keras checks the same hash; a read-only cache (as mounted in containers) makes this fail
+        # cleanly, which lands in the message below. Its returned arrays are used as they are:
+        # where Keras stores the file depends on its version and settings, not only on KERAS_HOME.
         import keras
 
-        keras.datasets.mnist.load_data()
-        downloaded = keras_home() / "datasets" / "mnist.npz"
-        return _from_npz(downloaded, "download", f"downloaded to {downloaded}"), []
+        (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data()
     except Exception as exc:  # noqa: BLE001 - any failure here means "not available", reported
         problems.append(f"download failed: {type(exc).__name__}: {str(exc)[:200]}")
-    return None, problems
+        return None, problems
+    detail = "keras.datasets.mnist.load_data() (downloaded or from its own cache)"
+    return Dataset(_scale(x_train), y_train, _scale(x_test), y_test, "download", detail), []
 
 
 def _from_npz(path: Path, source: str, detail: str) -> Dataset:
