@@ -139,6 +139,12 @@ def _read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError([f"{path}: cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        # YAML is read as UTF-8; the offset lets the user find the stray byte (a Latin-1 accent,
+        # a file saved as UTF-16) without a traceback.
+        raise ScenarioError(
+            [f"{path}: not UTF-8 text: byte {exc.object[exc.start]:#04x} at byte offset {exc.start} ({exc.reason})"]
+        ) from None
     try:
         node = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)

@@ -154,6 +154,17 @@ def test_cli_bad_input_exit_2_without_traceback(tmp_path: Path) -> None:
     assert not (tmp_path / "res").exists(), "nothing runs when the input is bad"
 
 
+def test_cli_file_not_utf8_exit_2_names_file_and_offset(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"name: x\xff\n")
+    for args in (("check",), ("run", "--results", tmp_path / "res")):
+        proc = suite_cli(*args, path)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert f"{path}: not UTF-8 text" in proc.stderr and "byte offset 7" in proc.stderr, proc.stderr
+    assert not (tmp_path / "res").exists(), "nothing runs when the input is bad"
+
+
 def test_cli_check_prints_plan() -> None:
     proc = suite_cli("check", SCENARIOS / "mnist_mlp_width.yaml")
     assert proc.returncode == 0, proc.stderr
