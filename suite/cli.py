@@ -204,6 +204,8 @@ def cmd_images(args: argparse.Namespace) -> int:
             images.build_images(names, override, docker_host=args.docker_host, force=args.force)
         else:
             images.lock_images(args.names or None, docker_host=args.docker_host)
+    except images.UnknownImage as exc:
+        raise UsageError(str(exc)) from None
     except images.ImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

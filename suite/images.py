@@ -47,6 +47,10 @@ class ImageError(Exception):
     """A catalog, lock or build problem; the message says which file or image and what to do."""
 
 
+class UnknownImage(ImageError):
+    """A name that docker/images.yaml does not define: bad input, not an engine or build failure."""
+
+
 @dataclass(frozen=True)
 class ImageDef:
     name: str
@@ -70,7 +74,7 @@ class Catalog:
 
     def get(self, name: str) -> ImageDef:
         if name not in self.images:
-            raise ImageError(f"{CATALOG}: no image named {name!r}; known: {', '.join(sorted(self.images))}")
+            raise UnknownImage(f"{CATALOG}: no image named {name!r}; known: {', '.join(sorted(self.images))}")
         return self.images[name]
 
     def default_for(self, gpu: bool) -> str:
@@ -252,10 +256,12 @@ def build_images(
     Raises ImageError with the build's last lines when a build fails.
     """
     catalog, lock = load_catalog(), load_lock()
+    # Every name is checked before connecting: a typo is reported as such, engine or not.
+    plans = [plan_build(catalog, name, lock, base_override) for name in names or list(catalog.images)]
     client = client or _connect(docker_host)
     rows = []
-    for name in names or list(catalog.images):
-        plan = plan_build(catalog, name, lock, base_override)
+    for plan in plans:
+        name = plan.name
         image_id = None if force else _matching_image(client, plan)
         action = "up to date"
         if image_id is None:
@@ -365,8 +371,9 @@ def lock_images(
     error lists them; the others are written first so a partial lock is not lost.
     """
     catalog = load_catalog()
-    client = client or _connect(docker_host)
+    # Names are checked before connecting, so a typo is reported as such, engine or not.
     bases = sorted({catalog.get(n).base for n in (names or list(catalog.images))})
+    client = client or _connect(docker_host)
     lock, failures = load_lock(path), []
     for base in bases:
         try:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import suite_cli
 
 from suite import images
 
@@ -82,3 +83,13 @@ def test_catalog_errors_name_the_file_and_key(tmp_path: Path) -> None:
     )
     with pytest.raises(images.ImageError, match=r"images\.a: unknown key.*colour"):
         images.load_catalog(bad)
+
+
+@pytest.mark.parametrize("action", ["build", "lock"])
+def test_cli_unknown_image_is_bad_input_before_any_engine(action: str) -> None:
+    # An address where nothing listens: the name must be refused before any connection is tried.
+    proc = suite_cli("images", action, "NOSUCH", "--docker-host", "tcp://127.0.0.1:9", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "no Docker engine" not in proc.stderr, proc.stderr
+    assert "no image named 'NOSUCH'" in proc.stderr
+    assert all(name in proc.stderr for name in images.load_catalog().images), proc.stderr
