@@ -9,8 +9,23 @@ ensure_venv() {
   if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     return 0
   fi
+  # The pinned numpy, matplotlib and keras need Python 3.11; an older interpreter would only fail
+  # deep inside pip with "no matching distribution". An existing venv keeps the Python it was made with.
+  local py="${PYTHON:-python3}"
+  [ -x "$venv/bin/python" ] && py="$venv/bin/python"
+  if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    local found
+    found="Python $("$py" -c 'import platform; print(platform.python_version())' 2>/dev/null)" || found="not runnable"
+    echo "error: Python 3.11+ is needed; $py is $found." >&2
+    if [ "$py" = "$venv/bin/python" ]; then
+      echo "Remove $venv and rerun with PYTHON=/path/to/python3.11 (or newer)." >&2
+    else
+      echo "Rerun with PYTHON=/path/to/python3.11 (or newer)." >&2
+    fi
+    return 1
+  fi
   echo "setting up $venv (pinned: $*) ..." >&2
-  [ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
+  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   local args=()
   for f in "$@"; do args+=(-r "$f"); done

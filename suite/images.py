@@ -18,7 +18,7 @@ import io
 import tarfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -382,7 +382,7 @@ def lock_images(
             failures.append(f"{base}: {exc}")
             progress(f"{base}: no digest ({exc})")
             continue
-        lock[base] = {"digest": digest, "locked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        lock[base] = {"digest": digest, "locked_at": datetime.now(UTC).isoformat(timespec="seconds")}
         progress(f"{base}: {digest}")
     _write_lock(path, lock)
     if failures:
