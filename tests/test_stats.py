@@ -1,9 +1,11 @@
-"""Statistics: summaries, stability flags, and the bootstrap interval against known answers."""
+"""Statistics: summaries, stability flags, and ratio intervals against a simulation and scipy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from scipy import stats as scipy_stats
 
 from suite import stats
 
@@ -23,34 +25,61 @@ def test_first_repetition_outlier() -> None:
     assert not stats.first_is_outlier([14.0, 10.0]), "needs a rest to compare with"
 
 
-def test_ratio_without_interval_for_single_runs() -> None:
-    r = stats.ratio([2.0], [1.0])
-    assert r.value == 2.0 and r.low is None and r.significant is None
-    assert "no interval" in r.text()
+def test_ratio_without_interval_below_three_runs_per_side() -> None:
+    for n in (1, 2):
+        r = stats.ratio([2.0, 2.1][:n], [1.0, 1.01, 0.99])
+        assert r.low is None and r.significant is None and not r.faster
+        assert "no interval, 3 needed" in r.text() and "CI" not in r.text()
 
 
-def test_bootstrap_interval_covers_the_true_ratio() -> None:
-    # Two samples whose population medians differ by exactly 2x: over many draws the 95% interval
-    # must contain 2 about 95% of the time (a known answer for a percentile bootstrap, within slack).
-    rng = np.random.default_rng(7)
-    hits = 0
-    trials = 200
-    for _ in range(trials):
-        a = 2.0 * (1 + 0.05 * rng.standard_normal(15))
-        b = 1.0 * (1 + 0.05 * rng.standard_normal(15))
-        r = stats.ratio(list(a), list(b))
-        hits += r.low <= 2.0 <= r.high
-    assert 0.85 <= hits / trials <= 1.0
+def _coverage(n: int, sigma_a: float, sigma_b: float, trials: int, rng: np.random.Generator) -> float:
+    """Share of null trials (no true difference) whose interval holds 1, through the suite's own code."""
+    log_a = rng.normal(0.0, sigma_a, (trials, n)) + np.log(3.0)  # any common scale: a ratio ignores it
+    log_b = rng.normal(0.0, sigma_b, (trials, n)) + np.log(3.0)
+    _, low, high = stats.welch_log_interval(log_a, log_b)
+    return float(np.mean((low <= 0) & (0 <= high)))
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_interval_delivers_its_level_at_the_repetitions_used(n: int) -> None:
+    # The null: equal log-normal noise on both sides, so the true ratio is 1. A 95% claim must hold
+    # 1 in 93-97% of trials at every noise level; with unequal noise (one side 10x noisier) too.
+    rng = np.random.default_rng(20171107 + n)
+    for sigma_a, sigma_b in [(0.02, 0.02), (0.05, 0.05), (0.1, 0.1), (0.2, 0.2), (0.02, 0.2), (0.2, 0.05)]:
+        cover = _coverage(n, sigma_a, sigma_b, 6000, rng)
+        assert 0.93 <= cover <= 0.97, (n, sigma_a, sigma_b, cover)
+    assert stats.LEVEL == 0.95 and "95% CI" in stats.ratio([1.0, 1.1, 1.2], [2.0, 2.1, 2.2]).text()
+
+
+def test_the_suites_ratio_uses_that_interval() -> None:
+    rng = np.random.default_rng(3)
+    a, b = np.exp(rng.normal(0.3, 0.1, 5)), np.exp(rng.normal(0.0, 0.05, 4))
+    r = stats.ratio(list(a), list(b))
+    d, low, high = stats.welch_log_interval(np.log(a), np.log(b))
+    assert (r.value, r.low, r.high) == pytest.approx((np.exp(d), np.exp(low), np.exp(high)))
+
+
+def test_interval_matches_scipys_welch_test() -> None:
+    # The reference: scipy's Welch t-test (ttest_ind, equal_var=False) and its confidence interval.
+    rng = np.random.default_rng(11)
+    for n_a, n_b in [(3, 3), (3, 5), (5, 5), (10, 4)]:
+        log_a, log_b = rng.normal(0.1, 0.07, n_a), rng.normal(0.0, 0.03, n_b)
+        ci = scipy_stats.ttest_ind(log_a, log_b, equal_var=False).confidence_interval(0.95)
+        d, low, high = stats.welch_log_interval(log_a, log_b)
+        assert (low, high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+        assert d == pytest.approx(log_a.mean() - log_b.mean())
 
 
 def test_interval_containing_one_is_not_significant() -> None:
     r = stats.ratio([1.00, 1.05, 0.97, 1.02], [1.01, 0.99, 1.04, 0.98])
-    assert r.low < 1 < r.high and r.significant is False
+    assert r.low < 1 < r.high and r.significant is False and not r.faster
     assert "not significant" in r.text()
     clear = stats.ratio([2.0, 2.1, 1.9, 2.05], [1.0, 1.02, 0.98, 1.01])
-    assert clear.significant is True and "not significant" not in clear.text()
+    assert clear.significant is True and clear.faster and "not significant" not in clear.text()
+    slower = stats.ratio([1.0, 1.02, 0.98], [2.0, 2.1, 1.9])
+    assert slower.significant is True and not slower.faster
 
 
-def test_bootstrap_is_deterministic() -> None:
-    a, b = [1.0, 1.3, 0.9, 1.1], [0.5, 0.6, 0.55, 0.52]
-    assert stats.ratio(a, b) == stats.ratio(a, b)
+def test_no_spread_at_all_gives_a_point_interval() -> None:
+    r = stats.ratio([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])
+    assert (r.value, r.low, r.high) == pytest.approx((2.0, 2.0, 2.0)) and r.faster
