@@ -5,6 +5,12 @@ meaning or moves; adding an optional field does not need a bump):
 
 - 1: first version. Sections: spec, run, timing, quality, work, environment; status + message +
   log_tail for every outcome.
+- 2: ``work.flops_per_example_train`` counts the train step's matmuls exactly (the first layer has
+  no input gradient; version 1 counted 3 x forward, 9-48% too many) and ``work.flops_counted`` says
+  so; ``work.peak`` comes from an orthogonal matmul chain in the run's compute dtype (version 1's
+  chain decayed to zeros); ``timing.overhead_share`` is no longer clamped at 1. The migration
+  recounts the FLOPs from the spec and moves a version-1 peak to ``work.peak_schema1``, which no
+  report divides by.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 STATUSES = (
     "ok",
@@ -31,8 +37,28 @@ STATUSES = (
     "skipped",
 )
 
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    from suite.worker.model import FLOPS_COUNTED, flops_per_example
+
+    work, timing = dict(data.get("work") or {}), data.get("timing") or {}
+    model_cfg = ((data.get("spec") or {}).get("config") or {}).get("model") or {}
+    if "flops_per_example_train" in work and model_cfg.get("hidden"):
+        train = flops_per_example(model_cfg)["train"]
+        eps = timing.get("steady_examples_per_s")
+        work.update(
+            flops_per_example_train=train,
+            flops_counted=FLOPS_COUNTED + " (recounted from a version-1 record, which counted 3 x forward)",
+            achieved_flops_per_s=train * eps if eps else None,
+        )
+    if "peak" in work:
+        work["peak_schema1"] = work.pop("peak")
+    return {**data, "work": work, "schema_version": 2}
+
+
 # version -> function turning a record of that version into one of version + 1.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 class ResultError(Exception):
@@ -147,7 +173,7 @@ def load(path: Path) -> RunResult:
 def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
     """Every result under ``folder`` (recursively), sorted by path so output is deterministic.
 
-    Names starting with '.' (temp files) or '_' (the peak calibration cache) are not results.
+    Names starting with '.' (temp files) or '_' (a version-1 peak calibration cache) are not results.
     """
     paths = sorted(folder.rglob("*.json"))
     return [(p, load(p)) for p in paths if not any(part[0] in "._" for part in p.relative_to(folder).parts)]

@@ -8,8 +8,6 @@ flight (hyperfine's rule: export after every benchmark).
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 import signal
 import time
 from collections import Counter
@@ -65,6 +63,7 @@ def run_plan(
     summary = Summary()
     folder = machine_dir(results_dir, machine)
     previous = {} if fresh else previous_runs(folder)
+    peaks: dict[tuple, dict] = {}
     old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         for i, spec in enumerate(specs, 1):
@@ -80,7 +79,7 @@ def run_plan(
                 summary.counts["skipped"] += 1
                 say(f"{head}: skipped, as recorded before: {reason}")
                 continue
-            result = backend.skipped(spec, reason) if reason else _run_with_peak(spec, backend, folder)
+            result = backend.skipped(spec, reason) if reason else _run_with_peak(spec, backend, peaks)
             path = results.save(result, folder / spec.scenario, spec.run_id)
             summary.counts[result.status] += 1
             detail = _detail(result)
@@ -95,30 +94,39 @@ def run_plan(
     return summary
 
 
-def _peak_key(spec: RunSpec, backend: Backend) -> str:
-    """Peaks are cached per machine (the folder), backend, image, framework and device kind."""
+def peak_key(spec: RunSpec, backend: Backend) -> tuple:
+    """Everything that changes a device's matmul peak: where it runs, the framework, the device
+    kind, the compute dtype (mixed precision) and the thread settings."""
     kind = parse_device(spec.device)[0]
-    parts = (backend.name, spec.config.get("image") or "default", spec.config["backend"], kind)
-    return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", str(p)) for p in parts)
+    cfg = spec.config
+    threads = cfg.get("threads") or {}
+    return (
+        backend.name,
+        cfg.get("image") or "default",
+        cfg["backend"],
+        kind,
+        "mixed" if cfg["training"].get("mixed_precision") else "float32",
+        threads.get("intra_op"),
+        threads.get("inter_op"),
+    )
 
 
-def _run_with_peak(spec: RunSpec, backend: Backend, folder: Path) -> results.RunResult:
-    """Run; the first ok run of a device kind measures its peak, later ones reuse the cached figure."""
-    cache = folder / "_calibration" / f"{_peak_key(spec, backend)}.json"
-    cached = json.loads(cache.read_text(encoding="utf-8")) if cache.is_file() else None
+def _run_with_peak(spec: RunSpec, backend: Backend, peaks: dict[tuple, dict]) -> results.RunResult:
+    """Run; the first ok run of each peak key in this invocation measures the peak, later ones reuse it.
+
+    The cache lives for one ``suite run``: a figure measured on another day, under other load or
+    another driver, is never carried over.
+    """
+    key = peak_key(spec, backend)
+    cached = peaks.get(key)
     result = backend.run(dataclasses.replace(spec, calibrate_peak=cached is None))
     if not result.ok:
         return result
-    if cached is None and result.work.get("peak"):
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        record = {**result.work["peak"], "measured_in": spec.run_id, "finished_at": result.run.get("finished_at")}
-        tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
-        tmp.replace(cache)
+    if cached is None:
+        if result.work.get("peak"):
+            peaks[key] = {**result.work["peak"], "measured_in": spec.run_id}
         return result
-    if cached is not None:
-        return dataclasses.replace(result, work={**result.work, "peak": {**cached, "source": "cached"}})
-    return result
+    return dataclasses.replace(result, work={**result.work, "peak": {**cached, "source": "cached"}})
 
 
 def _detail(result: results.RunResult) -> str:

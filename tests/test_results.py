@@ -64,3 +64,18 @@ def test_unknown_status_rejected() -> None:
 def test_nan_is_not_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         results.save(RunResult(status="ok", spec=SPEC, timing={"fit_s": float("nan")}), tmp_path, "run")
+
+
+def test_version_1_record_is_recounted_on_load() -> None:
+    # A real version-1 result (784-750-150-50-50-10): it counted 3 x forward = 4,266,000 FLOPs per
+    # example and divided by a peak from a decaying matmul chain.
+    path = Path(__file__).parent / "fixtures" / "schema1" / "width-run.json"
+    raw = json.loads(path.read_text())
+    assert raw["schema_version"] == 1 and raw["work"]["flops_per_example_train"] == 4_266_000
+    r = results.load(path)
+    assert r.schema_version == SCHEMA_VERSION == 2
+    assert r.work["flops_per_example_train"] == 3_090_000
+    eps = r.timing["steady_examples_per_s"]
+    assert r.work["achieved_flops_per_s"] == pytest.approx(3_090_000 * eps)
+    assert "recounted" in r.work["flops_counted"]
+    assert "peak" not in r.work and r.work["peak_schema1"] == raw["work"]["peak"], "moved, not lost"

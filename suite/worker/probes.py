@@ -6,47 +6,97 @@ they see exactly what the measured run saw.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
-# Square matmul sizes: big enough to saturate the device, small enough to finish in about a second.
+# Square matmul sizes: big enough to saturate the device, small enough to time in a few seconds.
 MATMUL_N = {"cpu": 2048, "gpu": 8192}
-PEAK_SECONDS = 1.0
+BATCH_SECONDS = 0.2  # each timed batch of chained matmuls lasts about this long
+BATCHES = 7  # timed batches; the figure is their median
+MAX_CHAIN = 512
+FLOOR_EPOCHS = 4  # the step-cost probe trains this many epochs; the first (tracing) is left out
 
 
-def peak_flops(keras: Any, kind: str) -> dict[str, Any]:
-    """Float32 matmul throughput of one device: the best of repeated timed batches of matmuls."""
+def peak_flops(keras: Any, kind: str, dtype: str) -> dict[str, Any]:
+    """Matmul throughput of one device in the run's compute dtype: the median of timed batches.
+
+    Each batch chains ``c = c @ q`` with ``q`` orthogonal, so every product depends on the last
+    (none can be skipped or overlapped away) and ``c`` keeps its norm: its entries stay O(1)
+    however long the chain. (Scaling by 1/n instead lets them decay to zero within ~20 links, and
+    multiplying zeros draws less power on a GPU, which inflates the peak.)
+    """
     n = MATMUL_N[kind]
     ops = keras.ops
     a = keras.random.normal((n, n), dtype="float32", seed=1)
-    b = keras.random.normal((n, n), dtype="float32", seed=2)
-    ops.convert_to_numpy(ops.matmul(a, b)[0, 0])  # warm-up: kernel selection, allocation
-    best, reps, deadline = 0.0, 1, time.perf_counter() + PEAK_SECONDS
-    while time.perf_counter() < deadline:
+    q, _ = ops.qr(keras.random.normal((n, n), dtype="float32", seed=2))
+    a, q = ops.cast(a, dtype), ops.cast(q, dtype)
+
+    def chain(links: int) -> float:
         t = time.perf_counter()
         c = a
-        for _ in range(reps):
-            c = ops.matmul(c, b) * (1.0 / n)  # chained so none can be skipped; scaled to stay finite
-        ops.convert_to_numpy(c[0, 0])  # one sync for the batch
-        elapsed = time.perf_counter() - t
-        best = max(best, reps * 2 * n**3 / elapsed)
-        reps = min(reps * 2, 64)
-    return {"flops_per_s": best, "matmul_n": n, "dtype": "float32", "device_kind": kind}
+        for _ in range(links):
+            c = ops.matmul(c, q)
+        ops.convert_to_numpy(ops.cast(c[0, 0], "float32"))  # one sync for the batch (numpy has no bfloat16)
+        return time.perf_counter() - t
+
+    chain(1)  # warm-up: kernel selection, allocation
+    links = 1
+    while links < MAX_CHAIN and chain(links) < BATCH_SECONDS / 2:
+        links *= 2
+    rates = [links * 2 * n**3 / chain(links) for _ in range(BATCHES)]
+    c = a
+    for _ in range(links):
+        c = ops.matmul(c, q)
+    rms = float(ops.convert_to_numpy(ops.sqrt(ops.mean(ops.square(ops.cast(c, "float32"))))))
+    return {
+        "flops_per_s": statistics.median(rates),
+        "batches_flops_per_s": rates,
+        "chain_links": links,
+        "matmul_n": n,
+        "dtype": dtype,
+        "device_kind": kind,
+        "rms_after_chain": rms,  # about 1 (the inputs' scale): the values did not decay
+        "tf32": _tf32(keras) if kind == "gpu" and dtype == "float32" else None,
+    }
+
+
+def _tf32(keras: Any) -> bool | None:
+    """Whether float32 matmuls may run as TF32 on Ampere and later GPUs (TensorFlow's default: on)."""
+    if keras.config.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    return bool(tf.config.experimental.is_tensor_float_32_execution_enabled())
+
+
+def floor_config(model_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The model with every hidden width set to 1: same depth, activation, dropout and output."""
+    return {**model_cfg, "hidden": [1] * len(model_cfg["hidden"])}
 
 
 def step_floor(
-    keras: Any, build: Any, compile_model: Any, fit_inputs: dict[str, Any], training: dict[str, Any], scope: Any
+    keras: Any,
+    build: Any,
+    compile_model: Any,
+    fit_inputs: dict[str, Any],
+    model_cfg: dict[str, Any],
+    training: dict[str, Any],
+    scope: Any,
 ) -> dict[str, Any]:
-    """Time per step of a near-empty model (one hidden unit) with the same data, batch and settings.
+    """Epoch times of the model with its arithmetic taken away, trained exactly as the model was.
 
-    What is left when the arithmetic is taken away: Python and runtime dispatch, kernel launches,
-    input copies, synchronisation, all-reduce of a few weights. Two epochs; the second is timed.
+    Same depth, activation, dropout, optimizer, data, batch, steps_per_execution, dtype policy and
+    device set; only the widths are 1. What is left: Python and runtime dispatch, kernel launches,
+    input copies, synchronisation, all-reduce of a few weights. The first epoch (tracing) is left
+    out and the median of the rest taken.
     """
     from suite.worker.timing import epoch_timer
 
     with scope:
-        tiny = build(keras, {"hidden": [1], "activation": "relu", "dropout": 0.0, "output_activation": "softmax"})
+        tiny = build(keras, floor_config(model_cfg))
         compile_model(keras, tiny, training)
     timer = epoch_timer(keras)
-    tiny.fit(*fit_inputs["xy"], epochs=2, verbose=0, callbacks=[timer], **fit_inputs["kw"])
-    return {"epoch_s": timer.epoch_s[-1]}
+    tiny.fit(*fit_inputs["xy"], epochs=FLOOR_EPOCHS, verbose=0, callbacks=[timer], **fit_inputs["kw"])
+    timed = timer.epoch_s[1:]
+    return {"epoch_s": statistics.median(timed), "epochs_s": timed}

@@ -40,9 +40,10 @@ def epoch_timer(keras: Any) -> Any:
                 self.first_step_s = time.perf_counter() - self._t_fit
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            # Keras has synced the epoch's metrics before calling this: the time is real.
-            self.epoch_s.append(time.perf_counter() - self._t_epoch)
+            # The loss first: converting it waits for the device, so the clock read after it
+            # holds all of the epoch's work however the logs arrive.
             loss = float((logs or {}).get("loss", float("nan")))
+            self.epoch_s.append(time.perf_counter() - self._t_epoch)
             self.losses.append(loss)
             if self.first_step_s is None:
                 self.first_step_s = self.epoch_s[0]  # a single step in the whole epoch

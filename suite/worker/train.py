@@ -106,24 +106,31 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
 
 def _probe(keras: Any, spec: dict[str, Any], record: dict[str, Any], kind: str, fit_args: dict, strategy: Any) -> None:
     """After the timed fit: the fixed cost per step, and (when the host asks) the device's peak."""
-    measure, timing, work = spec["config"]["measure"], record["timing"], record["work"]
-    if measure["step_overhead"]:
+    cfg = spec["config"]
+    timing, work = record["timing"], record["work"]
+    if cfg["measure"]["step_overhead"]:
         scope = strategy.scope() if strategy else contextlib.nullcontext()
         floor = probes.step_floor(
-            keras, model_mod.build, model_mod.compile_model, fit_args, spec["config"]["training"], scope
+            keras, model_mod.build, model_mod.compile_model, fit_args, cfg["model"], cfg["training"], scope
         )
         timing["step_floor_s"] = floor["epoch_s"] / timing["steps_per_epoch"]
-        timing["overhead_share"] = min(1.0, timing["step_floor_s"] / timing["step_s"]) if timing["step_s"] else None
+        timing["step_floor_epochs_s"] = floor["epochs_s"]
+        # Not clamped: a floor at or above the step time is noise, and the report says so.
+        timing["overhead_share"] = timing["step_floor_s"] / timing["step_s"] if timing["step_s"] else None
     if spec.get("calibrate_peak"):
-        work["peak"] = probes.peak_flops(keras, kind)
+        work["peak"] = probes.peak_flops(keras, kind, keras.config.dtype_policy().compute_dtype)
 
 
 def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int, global_batch: int) -> None:
     timing, work = record["timing"], record["work"]
     epochs = timing["epoch_s"]
+    # With one epoch there is nothing after the first: the "steady" figure then holds tracing
+    # and compilation, and the record says so.
+    timing["steady_includes_first_epoch"] = len(epochs) < 2
     median = float(np.median(epochs[1:] if len(epochs) > 1 else epochs))
     timing["steady_epoch_s"] = median
     timing["steady_examples_per_s"] = n_train / median if median > 0 else None
+    # Kept as measured, also when negative (a first epoch faster than the median of the rest is noise).
     timing["first_epoch_overhead_s"] = epochs[0] - median if len(epochs) > 1 else None
     timing["steps_per_epoch"] = -(-n_train // global_batch)
     timing["step_s"] = median / timing["steps_per_epoch"]
@@ -132,6 +139,7 @@ def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int, glo
     work.update(
         flops_per_example_forward=flops["forward"],
         flops_per_example_train=flops["train"],
+        flops_counted=model_mod.FLOPS_COUNTED,
         parameters=model_mod.parameter_count(model_cfg),
         achieved_flops_per_s=flops["train"] * eps if eps else None,
     )
