@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from suite import plan, results, scenario
-from suite.backends.docker import DockerBackend, _data_mount, auto_choice, engine_answers, engine_facts
+from suite.backends.docker import DockerBackend, _data_mount, _Deadline, auto_choice, engine_answers, engine_facts
 from suite.backends.local import LocalBackend
 from suite.plan import RunSpec
 
@@ -250,6 +250,20 @@ def test_timeout_kills_the_container(backend, client: Any, tmp_path: Path) -> No
     assert result.status == "timeout", (result.status, result.message)
     assert "3 s" in result.message and elapsed < 30
     assert_no_container_left(client, f"suite.session={docker_backend.session}")
+
+
+def test_timeout_whose_kill_finds_the_container_exited_is_no_timeout(client: Any, test_image: str) -> None:
+    # The deadline marks itself fired before it kills; the engine's refusal to kill a container that
+    # already ended on its own takes the mark back, so such a run keeps its own exit's status.
+    container = client.containers.run(test_image, ["python3", "-c", "pass"], detach=True, network_mode="none")
+    try:
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        deadline = _Deadline(0.01)
+        deadline.arm(container)
+        time.sleep(0.5)  # the timer fires and tries its kill meanwhile
+        assert deadline.disarm() is False
+    finally:
+        container.remove(force=True)
 
 
 def test_missing_image_is_image_unavailable_with_what_to_do(backend, tmp_path: Path) -> None:

@@ -7,12 +7,16 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import REPO, suite_cli, write_scenario
 
-from suite import results
+from suite import plan, results, scenario
+from suite.backends.local import LocalBackend
 
 pytestmark = pytest.mark.slow
 
@@ -88,3 +92,101 @@ def test_sigkill_mid_plan_then_rerun_loses_nothing(tmp_path: Path) -> None:
     final = [results.load(p) for p in sorted(folder.glob("*.json"))]
     assert len(final) == 4 and all(r.ok for r in final)
     assert {r.spec["point_label"] for r in final} == {f"width={w}" for w in (8, 16, 24, 32)}
+
+
+# -- the kernel's OOM killer on the local backend -------------------------------------------------
+
+# Room to import TensorFlow (tighter, the kernel evicts and rereads its mapped libraries for minutes
+# instead of killing), not for the 60,000 synthetic digits the worker then generates in float64.
+LOCAL_MEMORY_LIMIT = 700 * 1024 * 1024
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+
+OOM_SCENARIO = """\
+name: local_oom
+question: Is a run the kernel kills for memory recorded as host_oom?
+model: {hidden: [64]}
+training: {epochs: 1}
+data: {allow_synthetic: true, train_samples: 1024, test_samples: 256}
+repeats: 1
+"""
+
+
+def _memory_cgroup_parent() -> tuple[Path, dict[str, str]] | str:
+    """Where to make a memory cgroup and which files set its limit (swap included), or why not."""
+    limit = str(LOCAL_MEMORY_LIMIT)
+    if (CGROUP_V1_MEMORY / "memory.limit_in_bytes").is_file():
+        # memsw (memory + swap) after the memory limit: the kernel refuses it below memory's.
+        return CGROUP_V1_MEMORY, {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+    controllers = CGROUP_V2 / "cgroup.subtree_control"
+    if controllers.is_file() and "memory" in controllers.read_text().split():
+        return CGROUP_V2, {"memory.max": limit, "memory.swap.max": "0"}
+    return "no cgroup memory controller at /sys/fs/cgroup/memory (v1) or enabled in /sys/fs/cgroup (v2)"
+
+
+@pytest.fixture
+def memory_cgroup() -> Iterator[Path]:
+    """A fresh memory cgroup with LOCAL_MEMORY_LIMIT; removed afterwards, with any process left in it."""
+    found = _memory_cgroup_parent()
+    if isinstance(found, str):
+        pytest.skip(found)
+    parent, limits = found
+    group = parent / f"suite-test-{uuid.uuid4().hex[:12]}"
+    try:
+        group.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot create a memory cgroup in {parent} ({exc}); needs root and a writable controller")
+    try:
+        try:
+            for name, value in limits.items():
+                if (group / name).exists():  # memsw / swap.max exist only with swap accounting
+                    (group / name).write_text(value)
+        except OSError as exc:
+            pytest.skip(f"cannot set a memory limit on {group} ({exc})")
+        yield group
+    finally:
+        _remove_cgroup(group)
+
+
+def _remove_cgroup(group: Path) -> None:
+    for _ in range(50):
+        left = [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
+        for pid in left:  # only the worker this test started can be in it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            group.rmdir()
+            return
+        except OSError:  # busy until the kernel has reaped what was in it
+            time.sleep(0.1)
+    group.rmdir()
+
+
+def test_kernel_oom_kill_on_the_local_backend_is_host_oom(
+    memory_cgroup: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's Python joins the limited cgroup, then becomes the real interpreter (same pid):
+    # whatever ends it, the local backend sees exactly the process it started.
+    wrapper = tmp_path / "python-in-cgroup"
+    join = f'echo $$ > "{memory_cgroup}/cgroup.procs" || exit 97'  # 97: could not join, plainly not an OOM
+    wrapper.write_text(f'#!/bin/sh\n{join}\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))  # no cached MNIST: synthetic data, all of it
+    backend = LocalBackend(python=str(wrapper), machine="test")
+    small = plan.expand(scenario.load(write_scenario(tmp_path, "local_oom", OOM_SCENARIO)))[0]
+
+    control = backend.run(small)
+    assert control.status == "ok", ("TensorFlow and a small data set must fit", control.message, control.log_tail)
+
+    changed = replace(small, config={**small.config, "data": {**small.config["data"], "train_samples": None}})
+    big = replace(changed, fingerprint=plan.fingerprint_of(replace(changed, fingerprint="")))
+    t = time.monotonic()
+    result = backend.run(big)
+    elapsed = time.monotonic() - t
+
+    assert result.status == "host_oom", (result.status, result.message, result.log_tail)
+    assert result.run["exit_code"] == -signal.SIGKILL, "the kernel killed it, not a MemoryError in Python"
+    assert "OOM killer" in result.message and "did not send" in result.message
+    assert elapsed < 300, f"{elapsed:.0f} s: the kernel thrashed before killing; raise LOCAL_MEMORY_LIMIT"

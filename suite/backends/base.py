@@ -1,4 +1,4 @@
-"""What every backend shares: the protocol, the skip rule, and turning worker output into a result.
+"""What every backend shares: the protocol, the skip rule, how a run ended, and turning worker output into a result.
 
 A backend turns one RunSpec into one RunResult. It never raises for a failed run: a timeout, a
 crash, a missing image are statuses. ``run`` is called only for specs that ``skip_reason``
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+import signal
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -77,6 +78,54 @@ def skipped_result(spec: RunSpec, reason: str, run_info: dict[str, Any]) -> RunR
     )
 
 
+def classify_exit(
+    *,
+    deadline_fired: bool,
+    oom_killed: bool,
+    exit_code: int | None,
+    signum: int | None,
+    wrote_result: bool,
+    timeout_s: float,
+    memory_limit: str | None = None,
+    what: str = "worker",
+) -> tuple[str, str]:
+    """(status, message) for how a run ended, by the same rule on every backend; "" takes the worker's own.
+
+    deadline_fired: the suite's deadline marked the run as over before sending its kill, so the
+        kill's own exit code can never make a timeout look like anything else.
+    oom_killed: the engine or kernel said so (Docker's ``State.OOMKilled``).
+    exit_code, signum: as the backend saw them (-9 from a subprocess, 137 from a container) and the
+        signal that ended the process, if one did.
+    what: "worker" or "container", for the message.
+    """
+    code = "no exit code" if exit_code is None else f"exit code {exit_code}"
+    if deadline_fired:
+        return "timeout", f"{what} killed after the run's limit of {timeout_s:g} s (timeout_s)"
+    # The suite sends SIGKILL only at its deadline, handled above: any other one is taken as the kernel's.
+    if oom_killed or signum == signal.SIGKILL:
+        if oom_killed:
+            how = f"the engine reports that the kernel's OOM killer ended the {what} ({code})"
+        else:
+            how = f"the {what} was killed by SIGKILL ({code}), which the suite did not send"
+        limit = f" (memory limit {memory_limit})" if memory_limit else ""
+        why = f"the kernel's OOM killer sends SIGKILL when memory runs out{limit}"
+        return "host_oom", f"out of host memory: {how}; {why}"
+    if not wrote_result:
+        if signum is not None:
+            return "error", f"{what} killed by {_signal_name(signum)} ({code}) without writing a result"
+        if exit_code is None:
+            return "error", f"{what} ended with no exit code and without writing a result"
+        return "error", f"{what} exited with code {exit_code} without writing a result"
+    return "", ""
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def result_from_worker(
     spec: RunSpec, result_file: Path, log: str, run_info: dict[str, Any], fallback_status: str, fallback_message: str
 ) -> RunResult:
@@ -108,4 +157,4 @@ def result_from_worker(
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")

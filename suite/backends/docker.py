@@ -15,6 +15,7 @@ import os
 import posixpath
 import re
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -24,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from suite import engine, hostinfo, images
-from suite.backends.base import device_skip_reason, gpu_ids, host_inventory, now_iso, result_from_worker, skipped_result
+from suite.backends.base import (
+    classify_exit,
+    device_skip_reason,
+    gpu_ids,
+    host_inventory,
+    now_iso,
+    result_from_worker,
+    skipped_result,
+)
 from suite.engine import engine_answers, engine_facts
 from suite.plan import RunSpec, parse_device
 from suite.results import RunResult
@@ -39,7 +48,7 @@ MEMLOCK_UNLIMITED, STACK_BYTES = -1, 67108864  # --ulimit memlock=-1 --ulimit st
 # the same run on the host would be (the local backend passes the whole environment).
 PASS_PREFIXES = ("TF_", "XLA_", "NCCL_", "OMP_", "KMP_", "MKL_")
 LABEL_SESSION, LABEL_RUN, LABEL_RUN_ID = "suite.session", "suite.run", "suite.run_id"
-EXIT_SIGKILL = 137
+EXIT_SIGNAL_BASE = 128  # a container whose process a signal ended exits with 128 + the signal's number
 IMAGE_ENV = "SUITE_DOCKER_IMAGE"  # "REF" for every run, or "NAME=REF,NAME=REF" per images.yaml name
 # Dot names: a folder left behind by a killed run is never read as a result file.
 SPEC_NAME, RESULT_NAME = ".spec.json", ".result.json"
@@ -165,14 +174,23 @@ class DockerBackend:
             deadline.arm(container)
             t = time.perf_counter()
             code = int(container.wait(timeout=None).get("StatusCode", -1))  # None: no HTTP timeout
-            deadline.disarm()
+            timed_out = deadline.disarm()  # waits out a kill in flight, so its verdict is final
             phases["wait"] = time.perf_counter() - t
             t = time.perf_counter()
             container.reload()
             log = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
             phases["inspect_logs"] = time.perf_counter() - t
             extra.update(exit_code=code, oom_killed=bool(container.attrs["State"].get("OOMKilled")))
-            status, message = self._classify(spec, code, extra["oom_killed"], deadline.fired, folder)
+            status, message = classify_exit(
+                deadline_fired=timed_out,
+                oom_killed=extra["oom_killed"],
+                exit_code=code,
+                signum=_exit_signal(code),
+                wrote_result=(folder / RESULT_NAME).is_file(),
+                timeout_s=spec.timeout_s,
+                memory_limit=self.mem_limit,
+                what="container",
+            )
             return status, message, log, extra
         except docker.errors.APIError as exc:
             return "error", f"the Docker engine refused the run: {_engine_text(exc)}", "", extra
@@ -222,17 +240,6 @@ class DockerBackend:
             except BaseException:  # Ctrl-C mid-start: the caller never sees this container
                 _remove(container)
                 raise
-
-    def _classify(self, spec: RunSpec, code: int, oom: bool, killed: bool, folder: Path) -> tuple[str, str]:
-        if killed:
-            return "timeout", f"container killed after the run's limit of {spec.timeout_s:g} s (timeout_s)"
-        if oom or code == EXIT_SIGKILL:
-            why = "the kernel's OOM killer stopped it" if oom else "exit code 137 (SIGKILL), the OOM killer's signal"
-            limit = f" (container memory limit {self.mem_limit})" if self.mem_limit else ""
-            return "host_oom", f"out of host memory: {why}{limit}"
-        if not (folder / RESULT_NAME).is_file():
-            return "error", f"worker exited with code {code} without writing a result"
-        return "", ""
 
     def _container_kwargs(self, spec: RunSpec, image: Any, folder: Path, ids: list[str]) -> dict[str, Any]:
         from docker.types import DeviceRequest, Ulimit
@@ -382,7 +389,11 @@ class _Folder:
 
 
 class _Deadline:
-    """The run's time limit: a timer thread that kills the container when it runs out."""
+    """The run's time limit: a timer thread that kills the container when it runs out.
+
+    ``fired`` is set before the kill is sent: the container's exit (137) can reach the thread in
+    ``wait`` while ``kill()`` is still waiting for the engine's answer, and must read as a timeout.
+    """
 
     def __init__(self, seconds: float):
         self.seconds, self.fired = seconds, False
@@ -393,16 +404,34 @@ class _Deadline:
         self._timer.daemon = True
         self._timer.start()
 
-    def disarm(self) -> None:
+    def disarm(self) -> bool:
+        """Stop the timer, let a kill in flight finish, and say whether the deadline ended the run."""
         if self._timer is not None:
             self._timer.cancel()
+            self._timer.join()
+        return self.fired
 
     def _kill(self, container: Any) -> None:
+        self.fired = True
         try:
             container.kill()
-            self.fired = True
-        except Exception:  # noqa: BLE001 - it exited on its own meanwhile: not a timeout
-            pass
+        except Exception as exc:  # noqa: BLE001 - judged below; the watchdog thread must not die with a trace
+            if _already_exited(exc):
+                self.fired = False  # it ended on its own before the kill: not a timeout
+
+
+def _already_exited(exc: Exception) -> bool:
+    """The engine refused a kill because the container no longer runs (409) or is gone (404)."""
+    import docker
+
+    return isinstance(exc, docker.errors.APIError) and exc.status_code in (404, 409)
+
+
+def _exit_signal(code: int) -> int | None:
+    """The signal that ended a container's process, from its exit code (128 + N), if one did."""
+    if EXIT_SIGNAL_BASE < code < EXIT_SIGNAL_BASE + signal.NSIG:
+        return code - EXIT_SIGNAL_BASE
+    return None
 
 
 def _start_failure(exc: Any, gpu: bool, address: str) -> tuple[str, str]:

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from suite import hostinfo
-from suite.backends.base import device_skip_reason, gpu_ids, host_inventory, now_iso, result_from_worker, skipped_result
+from suite.backends.base import (
+    classify_exit,
+    device_skip_reason,
+    gpu_ids,
+    host_inventory,
+    now_iso,
+    result_from_worker,
+    skipped_result,
+)
 from suite.plan import RunSpec
 from suite.results import RunResult
 
@@ -70,12 +78,23 @@ class LocalBackend:
             spec_file, result_file, log_file = Path(tmp, "spec.json"), Path(tmp, "result.json"), Path(tmp, "log.txt")
             spec_file.write_text(_json(spec.to_dict()), encoding="utf-8")
             info = {**self.run_info(), "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"], "started_at": now_iso()}
-            status, message, code = self._spawn(spec, env, spec_file, result_file, log_file)
+            code, timed_out = self._spawn(spec, env, spec_file, result_file, log_file)
             info.update(finished_at=now_iso(), exit_code=code)
+            status, message = classify_exit(
+                deadline_fired=timed_out,
+                oom_killed=False,  # a subprocess has no engine to say so: the kernel's SIGKILL is the sign
+                exit_code=code,
+                signum=-code if code < 0 else None,
+                wrote_result=result_file.is_file(),
+                timeout_s=spec.timeout_s,
+            )
             log = log_file.read_text(encoding="utf-8", errors="replace")
             return result_from_worker(spec, result_file, log, info, status, message)
 
-    def _spawn(self, spec: RunSpec, env: dict[str, str], spec_file: Path, result_file: Path, log_file: Path):
+    def _spawn(
+        self, spec: RunSpec, env: dict[str, str], spec_file: Path, result_file: Path, log_file: Path
+    ) -> tuple[int, bool]:
+        """(the worker's return code, whether the suite's deadline ended it)."""
         cmd = [self.python, "-m", "suite.worker", str(spec_file), str(result_file)]
         with log_file.open("wb") as log:
             env["SUITE_LAUNCH_UNIX"] = repr(time.time())
@@ -84,19 +103,17 @@ class LocalBackend:
             )
             self._current = proc
             try:
-                code = proc.wait(timeout=spec.timeout_s)
+                return proc.wait(timeout=spec.timeout_s), False
             except subprocess.TimeoutExpired:
+                # Decided here, before the kill: the -9 it causes must not read as anything but a timeout.
                 _kill_group(proc)
-                return "timeout", f"killed after the run's limit of {spec.timeout_s:g} s (timeout_s)", proc.returncode
+                return proc.returncode, True
+            except BaseException:
+                # Ctrl-C: the worker is in its own session, so the terminal's signal never reached it.
+                _kill_group(proc)
+                raise
             finally:
                 self._current = None
-        if code < 0:
-            name = signal.Signals(-code).name
-            hint = " (the kernel's OOM killer sends this when memory runs out)" if code == -signal.SIGKILL else ""
-            return "error", f"worker killed by {name}{hint}", code
-        if not result_file.is_file():
-            return "error", f"worker exited with code {code} without writing a result", code
-        return "", "", code
 
     def close(self) -> None:
         if self._current is not None:
