@@ -1,7 +1,11 @@
 """One-line answers computed from the data, chosen by name (the scenario's ``report.verdict``).
 
-Only points that ran ``ok`` on every repetition and pass the accuracy gate take part; each
-sentence says what it could not compare and why, rather than guessing.
+Only points that ran ``ok`` on every repetition and pass the accuracy gate take part. Rules every
+sentence keeps, tested over generated inputs in tests/test_verdicts.py:
+
+- a difference is called a gain, a win or "faster" only when its interval excludes 1
+  (``Ratio.faster``); otherwise the sentence says there is no measurable difference;
+- every point that could not be compared is named, with the reason.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from suite.plan import axis_name, parse_device
 from suite.views import ACCURACY_GATE, Point, ScenarioView
 
 
-def _usable(p: Point | None) -> bool:
+def usable(p: Point | None) -> bool:
     return p is not None and p.passes_gate and len(p.ok_runs) == len(p.runs)
 
 
@@ -21,17 +25,37 @@ def _fit(p: Point) -> list[float]:
     return p.values("timing", "fit_s")
 
 
-def _why_not(view: ScenarioView, device_prefix: str) -> str:
-    """Why points of a device kind could not be compared: a skip, the accuracy gate, or failures."""
-    points = [p for p in view.points if p.device.startswith(device_prefix)]
+def why_unusable(p: Point | None) -> str:
+    """Why a point takes no part in a verdict: not in the plan, skipped, failed, or below the gate."""
+    if p is None:
+        return "not in the results"
+    statuses = sorted({r.status for r in p.runs if not r.ok})
+    if statuses == ["skipped"]:
+        return "skipped"
+    if statuses:
+        return ", ".join(statuses)
+    if not p.passes_gate:
+        return f"below the accuracy gate ({ACCURACY_GATE:.0%})"
+    return ""
+
+
+def _skip_reason(points: list[Point]) -> str:
+    """The recorded reason of the first skipped point, to say why a whole device kind is missing."""
     for p in points:
-        if p.runs[0].status == "skipped":
-            return p.runs[0].message
-    gated = [p.label for p in points if p.ok_runs and not p.passes_gate]
-    if gated:
-        return f"{len(gated)} point(s) stayed below the accuracy gate ({ACCURACY_GATE:.0%} test accuracy)"
-    failed = sorted({r.status for p in points for r in p.runs if not r.ok})
-    return f"runs ended {', '.join(failed)}" if failed else ""
+        for r in p.runs:
+            if r.status == "skipped" and r.message:
+                return r.message
+    return ""
+
+
+def _not_compared(items: list[tuple[str, str]]) -> str:
+    """' Not compared: width 100, width 250 (GPU: skipped); width 2000 (GPU: timeout).' or ''."""
+    if not items:
+        return ""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in items:
+        by_reason.setdefault(why, []).append(name)
+    return " Not compared: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items()) + "."
 
 
 def _name(axis: str | None, value: object) -> str:
@@ -39,17 +63,21 @@ def _name(axis: str | None, value: object) -> str:
 
 
 def gpu_crossover(view: ScenarioView) -> str:
-    """From which point along the size axis (in matrix order) the GPU trains faster than the CPU."""
+    """Along the size axis (matrix order): from which point the GPU trains measurably faster."""
     axis = view.size_axis
-    rows = []  # (value along the axis, GPU speedup = CPU fit / GPU fit), in matrix order
-    for cpu in view.points:
-        if cpu.device != "cpu" or not _usable(cpu):
-            continue
+    rows: list[tuple[object, stats.Ratio]] = []  # (value along the axis, CPU fit / GPU fit)
+    missing: list[tuple[str, str]] = []
+    gpu_points = [p for p in view.points if parse_device(p.device)[0] == "gpu"]
+    for cpu in (p for p in view.points if p.device == "cpu"):
+        value = cpu.coords.get(axis)
         gpu = view.point(**{**cpu.coords, "device": "gpu"})
-        if _usable(gpu):
-            rows.append((cpu.coords.get(axis), stats.ratio(_fit(cpu), _fit(gpu))))
+        if usable(cpu) and usable(gpu):
+            rows.append((value, stats.ratio(_fit(cpu), _fit(gpu))))
+            continue
+        why = [f"{side}: {why_unusable(p)}" for side, p in (("CPU", cpu), ("GPU", gpu)) if not usable(p)]
+        missing.append((_name(axis, value), "; ".join(why)))
     if not rows:
-        why = _why_not(view, "gpu") or "no GPU point ran ok"
+        reason = _skip_reason(gpu_points) or "no CPU and GPU pair ran ok on every repetition"
         cpu_fits = [(p.coords.get(axis), p.summary("timing", "fit_s")) for p in view.points if p.device == "cpu"]
         cpu_fits = [(v, s) for v, s in cpu_fits if s]
         span = (
@@ -58,18 +86,26 @@ def gpu_crossover(view: ScenarioView) -> str:
             if cpu_fits
             else ""
         )
-        return f"No CPU-GPU comparison on this machine: GPU points did not run ({why}).{span}"
-    wins = [i for i, (_, r) in enumerate(rows) if r.value > 1 and r.significant is not False]
+        return f"No CPU-GPU comparison on this machine ({reason}).{span}{_not_compared(missing)}"
+    tail = _not_compared(missing)
+    wins = [i for i, (_, r) in enumerate(rows) if r.faster]
     if not wins:
         value, best = max(rows, key=lambda vr: vr[1].value)
-        return f"The GPU is never faster than the CPU here; closest at {_name(axis, value)}: GPU speedup {best.text()}."
+        return (
+            f"The GPU is not measurably faster than the CPU at any point compared; its best is at "
+            f"{_name(axis, value)}: GPU speedup {best.text()}.{tail}"
+        )
     first = wins[0]
     value, at_first = rows[first]
-    tail = "" if wins == list(range(first, len(rows))) else " (though not at every point after it)"
+    after = [
+        f"{_name(axis, v)}: {'slower' if r.significant else 'no measurable difference'}"
+        for i, (v, r) in enumerate(rows)
+        if i > first and i not in wins
+    ]
+    exceptions = f" (except at {'; '.join(after)})" if after else ""
     if first == 0:
-        where = _name(axis, value)
-        return f"The GPU is faster at every point measured{tail}; at {where}: GPU speedup {at_first.text()}."
-    return f"The GPU is faster from {_name(axis, value)} on{tail}: GPU speedup {at_first.text()}."
+        return f"The GPU is faster at {_name(axis, value)} and beyond{exceptions}: GPU speedup {at_first.text()}.{tail}"
+    return f"The GPU is faster from {_name(axis, value)} on{exceptions}: GPU speedup {at_first.text()}.{tail}"
 
 
 def device_count(device: str) -> int:
@@ -80,17 +116,22 @@ def scaling(view: ScenarioView) -> str:
     """Speedup and efficiency of N devices against the baseline device set, for each batch mode."""
     base_device = str(view.spec.get("report", {}).get("baseline", {}).get("device", "gpu:1"))
     base_kind = parse_device(base_device)[0]
-    parts = []
+    parts, missing = [], []
     for mode in sorted({p.coords.get("training.batch_mode", "global") for p in view.points}):
         same_mode = [p for p in view.points if p.coords.get("training.batch_mode", mode) == mode]
         one = next((p for p in same_mode if p.device == base_device), None)
-        if not _usable(one):
+        if not usable(one):
+            why = why_unusable(one)
+            missing += [(p.label, why if p is one else f"baseline {why}") for p in same_mode]
             continue
         items = []
         for p in same_mode:
-            n = device_count(p.device) / device_count(base_device)
-            if p is one or not _usable(p):
+            if p is one:
                 continue
+            if not usable(p):
+                missing.append((p.label, why_unusable(p)))
+                continue
+            n = device_count(p.device) / device_count(base_device)
             r = stats.ratio(_fit(one), _fit(p))
             items.append(f"{p.device} {r.text()}, efficiency {r.value / n:.0%}")
         batch = one.runs[0].spec["config"]["training"]["batch_size"]
@@ -98,9 +139,16 @@ def scaling(view: ScenarioView) -> str:
         if items:
             parts.append(f"{label}: " + "; ".join(items))
     if not parts:
-        why = _why_not(view, base_kind) or "fewer than two device counts ran ok"
-        return f"No multi-{base_kind.upper()} comparison on this machine: {why}."
-    return f"Speedup over {base_device} (total fit time): " + " | ".join(parts) + "." + _batch_mode_effect(view)
+        base_points = [p for p in view.points if parse_device(p.device)[0] == base_kind]
+        why = _skip_reason(base_points) or "fewer than two device counts ran ok on every repetition"
+        return f"No multi-{base_kind.upper()} comparison on this machine ({why}).{_not_compared(missing)}"
+    return (
+        f"Speedup over {base_device} (total fit time), "
+        + ". With ".join(parts)
+        + "."
+        + _batch_mode_effect(view)
+        + _not_compared(missing)
+    )
 
 
 def _batch_mode_effect(view: ScenarioView) -> str:
@@ -110,7 +158,7 @@ def _batch_mode_effect(view: ScenarioView) -> str:
         for g in view.points
         if g.coords.get("training.batch_mode") == "global"
         for p in [view.point(**{**g.coords, "training.batch_mode": "per_replica"})]
-        if _usable(g) and _usable(p) and device_count(g.device) > 1
+        if usable(g) and usable(p) and device_count(g.device) > 1
     ]
     if not both:
         return ""
@@ -120,21 +168,30 @@ def _batch_mode_effect(view: ScenarioView) -> str:
 
 
 def knobs(view: ScenarioView) -> str:
-    """Which single setting helps most against the default, and by how much."""
-    best: tuple[float, str, stats.Ratio] | None = None
+    """Which single setting helps most against the default, and by how much, if any measurably does."""
+    compared: list[tuple[str, stats.Ratio]] = []
+    missing: list[tuple[str, str]] = []
     for p in view.points:
         base = view.baseline_for(p)
-        if p is base or not (_usable(p) and _usable(base)):
+        if p is base:
             continue
-        r = stats.ratio(_fit(base), _fit(p))
-        if r.significant is not False and (best is None or r.value > best[0]):
-            best = (r.value, p.label, r)
-    if best is None:
-        why = _why_not(view, "") or "no variant ran ok beside its default"
-        return f"No setting could be compared on this machine: {why}."
-    if best[0] <= 1:
-        return f"No setting beats the default; the closest is {best[1]}: {best[2].text()}."
-    return f"Biggest gain: {best[1]}, {best[2].text()} faster than the default at the same batch size."
+        if usable(p) and usable(base):
+            compared.append((p.label, stats.ratio(_fit(base), _fit(p))))
+        else:
+            why = why_unusable(p) if not usable(p) else f"its default {why_unusable(base)}"
+            missing.append((p.label, why))
+    tail = _not_compared(missing)
+    if not compared:
+        why = _skip_reason(view.points) or "no setting ran ok beside its default on every repetition"
+        return f"No setting could be compared on this machine ({why}).{tail}"
+    gains = [(label, r) for label, r in compared if r.faster]
+    if gains:
+        label, r = max(gains, key=lambda lr: lr[1].value)
+        return f"Biggest gain: {label}, {r.text()} faster than the default with everything else equal.{tail}"
+    # Nothing measurably faster: name the comparison closest to a gain, significant or not.
+    label, r = max(compared, key=lambda lr: lr[1].value)
+    word = "largest" if r.value > 1 else "closest"
+    return f"No setting is measurably faster than the default; {word}: {label}, {r.text()}.{tail}"
 
 
 def none(view: ScenarioView) -> str:

@@ -1,17 +1,21 @@
-"""Verdict wording at its edges, on result records built for the purpose (inputs, not measurements)."""
+"""Verdict wording at its edges and over generated inputs (result records built for the purpose)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from suite import verdicts
+import numpy as np
+import pytest
+
+from suite import stats, verdicts
 from suite.results import RunResult
 from suite.views import Point, ScenarioView
 
 
-def _run(point: dict[str, Any], fit: float, rep: int, status: str = "ok", acc: float = 0.97, **cfg: Any) -> RunResult:
+def _run(point: dict[str, Any], fit: float, rep: int, status: str = "ok", acc: float = 0.97) -> RunResult:
     label = ", ".join(f"{k}={v}" for k, v in point.items())
-    config = {"device": point.get("device", "cpu"), "training": {"batch_size": 128}, **cfg}
+    config = {"device": point.get("device", "cpu"), "training": {"batch_size": 128}}
     return RunResult(
         status=status,
         spec={
@@ -29,17 +33,19 @@ def _run(point: dict[str, Any], fit: float, rep: int, status: str = "ok", acc: f
     )
 
 
-def _view(verdict: str, baseline: dict, points: list[tuple[dict, list[float], str]]) -> ScenarioView:
+def _view(verdict: str, baseline: dict, points: list[tuple[dict, list[float], Any]]) -> ScenarioView:
+    """``points``: (coords, fit times, status: one for all runs or one per run)."""
     pts = []
     for coords, fits, status in points:
-        runs = [_run(coords, f, i, status) for i, f in enumerate(fits)]
+        statuses = status if isinstance(status, list) else [status] * len(fits)
+        runs = [_run(coords, f, i, s) for i, (f, s) in enumerate(zip(fits, statuses, strict=True))]
         for r in runs:
             r.spec["report"].update(verdict=verdict, baseline=baseline)
         pts.append(Point(runs[0].spec["point_label"], coords, runs))
     return ScenarioView("m", "s", False, pts)
 
 
-def _width(cpu: dict[int, list[float]], gpu: dict[int, list[float]], status: str = "ok") -> ScenarioView:
+def _width(cpu: dict[int, list[float]], gpu: dict[int, list[float]], status: Any = "ok") -> ScenarioView:
     points = []
     for w in cpu:
         points.append(({"model.hidden.0": w, "device": "cpu"}, cpu[w], "ok"))
@@ -47,62 +53,214 @@ def _width(cpu: dict[int, list[float]], gpu: dict[int, list[float]], status: str
     return _view("gpu_crossover", {"device": "cpu"}, points)
 
 
+def _reps(t: float) -> list[float]:
+    return [t, t * 1.02, t / 1.02]  # geometric mean exactly t
+
+
 def test_gpu_never_wins() -> None:
-    v = _width({100: [1.0, 1.02, 0.98], 750: [2.0, 2.05, 1.95]}, {100: [3.0, 3.1, 2.9], 750: [4.0, 4.1, 3.9]})
+    v = _width({100: _reps(1.0), 750: _reps(2.0)}, {100: _reps(3.0), 750: _reps(4.0)})
     text = verdicts.verdict(v)
-    assert text.startswith("The GPU is never faster than the CPU here; closest at width 750")
+    assert text.startswith(
+        "The GPU is not measurably faster than the CPU at any point compared; its best is at width 750"
+    )
+    assert "Not compared" not in text
 
 
 def test_gpu_wins_everywhere() -> None:
-    v = _width({100: [3.0, 3.1, 2.9], 750: [9.0, 9.1, 8.9]}, {100: [1.0, 1.02, 0.98], 750: [1.5, 1.52, 1.48]})
-    assert verdicts.verdict(v).startswith("The GPU is faster at every point measured; at width 100: GPU speedup 3.00x")
+    v = _width({100: _reps(3.0), 750: _reps(9.0)}, {100: _reps(1.0), 750: _reps(1.5)})
+    assert verdicts.verdict(v).startswith("The GPU is faster at width 100 and beyond: GPU speedup 3.00x (95% CI")
 
 
 def test_gpu_wins_from_a_width_on() -> None:
     v = _width(
-        {100: [1.0, 1.02, 0.98], 750: [6.0, 6.1, 5.9], 2000: [20.0, 20.5, 19.5]},
-        {100: [3.0, 3.1, 2.9], 750: [2.0, 2.05, 1.95], 2000: [4.0, 4.1, 3.9]},
+        {100: _reps(1.0), 750: _reps(6.0), 2000: _reps(20.0)},
+        {100: _reps(3.0), 750: _reps(2.0), 2000: _reps(4.0)},
     )
     assert verdicts.verdict(v).startswith("The GPU is faster from width 750 on: GPU speedup 3.00x (95% CI")
+
+
+def test_wins_then_loses_names_the_exception() -> None:
+    v = _width(
+        {100: _reps(1.0), 750: _reps(6.0), 2000: _reps(2.0)},
+        {100: _reps(3.0), 750: _reps(2.0), 2000: _reps(4.0)},
+    )
+    text = verdicts.verdict(v)
+    assert text.startswith("The GPU is faster from width 750 on (except at width 2000: slower)")
 
 
 def test_interval_containing_one_is_not_a_win() -> None:
     v = _width({100: [1.0, 1.2, 0.9]}, {100: [0.95, 1.15, 1.0]})
     text = verdicts.verdict(v)
-    assert "never faster" in text and "not significant" in text
+    assert "not measurably faster" in text and "not significant" in text
+
+
+def test_two_runs_per_side_claim_nothing() -> None:
+    # 3x faster on both runs, but two runs give no interval: no win may be claimed.
+    v = _width({100: [3.0, 3.1]}, {100: [1.0, 1.02]})
+    text = verdicts.verdict(v)
+    assert "not measurably faster" in text and "no interval, 3 needed" in text
+
+
+def test_single_point() -> None:
+    v = _width({100: _reps(3.0)}, {100: _reps(1.0)})
+    assert verdicts.verdict(v).startswith("The GPU is faster at width 100 and beyond: GPU speedup 3.00x")
 
 
 def test_no_gpu_says_why() -> None:
     v = _width({100: [1.0], 750: [2.0]}, {100: [0], 750: [0]}, status="skipped")
     text = verdicts.verdict(v)
-    assert text.startswith("No CPU-GPU comparison on this machine: GPU points did not run (needs 1 GPU(s)")
+    assert text.startswith("No CPU-GPU comparison on this machine (needs 1 GPU(s)")
     assert "CPU fit time: 1.00 s at width 100 to 2.00 s at width 750" in text
+    assert text.endswith("Not compared: width 100, width 750 (GPU: skipped).")
 
 
-def test_broken_fast_run_does_not_win() -> None:
-    v = _width({100: [3.0, 3.1, 2.9]}, {100: [1.0, 1.0, 1.0]})
-    for r in v.points[1].runs:
-        r.quality["test_accuracy"] = 0.1  # fast, and wrong
-    assert "did not run" in verdicts.verdict(v) or "no GPU point" in verdicts.verdict(v)
+def test_all_failed() -> None:
+    v = _width({100: [1.0], 750: [2.0]}, {100: [0], 750: [0]}, status="timeout")
+    text = verdicts.verdict(v)
+    assert text.startswith("No CPU-GPU comparison on this machine (no CPU and GPU pair ran ok")
+    assert "width 100, width 750 (GPU: timeout)" in text
+
+
+def test_failed_and_gated_points_are_named() -> None:
+    v = _width(
+        {100: _reps(1.0), 750: _reps(6.0), 2000: _reps(20.0)},
+        {100: _reps(3.0), 750: _reps(2.0), 2000: _reps(4.0)},
+    )
+    for r in v.points[3].runs:  # the GPU at 750: fast, and wrong
+        r.quality["test_accuracy"] = 0.1
+    v.points[5].runs[1] = _run(v.points[5].coords, 0, 1, "timeout")  # one GPU repetition at 2000 timed out
+    text = verdicts.verdict(v)
+    assert "faster from" not in text
+    assert "Not compared: width 750 (GPU: below the accuracy gate (80%)); width 2000 (GPU: timeout)." in text
 
 
 def test_scaling_speedup_and_efficiency() -> None:
     pts = []
     for mode, fits in (("global", {1: 10.0, 2: 12.0, 4: 20.0}), ("per_replica", {1: 10.0, 2: 6.0, 4: 3.5})):
         for n, f in fits.items():
-            pts.append(({"training.batch_mode": mode, "device": f"gpu:{n}"}, [f, f * 1.01, f * 0.99], "ok"))
+            pts.append(({"training.batch_mode": mode, "device": f"gpu:{n}"}, [f, f * 1.01, f / 1.01], "ok"))
     text = verdicts.verdict(_view("scaling", {"device": "gpu:1"}, pts))
-    assert text.startswith("Speedup over gpu:1 (total fit time): batch 128 split across devices: gpu:2 0.83x")
+    assert text.startswith("Speedup over gpu:1 (total fit time), batch 128 split across devices: gpu:2 0.83x")
     assert "gpu:4 0.50x" in text and "efficiency 12%" in text
-    assert "128 per device: gpu:2 1.67x" in text and "gpu:4 2.86x" in text and "efficiency 71%" in text
-    assert text.endswith("On gpu:4, the per-device batch instead of the split one: speedup 5.71x (95% CI 5.60-5.83).")
+    assert ". With 128 per device: gpu:2 1.67x" in text and "gpu:4 2.86x" in text and "efficiency 71%" in text
+    assert re.search(
+        r"On gpu:4, the per-device batch instead of the split one: speedup 5\.71x \(95% CI 5\.\d\d-5\.\d\d\)\.$", text
+    )
+
+
+def test_scaling_names_what_it_could_not_compare() -> None:
+    pts = [
+        ({"training.batch_mode": "global", "device": "gpu:1"}, _reps(10.0), "ok"),
+        ({"training.batch_mode": "global", "device": "gpu:2"}, _reps(6.0), "ok"),
+        ({"training.batch_mode": "global", "device": "gpu:4"}, _reps(0), "skipped"),
+    ]
+    text = verdicts.verdict(_view("scaling", {"device": "gpu:1"}, pts))
+    assert text.endswith("Not compared: training.batch_mode=global, device=gpu:4 (skipped).")
+
+
+def _knobs(fits: dict[str, list[float]]) -> ScenarioView:
+    pts = [({"variant": name, "training.batch_size": 128}, f, "ok") for name, f in fits.items()]
+    return _view("knobs", {"variant": "default"}, pts)
 
 
 def test_knobs_names_the_best_setting() -> None:
-    pts = [
-        ({"variant": "default", "training.batch_size": 128}, [10.0, 10.1, 9.9], "ok"),
-        ({"variant": "xla", "training.batch_size": 128}, [5.0, 5.05, 4.95], "ok"),
-        ({"variant": "spe", "training.batch_size": 128}, [2.5, 2.52, 2.48], "ok"),
-    ]
-    text = verdicts.verdict(_view("knobs", {"variant": "default"}, pts))
+    text = verdicts.verdict(_knobs({"default": _reps(10.0), "xla": _reps(5.0), "spe": _reps(2.5)}))
     assert text.startswith("Biggest gain: variant=spe, training.batch_size=128, 4.00x (95% CI")
+
+
+def test_knobs_closest_is_the_near_tie_not_a_much_slower_setting() -> None:
+    text = verdicts.verdict(_knobs({"default": _reps(10.0), "xla": _reps(30.0), "spe": [10.0, 10.4, 9.7]}))
+    assert text.startswith("No setting is measurably faster than the default; closest: variant=spe")
+    assert "not significant" in text
+
+
+def test_knobs_tiny_insignificant_gain_is_not_a_gain() -> None:
+    text = verdicts.verdict(_knobs({"default": [10.0, 10.3, 9.8], "spe": [9.9, 10.2, 9.7]}))
+    assert "gain" not in text.lower()
+    assert text.startswith("No setting is measurably faster than the default; largest: variant=spe")
+
+
+# -- generated inputs ---------------------------------------------------------------------------
+
+CLAIMS = ("faster from", "faster at", "Biggest gain")
+
+
+def _random_point(rng: np.random.Generator, coords: dict, center: float) -> tuple[dict, list[float], Any]:
+    n = int(rng.choice([1, 2, 3, 5]))
+    fits = list(center * np.exp(rng.normal(0, float(rng.choice([0.01, 0.05, 0.2])), n)))
+    roll = rng.random()
+    if roll < 0.1:
+        return coords, fits, "skipped"
+    if roll < 0.2:
+        return coords, fits, ["ok"] * (n - 1) + ["timeout"]
+    return coords, fits, "ok"
+
+
+def _gate(view: ScenarioView, rng: np.random.Generator) -> None:
+    for p in view.points:
+        if p.ok_runs and rng.random() < 0.1:
+            for r in p.ok_runs:
+                r.quality["test_accuracy"] = 0.2
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_crossover_wording_holds_over_generated_inputs(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    widths = sorted(rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist())
+    points = []
+    for w in widths:
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "cpu"}, 1.0))
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "gpu"}, float(rng.choice([0.3, 1, 1.03, 3]))))
+    view = _view("gpu_crossover", {"device": "cpu"}, points)
+    _gate(view, rng)
+    text = verdicts.verdict(view)
+    ratios = {}
+    for w in widths:
+        cpu, gpu = (
+            view.point(**{"model.hidden.0": w, "device": "cpu"}),
+            view.point(**{"model.hidden.0": w, "device": "gpu"}),
+        )
+        if verdicts.usable(cpu) and verdicts.usable(gpu):
+            ratios[w] = stats.ratio(cpu.values("timing", "fit_s"), gpu.values("timing", "fit_s"))
+        else:
+            assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)  # every dropped point is named
+    claim = re.search(r"faster (?:from|at) width (\d+)", text)
+    if claim:
+        w = int(claim.group(1))
+        assert ratios[w].faster, text
+        assert all(not r.faster for v, r in ratios.items() if v < w), "the first measurable win is named"
+        assert f"GPU speedup {ratios[w].text()}" in text
+    else:
+        assert not any(r.faster for r in ratios.values()), text
+        assert not any(c in text for c in CLAIMS)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_knobs_wording_holds_over_generated_inputs(seed: int) -> None:
+    rng = np.random.default_rng(1000 + seed)
+    names = ["default", *[f"v{i}" for i in range(int(rng.integers(1, 5)))]]
+    points = [
+        _random_point(rng, {"variant": name}, 10.0 if name == "default" else float(rng.choice([3, 9.7, 10, 10.5, 30])))
+        for name in names
+    ]
+    view = _view("knobs", {"variant": "default"}, points)
+    _gate(view, rng)
+    text = verdicts.verdict(view)
+    base = view.point(variant="default")
+    ratios = {}
+    for p in view.points:
+        if p is base:
+            continue
+        if verdicts.usable(p) and verdicts.usable(base):
+            ratios[p.label] = stats.ratio(base.values("timing", "fit_s"), p.values("timing", "fit_s"))
+        else:
+            assert p.label in text.split("Not compared:")[-1], (p.label, text)
+    gains = {k: r for k, r in ratios.items() if r.faster}
+    if gains:
+        best = max(gains, key=lambda k: gains[k].value)
+        assert text.startswith(f"Biggest gain: {best}, {gains[best].text()}"), text
+    else:
+        assert "gain" not in text.lower() and "faster than the default with" not in text
+        if ratios:
+            closest = max(ratios, key=lambda k: ratios[k].value)
+            assert f": {closest}, {ratios[closest].text()}" in text, text
