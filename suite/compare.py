@@ -12,7 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from suite import stats
-from suite.report import cell
+from suite.markdown import cell, code
 from suite.results import RunResult
 from suite.views import ScenarioView
 
@@ -38,10 +38,20 @@ FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
 ]
 
 
+GPU_FACTS = ("GPU model", "GPU driver")
+
+
 def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
-    """Facts of one machine, from its newest run that reached the worker."""
+    """Facts of one machine: GPU facts from its newest run of a GPU point (a CPU run, in a container
+    above all, sees no GPU), the rest from its newest run that reached the worker."""
     newest = max((v.newest for v in views), key=lambda r: str(r.run.get("finished_at", "")))
-    return {name: str(get(newest)) for name, get in FACTS}
+    gpu_runs = [r for v in views for r in v.gpu_runs]
+    newest_gpu = max(gpu_runs, key=lambda r: str(r.run.get("finished_at", ""))) if gpu_runs else None
+    facts = {}
+    for name, get in FACTS:
+        source = newest_gpu if name in GPU_FACTS and newest_gpu is not None else newest
+        facts[name] = str(get(source))
+    return facts
 
 
 def render(views: list[ScenarioView], reference: str | None = None, title: str = "Hardware comparison") -> str:
@@ -53,9 +63,9 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
     lines = [
         f"# {title}",
         "",
-        f"Machines: {', '.join(f'`{cell(m)}`' for m in machines)}. Reference: `{cell(ref)}`. Each cell is the "
+        f"Machines: {', '.join(code(m) for m in machines)}. Reference: {code(ref)}. Each cell is the "
         "median total `fit` time in seconds; beside it, the reference's time over this machine's "
-        "(above 1: this machine is faster) with a bootstrap 95% interval.",
+        f"(above 1: this machine is faster): the {stats.METHOD}.",
     ]
     by_scenario: dict[str, dict[str, ScenarioView]] = {}
     for v in views:
@@ -63,7 +73,7 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
     alone = []
     for scenario, per_machine in sorted(by_scenario.items()):
         if len(per_machine) < 2 <= len(machines):
-            alone.append(f"{cell(scenario)} (only on `{cell(next(iter(per_machine)))}`)")
+            alone.append(f"{cell(scenario)} (only on {code(next(iter(per_machine)))})")
             continue
         lines += ["", f"## {cell(scenario)}", "", _table(per_machine, machines, ref)]
     if alone:

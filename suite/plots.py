@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from suite import stats  # noqa: E402
+from suite.markdown import plot_text  # noqa: E402
 from suite.plan import axis_name  # noqa: E402
 from suite.verdicts import device_count  # noqa: E402
 from suite.views import Point, ScenarioView  # noqa: E402
@@ -27,31 +28,41 @@ def _fit(p: Point | None) -> list[float]:
 
 
 def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
-    """Steady epoch time against the size axis, one line per device."""
+    """Steady epoch time against the size axis, one line per device, each point at its own value.
+
+    Numeric axes (widths) are placed by value on a log scale, so a point missing on one device
+    cannot shift that curve against the others; any other axis gets one shared slot per value.
+    """
     axis = view.size_axis
-    devices = sorted({p.device for p in view.points})
+    values = list(dict.fromkeys(p.coords.get(axis) for p in view.points))
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
     drawn = False
-    for device in devices:
+    for device in sorted({p.device for p in view.points}):
         pts = [p for p in view.points if p.device == device and p.ok_runs]
         if not pts:
             continue
-        xs = list(range(len(pts)))
+        xs = [p.coords.get(axis) if numeric else values.index(p.coords.get(axis)) for p in pts]
         sums = [p.summary("timing", "steady_epoch_s") for p in pts]
-        ys = [s.median for s in sums]
         errors = [[s.median - s.low for s in sums], [s.high - s.median for s in sums]]
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=errors,
-            marker="o",
-            capsize=3,
-            label=device,
-        )
-        ax.set_xticks(xs, [str(p.coords.get(axis)) for p in pts])
+        ax.errorbar(xs, [s.median for s in sums], yerr=errors, marker="o", capsize=3, label=plot_text(device))
         drawn = True
-    ax.set_xlabel(axis_name(axis) if axis else "point")
+    if numeric:
+        ax.set_xscale("log")
+        ax.set_xticks(values, [plot_text(v) for v in values])
+        ax.minorticks_off()
+    else:
+        ax.set_xticks(range(len(values)), [plot_text(v) for v in values])
+    ax.set_xlabel(plot_text(axis_name(axis) if axis else "point"))
     ax.set_ylabel("steady-state epoch (s), median, min-max")
     return drawn
+
+
+def _bars(ratios: list[stats.Ratio]) -> list[list[float]]:
+    """Error bars from each ratio's interval; none (zero length) where there is no interval."""
+    return [
+        [r.value - r.low if r.low is not None else 0.0 for r in ratios],
+        [r.high - r.value if r.high is not None else 0.0 for r in ratios],
+    ]
 
 
 def speedup(view: ScenarioView, ax: plt.Axes) -> bool:
@@ -65,31 +76,40 @@ def speedup(view: ScenarioView, ax: plt.Axes) -> bool:
         pts = [p for p in same_mode if p.ok_runs] if one else []
         if pts:
             xs = [device_count(p.device) for p in pts]
-            ax.plot(xs, [stats.ratio(_fit(one), _fit(p)).value for p in pts], marker="o", label=f"batch mode {mode}")
+            # The baseline against itself is 1 by definition: no interval to draw.
+            ratios = [stats.Ratio(1.0, None, None) if p is one else stats.ratio(_fit(one), _fit(p)) for p in pts]
+            ax.errorbar(
+                xs,
+                [r.value for r in ratios],
+                yerr=_bars(ratios),
+                marker="o",
+                capsize=3,
+                label=plot_text(f"batch mode {mode}"),
+            )
             drawn = True
     base_n = device_count(base_device)
     ax.plot(counts, [c / base_n for c in counts], linestyle="--", color="grey", label="ideal")
     ax.set_xticks(counts)
-    ax.set_xlabel(f"devices ({base_device.partition(':')[0]})")
-    ax.set_ylabel(f"speedup over {base_device} (fit time)")
+    ax.set_xlabel(plot_text(f"devices ({base_device.partition(':')[0]})"))
+    ax.set_ylabel(plot_text(f"speedup over {base_device} (fit time), 95% interval"))
     return drawn
 
 
 def knob_bars(view: ScenarioView, ax: plt.Axes) -> bool:
     """Speedup of each variant over the default at the same other coordinates, as bars."""
-    labels, values = [], []
+    labels, ratios = [], []
     for p in view.points:
         base = view.baseline_for(p)
         if base is None or base is p or not (p.ok_runs and base.ok_runs):
             continue
-        labels.append(p.label)
-        values.append(stats.ratio(_fit(base), _fit(p)).value)
-    if not values:
+        labels.append(plot_text(p.label))
+        ratios.append(stats.ratio(_fit(base), _fit(p)))
+    if not ratios:
         return False
-    ax.barh(range(len(values)), values)
-    ax.set_yticks(range(len(values)), labels, fontsize=7)
+    ax.barh(range(len(ratios)), [r.value for r in ratios], xerr=_bars(ratios), capsize=3)
+    ax.set_yticks(range(len(ratios)), labels, fontsize=7)
     ax.axvline(1.0, color="grey", linestyle="--")
-    ax.set_xlabel("speedup over the default (fit time)")
+    ax.set_xlabel("speedup over the default (fit time), 95% interval where 3+ runs per side")
     return True
 
 
@@ -109,7 +129,8 @@ def render(view: ScenarioView) -> bytes | None:
     try:
         if not draw(view, ax):
             return None
-        ax.set_title(f"{view.scenario} on {view.machine}" + (" (smoke size)" if view.smoke else ""), fontsize=10)
+        title = f"{view.scenario} on {view.machine}" + (" (smoke size)" if view.smoke else "")
+        ax.set_title(plot_text(title), fontsize=10)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)

@@ -6,15 +6,21 @@ One page per scenario (``<scenario>.md``) with a section per machine, and an ind
 
 from __future__ import annotations
 
+import shlex
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import numpy as np
 from tabulate import tabulate
 
-from suite import plots, stats, verdicts
+from suite import compare, plots, stats, verdicts
+from suite.markdown import cell, code
 from suite.plan import parse_device
 from suite.views import ACCURACY_GATE, Point, ScenarioView, load_views
+
+__all__ = ["cell", "render_index", "render_scenario", "write_reports"]
 
 HEADERS = [
     "point",
@@ -30,11 +36,6 @@ HEADERS = [
     "test accuracy",
     "notes",
 ]
-
-
-def cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ").strip()
 
 
 def _num(value: float | None, fmt: str = ".2f") -> str:
@@ -53,6 +54,8 @@ def _row(view: ScenarioView, p: Point) -> list[str]:
         notes.append("first repetition an outlier")
     if p.ok_runs and not p.passes_gate:
         notes.append(f"below the accuracy gate ({ACCURACY_GATE:.0%}): excluded from the verdict")
+    if any(r.timing.get("steady_includes_first_epoch") for r in p.ok_runs):
+        notes.append("one epoch: the steady epoch includes tracing and compilation")
     if steady and first and first.median > 2 * steady.median:
         notes.append("first epoch much slower (tracing/compilation)")
     base = view.baseline_for(p)
@@ -63,32 +66,44 @@ def _row(view: ScenarioView, p: Point) -> list[str]:
     else:
         speed = "-"
     steady_text = f"{steady.median:.3f} ({steady.low:.3f}-{steady.high:.3f})" if steady else "-"
-    return [
+    row = [
         p.label,
         p.status,
         f"{len(p.ok_runs)}/{len(p.runs)}",
         _num(fit.median if fit else None),
         steady_text,
         _num(eps.median if eps else None, ",.0f"),
-        _num(first.median if first else None),
+        _first_epoch(first),
         _step_overhead(p),
         _flops(p),
         speed,
         _num(p.accuracy, ".3f"),
         "; ".join(notes),
     ]
+    return [cell(c) for c in row]
+
+
+def _first_epoch(first: stats.Summary | None) -> str:
+    """The first epoch's time beyond a steady one; below zero it is noise, and says so."""
+    if first is None:
+        return "-"
+    return f"{first.median:.2f}" if first.median >= 0 else f"{first.median:.2f} (noise: none measurable)"
 
 
 def _step_overhead(p: Point) -> str:
-    """'X of Y': the near-empty model's step time against this model's, in ms."""
+    """'X of Y (Z%)': the model with every width 1, trained the same way, against this model's step, in ms."""
     step, floor = p.summary("timing", "step_s"), p.summary("timing", "step_floor_s")
     if not (step and floor):
         return "-"
-    return f"{floor.median * 1e3:.2f} of {step.median * 1e3:.2f} ({min(1.0, floor.median / step.median):.0%})"
+    text = f"{floor.median * 1e3:.2f} of {step.median * 1e3:.2f}"
+    if floor.median >= step.median:
+        return f"{text} (at or above the step time: all fixed cost, within noise)"
+    return f"{text} ({floor.median / step.median:.0%})"
 
 
 def peak_of(run: Any) -> float | None:
-    """The calibrated float32 peak of the device set: per-device peak x GPUs (CPUs share one peak)."""
+    """The calibrated peak of the device set in the run's compute dtype: per-device peak x GPUs
+    (logical CPU devices share one CPU, so one peak)."""
     peak = run.work.get("peak") or {}
     if not peak.get("flops_per_s"):
         return None
@@ -101,28 +116,30 @@ def _flops(p: Point) -> str:
     if not achieved:
         return "-"
     peaks = [peak_of(r) for r in p.ok_runs if peak_of(r)]
-    share = f" ({achieved.median / peaks[0]:.1%})" if peaks else ""
-    return f"{achieved.median / 1e9:,.1f}{share}"
+    text = f"{achieved.median / 1e9:,.1f}"
+    if not peaks:
+        return text
+    share = achieved.median / float(np.median(peaks))
+    flag = ": above the measured peak, check the calibration" if share > 1 else ""
+    return f"{text} ({share:.1%}{flag})"
 
 
 def _environment(view: ScenarioView) -> list[str]:
     r = view.newest
     env, run = r.environment, r.run
     host, versions = env.get("host", {}), env.get("versions", {})
-    gpus = env.get("gpus_driver") or []
-    gpu_text = ", ".join(f"{g['name']} ({g['memory_mib']} MiB, driver {g['driver']})" for g in gpus) or "none seen"
-    sources = sorted({p.ok_runs[0].quality.get("data_source", "?") for p in view.points if p.ok_runs})
     lines = [
-        f"- Machine: `{cell(view.machine)}`, backend `{cell(run.get('backend', '?'))}`"
-        + (f", image `{cell(run['image'])}`" if run.get("image") else ""),
-        f"- CPU: {cell(host.get('cpu_model', '?'))}, {host.get('cpu_count', '?')} logical cores",
-        f"- GPUs: {cell(gpu_text)}",
+        f"- Machine: {code(view.machine)}, backend {code(run.get('backend', '?'))}"
+        + (f", image {code(run['image'])}" if run.get("image") else ""),
+        f"- CPU: {cell(host.get('cpu_model', '?'))}, {cell(host.get('cpu_count', '?'))} logical cores",
+        f"- GPUs: {cell(_gpu_text(view))}",
         f"- Python {cell(host.get('python', '?'))}, TensorFlow {cell(versions.get('tensorflow', '-'))}, "
         f"Keras {cell(versions.get('keras', '?'))} (backend {cell(versions.get('keras_backend', '?'))}), "
         f"CUDA/cuDNN built for: {cell(versions.get('tf_cuda_build') or '-')}"
         f"/{cell(versions.get('tf_cudnn_build') or '-')}",
-        f"- Data: {cell(', '.join(sources) or 'no run completed')}",
     ]
+    sources = sorted({p.ok_runs[0].quality.get("data_source", "?") for p in view.points if p.ok_runs})
+    lines.append(f"- Data: {cell(', '.join(sources) or 'no run completed')}")
     if "synthetic" in sources:
         detail = next(p.ok_runs[0].quality.get("data_detail", "") for p in view.points if p.ok_runs)
         lines.append(f"- **The data was synthetic** (MNIST's shapes, not its digits): {cell(detail)}")
@@ -134,23 +151,59 @@ def _environment(view: ScenarioView) -> list[str]:
     return lines
 
 
+def _gpu_text(view: ScenarioView) -> str:
+    """The GPUs the GPU points ran on, from those runs' own records; never a CPU run's view."""
+    seen: dict[str, None] = {}
+    for r in view.gpu_runs:
+        for g in r.environment.get("gpus_driver") or []:
+            seen[f"{g.get('name')} ({g.get('memory_mib')} MiB, driver {g.get('driver')})"] = None
+    if seen:
+        return ", ".join(seen)
+    if any(p.device.startswith("gpu") for p in view.points):
+        return "none: no GPU point ran"
+    return "none used (no GPU point in this scenario)"
+
+
 def _failures(view: ScenarioView) -> list[str]:
     out = []
     for p in view.points:
         for r in p.runs:
             if not r.ok:
                 msg = r.message.splitlines()[0] if r.message else ""
-                out.append(f"- [{cell(p.label)}] repetition {r.spec.get('repetition', 0)}: `{r.status}`: {cell(msg)}")
+                rep = r.spec.get("repetition", 0)
+                out.append(f"- {cell(p.label)}, repetition {cell(rep)}: {code(r.status)}: {cell(msg)}")
     return out
 
 
 def _reproduce(view: ScenarioView) -> str:
     spec, run = view.spec, view.newest.run
-    parts = ["python -m suite run", spec.get("scenario_file", f"scenarios/{view.scenario}.yaml")]
-    parts.append(f"--backend {run.get('backend', 'local')}")
+    parts = ["python -m suite run", shlex.quote(spec.get("scenario_file", f"scenarios/{view.scenario}.yaml"))]
+    parts.append(f"--backend {shlex.quote(str(run.get('backend', 'local')))}")
     if view.smoke:
         parts.append("--smoke")
     return " ".join(parts) + " && python -m suite report"
+
+
+def _method(views: list[ScenarioView]) -> str:
+    """How every column is computed, with the FLOP count as the results themselves record it."""
+    runs = [r for view in views for p in view.points for r in p.ok_runs]
+    counted = sorted({str(r.work["flops_counted"]) for r in runs if "flops_counted" in r.work})
+    flops = "; ".join(counted) or "not recorded"
+    return (
+        "*Fit time*: the whole `model.fit`, the figure the original questions "
+        "compared; median over repetitions, each a fresh process or container. *Steady epoch*: each run's "
+        "median epoch after the first, median (min-max) over repetitions; *examples/s* follows from it. "
+        "*First-epoch overhead*: the first epoch's time beyond a steady one (tracing, compilation); below "
+        "zero it is noise. *Fixed cost per step*: the step time of the same model with every hidden width 1, "
+        "trained the same way (depth, activation, dropout, optimizer, data, batch, steps_per_execution, "
+        "dtype policy, devices; median of 3 epochs after a first), against this model's step: the part of "
+        "each step that is not arithmetic. *GFLOP/s*: steady examples/s times the FLOPs per example counted "
+        f"as {cell(flops)}. *% of peak*: against a chain of square matmuls timed in the same process, device set "
+        "and compute dtype (median of 7 batches; measured once per `suite run` for each device kind, dtype and "
+        "thread setting; float32 on NVIDIA GPUs from Ampere on may run as TF32, which the result records). "
+        f"*Speedup*: the baseline's fit time over this point's, the {cell(stats.METHOD)}; \"not significant\" "
+        "when the interval holds 1, and no difference that is not significant is called a gain."
+    )
 
 
 def plot_name(view: ScenarioView) -> str:
@@ -169,24 +222,16 @@ def render_scenario(views: list[ScenarioView], plotted: frozenset[str] = frozens
         lines += ["", cell(description)]
     for view in views:
         rows = [_row(view, p) for p in view.points]
-        lines += ["", f"## On `{cell(view.machine)}`", "", "### Environment", "", *_environment(view)]
+        lines += ["", f"## On {code(view.machine)}", "", "### Environment", "", *_environment(view)]
         lines += ["", "### Results", "", tabulate(rows, headers=HEADERS, tablefmt="github", disable_numparse=True)]
         if plot_name(view) in plotted:
-            lines += ["", f"![{cell(view.scenario)} on {cell(view.machine)}]({plot_name(view)})"]
-        lines += [
-            "",
-            "Fit time is the whole `model.fit` (the figure the original questions compared); the steady "
-            "epoch leaves out the first epoch, which holds tracing and compilation. Fixed cost per step is "
-            "the step time of a one-unit model trained the same way (same data, batch, device and settings) "
-            "against this model's: the part of each step that is not arithmetic. GFLOP/s counts the dense "
-            "layers' training FLOPs (3 x forward); the peak is a float32 matmul timed in the same process "
-            "and device set. Speedup is the baseline's median fit time over this point's, with a bootstrap "
-            "95% interval.",
-        ]
+            alt = f"{cell(view.scenario)} on {cell(view.machine)}"
+            lines += ["", f"![{alt}]({quote(plot_name(view))})"]
         failures = _failures(view)
         if failures:
             lines += ["", "### Failures and skips", "", *failures]
-        lines += ["", "### Reproduce", "", f"`{_reproduce(view)}`"]
+        lines += ["", "### Reproduce", "", code(_reproduce(view))]
+    lines += ["", "## How each column is computed", "", _method(views)]
     return "\n".join(lines) + "\n"
 
 
@@ -194,7 +239,7 @@ def render_index(by_scenario: dict[str, list[ScenarioView]]) -> str:
     rows = []
     for name, views in sorted(by_scenario.items()):
         for view in views:
-            rows.append([f"[{cell(name)}]({name}.md)", cell(view.machine), cell(verdicts.verdict(view))])
+            rows.append([f"[{cell(name)}]({quote(name)}.md)", cell(view.machine), cell(verdicts.verdict(view))])
     table = tabulate(rows, headers=["scenario", "machine", "verdict"], tablefmt="github", disable_numparse=True)
     return (
         "# Reports\n\nGenerated by `python -m suite report` from the result files under `results/` "
@@ -205,8 +250,6 @@ def render_index(by_scenario: dict[str, list[ScenarioView]]) -> str:
 
 def write_reports(results_dir: Path, out_dir: Path, reference: str | None = None) -> list[Path]:
     """Scenario pages, their plots, the index and the hardware comparison; returns the paths written."""
-    from suite import compare  # compare renders with this module's cell()
-
     by_scenario: dict[str, list[ScenarioView]] = defaultdict(list)
     for view in load_views(results_dir):
         by_scenario[view.scenario].append(view)

@@ -5,7 +5,7 @@ log times: the ratio of geometric means, exp(mean(log a) - mean(log b)), with Sa
 degrees of freedom. It assumes independent repetitions (the plan interleaves them) with
 log-normal noise, each side with its own spread. It is the one method whose stated level holds
 at the handful of repetitions a benchmark can afford: a percentile bootstrap of a ratio of
-medians, tried first, covered the truth in 66% of trials at 2 runs per side and 90% at 3
+medians, tried first, covered the truth in 67% of trials at 2 runs per side and 90% at 3
 (tests/test_stats.py simulates the level at the counts the suite uses).
 
 Below ``MIN_RUNS_FOR_INTERVAL`` per side no interval is given and nothing is called significant:
@@ -87,7 +87,16 @@ class Ratio:
             few = min(self.runs)
             return f"{base} ({few} run{'s' if few != 1 else ''} on a side: no interval, {MIN_RUNS_FOR_INTERVAL} needed)"
         tail = "" if self.significant else ", not significant"
-        return f"{base} ({LEVEL:.0%} CI {self.low:.2f}-{self.high:.2f}{tail})"
+        return f"{base} ({LEVEL:.0%} CI {_bound(self.low)}-{_bound(self.high)}{tail})"
+
+
+def _bound(x: float) -> str:
+    """Two decimals, or as many more as it takes for a bound that excludes 1 not to print as 1.00."""
+    for digits in range(2, 7):
+        text = f"{x:.{digits}f}"
+        if x == 1.0 or float(text) != 1.0:
+            return text
+    return f"{x:.6f}"
 
 
 def welch_log_interval(

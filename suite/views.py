@@ -73,6 +73,11 @@ class ScenarioView:
         return max(ran, key=lambda r: str(r.run.get("finished_at", "")))
 
     @property
+    def gpu_runs(self) -> list[RunResult]:
+        """Runs of GPU points that reached the worker: the only ones whose GPU facts describe them."""
+        return [r for p in self.points if p.device.startswith("gpu") for r in p.runs if r.environment]
+
+    @property
     def spec(self) -> dict[str, Any]:
         return self.newest.spec
 

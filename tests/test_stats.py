@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from scipy import stats as scipy_stats
 
 from suite import stats
@@ -83,3 +82,9 @@ def test_interval_containing_one_is_not_significant() -> None:
 def test_no_spread_at_all_gives_a_point_interval() -> None:
     r = stats.ratio([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])
     assert (r.value, r.low, r.high) == pytest.approx((2.0, 2.0, 2.0)) and r.faster
+
+
+def test_a_bound_that_excludes_one_never_prints_as_one() -> None:
+    r = stats.Ratio(1.2, 1.0004, 1.44, (3, 3))
+    assert r.significant and r.text() == "1.20x (95% CI 1.0004-1.44)"
+    assert stats.Ratio(1.0, 0.9, 1.0, (3, 3)).text() == "1.00x (95% CI 0.90-1.00, not significant)"

@@ -1,0 +1,131 @@
+"""Table cells at their edges: figures that would mislead are shown as what they are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite import report
+from suite.results import RunResult
+from suite.views import Point, ScenarioView
+
+
+def _point(timing: dict[str, Any], work: dict[str, Any] | None = None, device: str = "gpu:2") -> tuple:
+    spec = {
+        "scenario": "s",
+        "point": {"device": device},
+        "point_label": f"device={device}",
+        "repetition": 0,
+        "config": {"device": device, "training": {"batch_size": 128}},
+        "fingerprint": "f",
+        "report": {},
+    }
+    runs = [
+        RunResult(
+            status="ok", spec={**spec, "repetition": i}, timing=timing, work=work or {}, quality={"test_accuracy": 0.97}
+        )
+        for i in range(3)
+    ]
+    p = Point(spec["point_label"], spec["point"], runs)
+    view = ScenarioView("m", "s", False, [p])
+    return view, p, dict(zip(report.HEADERS, report._row(view, p), strict=True))
+
+
+def test_probe_slower_than_the_model_is_noise_not_100_percent() -> None:
+    _, _, row = _point({"step_s": 0.010, "step_floor_s": 0.012, "fit_s": 1.0})
+    assert row["fixed cost per step (ms)"] == "12.00 of 10.00 (at or above the step time: all fixed cost, within noise)"
+    _, _, row = _point({"step_s": 0.010, "step_floor_s": 0.004, "fit_s": 1.0})
+    assert row["fixed cost per step (ms)"] == "4.00 of 10.00 (40%)"
+
+
+def test_share_of_peak_counts_every_gpu_and_flags_over_100() -> None:
+    work = {"achieved_flops_per_s": 30e9, "peak": {"flops_per_s": 10e9}}
+    _, _, row = _point({"fit_s": 1.0}, work, device="gpu:2")
+    assert row["GFLOP/s (% of peak)"] == "30.0 (150.0%: above the measured peak, check the calibration)"
+    _, _, row = _point({"fit_s": 1.0}, {**work, "peak": {"flops_per_s": 100e9}}, device="gpu:2")
+    assert row["GFLOP/s (% of peak)"] == "30.0 (15.0%)", "the peak of 2 GPUs is twice one's"
+
+
+def test_negative_first_epoch_overhead_is_noise() -> None:
+    _, _, row = _point({"fit_s": 1.0, "first_epoch_overhead_s": -0.05})
+    assert row["first-epoch overhead (s)"] == "-0.05 (noise: none measurable)"
+
+
+def test_one_epoch_says_the_steady_figure_holds_compilation() -> None:
+    _, _, row = _point({"fit_s": 1.0, "steady_epoch_s": 1.0, "steady_includes_first_epoch": True})
+    assert "one epoch: the steady epoch includes tracing and compilation" in row["notes"]
+
+
+def _env_run(device: str, finished: str, gpus: list[dict]) -> RunResult:
+    spec = {
+        "scenario": "s",
+        "point": {"device": device},
+        "point_label": f"device={device}",
+        "repetition": 0,
+        "config": {"device": device, "training": {"batch_size": 128}},
+        "fingerprint": device,
+        "report": {},
+    }
+    return RunResult(
+        status="ok",
+        spec=spec,
+        run={"finished_at": finished, "backend": "docker"},
+        timing={"fit_s": 1.0},
+        quality={"test_accuracy": 0.97},
+        environment={"host": {}, "versions": {}, "gpus_driver": gpus},
+    )
+
+
+def test_gpu_facts_come_from_the_gpu_points() -> None:
+    h100 = [{"name": "NVIDIA H100", "memory_mib": 81559, "driver": "550.1", "uuid": "GPU-1", "index": 0}]
+    gpu_run = _env_run("gpu", "2026-01-01T00:00:00", h100)
+    cpu_run = _env_run("cpu", "2026-01-02T00:00:00", [])  # newer, in a CPU container: sees no GPU
+    view = ScenarioView(
+        "m",
+        "s",
+        False,
+        [Point("device=gpu", {"device": "gpu"}, [gpu_run]), Point("device=cpu", {"device": "cpu"}, [cpu_run])],
+    )
+    assert "- GPUs: NVIDIA H100 (81559 MiB, driver 550.1)" in report._environment(view)
+    from suite import compare
+
+    facts = compare.machine_facts([view])
+    assert facts["GPU model"] == "NVIDIA H100" and facts["GPU driver"] == "550.1"
+
+
+def test_crossover_plot_places_points_by_value() -> None:
+    import matplotlib.pyplot as plt
+
+    from suite import plots
+
+    def run(width: int, device: str) -> RunResult:
+        spec = {
+            "scenario": "s",
+            "point": {"model.hidden.0": width, "device": device},
+            "point_label": f"{width}-{device}",
+            "repetition": 0,
+            "fingerprint": f"{width}{device}",
+            "config": {"device": device, "training": {"batch_size": 128}},
+            "report": {"verdict": "gpu_crossover"},
+        }
+        return RunResult(
+            status="ok",
+            spec=spec,
+            timing={"steady_epoch_s": width / 100, "fit_s": 1.0},
+            quality={"test_accuracy": 0.97},
+            run={"finished_at": "x"},
+        )
+
+    points = [
+        Point(f"{w}-{d}", {"model.hidden.0": w, "device": d}, [run(w, d)])
+        for w in (100, 750, 2000)
+        for d in ("cpu", "gpu")
+        if not (w == 100 and d == "gpu")
+    ]
+    fig, ax = plt.subplots()
+    try:
+        assert plots.crossover(ScenarioView("m", "s", False, points), ax)
+        xs = {c.get_label(): list(c.lines[0].get_xdata()) for c in ax.containers}
+        assert xs == {"cpu": [100, 750, 2000], "gpu": [750, 2000]}, "the GPU curve starts at 750, not at 100"
+        assert ax.get_xscale() == "log"
+    finally:
+        plt.close(fig)
