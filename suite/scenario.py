@@ -364,7 +364,7 @@ def load(path: str | Path) -> Scenario:
             ck.fail(key, "required; a non-empty string")
     if isinstance(data.get("name"), str) and not re.match(r"^[A-Za-z0-9_.-]+$", data["name"]):
         ck.fail("name", "letters, digits, '_', '.', '-' only (it names files)")
-    repeats = data.get("repeats", 3)
+    repeats = data.get("repeats", 5)
     if not (_is_int(repeats) and repeats >= 1):
         ck.fail("repeats", f"got {repeats!r}; allowed: an integer >= 1")
 
