@@ -169,4 +169,4 @@ def test_cli_check_prints_plan() -> None:
     proc = suite_cli("check", SCENARIOS / "mnist_mlp_width.yaml")
     assert proc.returncode == 0, proc.stderr
     assert "width=2000, device=gpu" in proc.stdout
-    assert "12 points, 36 runs" in proc.stdout
+    assert "12 points, 60 runs" in proc.stdout  # 5 repetitions each
