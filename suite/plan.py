@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.scenario import Scenario, apply_overrides
-from suite.worker.train import parse_device  # one definition, shared with the worker
+from suite.settings import Scenario, apply_overrides
+from suite.worker.devices import parse_device  # one definition, shared with the worker
 
 __all__ = ["RunSpec", "axis_name", "expand", "fingerprint_of", "interleave", "parse_device"]
 

@@ -13,18 +13,13 @@ from suite.worker import data as data_mod
 from suite.worker import facts, probes
 from suite.worker import model as model_mod
 from suite.worker import timing as timing_mod
+from suite.worker.devices import parse_device
 
 T0 = time.time()
 
 
 class DeviceMismatch(Exception):
     """The framework sees other devices than the spec asks for: never a number."""
-
-
-def parse_device(device: str) -> tuple[str, int]:
-    """'cpu' -> ('cpu', 1); 'gpu:4' -> ('gpu', 4); the scenario loader has validated the form."""
-    kind, _, count = device.partition(":")
-    return kind, int(count) if count else 1
 
 
 def run(spec: dict[str, Any], record: dict[str, Any]) -> None:

@@ -1,0 +1,76 @@
+"""The package's shape: data flows one way, so imports form no cycle and the host keeps off worker training."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SUITE = Path(__file__).resolve().parents[1] / "suite"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SUITE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """suite module -> the suite modules it imports, at any depth in the file (lazy imports count too)."""
+    modules = {_module(p): p for p in SUITE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # "from suite import plan" imports suite.plan; "from suite.plan import RunSpec" imports suite.plan.
+                found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+        graph[name] = {m for m in found if m in modules and m != name and m != "suite"}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_plan_does_not_import_the_yaml_loader() -> None:
+    assert "suite.scenario" not in _graph()["suite.plan"]
+
+
+def test_host_side_never_imports_the_worker_training_module() -> None:
+    graph = _graph()
+    users = [m for m, deps in graph.items() if "suite.worker.train" in deps and not m.startswith("suite.worker")]
+    assert not users, f"host modules importing suite.worker.train: {users}"
+
+
+@pytest.mark.parametrize("module", ["suite.settings", "suite.plan", "suite.scenario", "suite.runner", "suite.cli"])
+def test_each_module_imports_alone(module: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
