@@ -10,22 +10,23 @@ VENV=${SUITE_VENV:-.venv}
 ensure_venv "$VENV" requirements/host.txt "${SUITE_WORKER_REQUIREMENTS:-requirements/worker-cpu.txt}"
 
 report_args=()
+backend=auto
 prev=""
 for arg in "$@"; do
-  case "$prev" in --results) report_args=(--results "$arg") ;; esac
-  case "$arg" in --results=*) report_args=("$arg") ;; esac
+  case "$prev" in --results) report_args=(--results "$arg") ;; --backend) backend=$arg ;; esac
+  case "$arg" in --results=*) report_args=("$arg") ;; --backend=*) backend=${arg#--backend=} ;; esac
   prev=$arg
 done
 
-# Where a Docker engine answers, build (or confirm) the images this machine's runs use, so that
-# --backend auto (the default) runs in containers; where that cannot be done, runs go local.
-case " $* " in
-  *" --backend local "*|*" --backend=local "*) ;;
-  *) if "$VENV/bin/python" -c "from suite.engine import engine_answers as a; raise SystemExit(not a())"; then
-       "$VENV/bin/python" -m suite images build --needed \
-         || echo "images not built (see above); --backend auto falls back to the local backend" >&2
-     fi ;;
-esac
+# Get the chosen backend ready before the run (the registry in suite/backends knows what each needs:
+# the Docker one builds or confirms the images this machine's runs use, so that --backend auto,
+# the default, runs in containers). Where that cannot be done, auto picks the next backend.
+ready=0
+"$VENV/bin/python" -m suite backends --prepare "$backend" || ready=$?
+if [ "$ready" -eq 2 ]; then exit 2; fi  # bad input, e.g. a backend name the registry does not know
+if [ "$ready" -ne 0 ]; then
+  echo "backend $backend not ready (see above); --backend auto picks the next one that can run" >&2
+fi
 
 status=0
 "$VENV/bin/python" -m suite run "$@" || status=$?

@@ -1,4 +1,4 @@
-"""``python -m suite``: run, check, report, env (and images, compare where present).
+"""``python -m suite``: run, check, report, env, images, compare, backends.
 
 Exit codes: 0 everything ran (skips included), 1 some run failed (the failure is recorded and
 reported), 2 bad input (scenario, results or arguments), 130 interrupted.
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from suite import hostinfo, plan, results, runner
+from suite import backends, hostinfo, plan, results, runner
 from suite.scenario import ScenarioError, load_all
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, results.ResultError, UsageError) as exc:
+    except (ScenarioError, results.ResultError, UsageError, backends.BackendUnavailable, runner.FolderBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -42,16 +43,12 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run scenarios and record one result file per run")
     _scenario_args(r)
-    r.add_argument(
-        "--backend",
-        choices=("auto", "local", "docker"),
-        default="auto",
-        help="auto: docker when an engine answers and the images are there, else local",
-    )
+    _backend_arg(r)
     r.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results folder (default: reports/results)")
     r.add_argument("--fresh", action="store_true", help="rerun runs that already have an ok result")
     r.add_argument("--machine", help="name of this machine's results folder (default: the hostname)")
     r.add_argument("--docker-host", help="Docker daemon address (default: DOCKER_HOST or the local socket)")
+    r.add_argument("--wait", action="store_true", help="when another `suite run` holds the results folder, wait")
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate scenarios and print the expanded plan without running")
@@ -77,10 +74,26 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("--docker-host")
     im.set_defaults(func=cmd_images)
 
+    b = sub.add_parser("backends", help="the backends --backend accepts; --prepare gets one ready (builds images)")
+    b.add_argument("--names", action="store_true", help="names only, one per line (for scripts)")
+    b.add_argument("--prepare", choices=backends.names(), metavar="NAME", help="get NAME ready; auto: every backend")
+    b.add_argument("--docker-host")
+    b.set_defaults(func=cmd_backends, results=DEFAULT_RESULTS, machine=None)
+
     e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
     e.add_argument("--docker-host")
     e.set_defaults(func=cmd_env)
     return p
+
+
+def _backend_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--backend",
+        choices=backends.names(),
+        default=backends.AUTO,
+        help="auto: the first of " + ", ".join(backends.BACKENDS) + " that can run here (docker: an engine "
+        "answers and the images are there)",
+    )
 
 
 def _scenario_args(p: argparse.ArgumentParser) -> None:
@@ -123,39 +136,54 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backend_options(args: argparse.Namespace) -> backends.BackendOptions:
+    return backends.BackendOptions(
+        machine=args.machine or hostinfo.machine_name(), results_dir=args.results, docker_host=args.docker_host
+    )
+
+
 def make_backend(name: str, args: argparse.Namespace) -> Any:
-    from suite.backends.local import LocalBackend
-
-    machine = args.machine or hostinfo.machine_name()
-    if name == "auto":
-        name = _auto_backend(args)
-    if name == "local":
-        return LocalBackend(machine=machine)
-    try:
-        from suite.backends.docker import DockerBackend
-    except ImportError as exc:
-        raise UsageError(f"--backend docker is not available: {exc}") from None
-    return DockerBackend(machine=machine, docker_host=args.docker_host, results_dir=args.results)
-
-
-def _auto_backend(args: argparse.Namespace) -> str:
-    try:
-        from suite.backends.docker import auto_choice
-    except ImportError:
-        return "local"
-    choice, why = auto_choice(docker_host=args.docker_host)
-    print(f"backend: {choice} ({why})")
-    return choice
+    """The backend ``--backend`` names, ``auto`` resolved; raises BackendUnavailable when it cannot work here."""
+    opts = _backend_options(args)
+    if name == backends.AUTO:
+        name, why = backends.choose(opts)
+        print(f"backend: {name} ({why})")
+    return backends.make(name, opts)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     specs = _load_plan(args)
-    backend = make_backend(args.backend, args)
-    print(f"{len(specs)} runs on backend {backend.name}, results in {args.results / backend.machine}")
-    summary = runner.run_plan(specs, backend, args.results, backend.machine, fresh=args.fresh)
+    machine = args.machine or hostinfo.machine_name()
+    folder = runner.machine_dir(args.results, machine)
+    _check_writable(folder)
+    with runner.hold_folder(folder, wait=args.wait):
+        backend = make_backend(args.backend, args)
+        print(f"{len(specs)} runs on backend {backend.name}, results in {folder}")
+        summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty())
     for line in summary.lines():
         print(line)
     return 1 if summary.failed else 0
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuse a results folder that cannot hold results before anything runs, not after the first run."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageError(f"results folder {folder} cannot be created or written: {exc.strerror or exc}") from None
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    if args.prepare:
+        failed = backends.prepare(args.prepare, _backend_options(args))
+        for line in failed:
+            print(f"not ready: {line}", file=sys.stderr)
+        return 1 if failed else 0
+    for name, entry in backends.BACKENDS.items():
+        print(name if args.names else f"{name}: {entry.about}")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -200,7 +228,7 @@ def cmd_images(args: argparse.Namespace) -> int:
             print(tabulate([[r[k] for k in keys] for r in rows], headers=keys, tablefmt="github"))
         elif args.action == "build":
             override = {"BASE_IMAGE": args.base} if args.base else None
-            names = args.names or (_needed_images(images) if args.needed else None)
+            names = args.names or (images.needed_images() if args.needed else None)
             images.build_images(names, override, docker_host=args.docker_host, force=args.force)
         else:
             images.lock_images(args.names or None, docker_host=args.docker_host)
@@ -210,12 +238,6 @@ def cmd_images(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _needed_images(images: Any) -> list[str]:
-    defaults = images.load_catalog().defaults
-    gpus, _ = hostinfo.gpu_inventory()
-    return [defaults["cpu"]] + ([defaults["gpu"]] if gpus else [])
 
 
 def cmd_env(args: argparse.Namespace) -> int:

@@ -208,6 +208,15 @@ def plan_build(
     return BuildPlan(name, tag, args, files, labels, context_hash)
 
 
+def needed_images() -> list[str]:
+    """The images this machine's runs use by default: the CPU one, and the GPU one where GPUs are."""
+    from suite import hostinfo
+
+    defaults = load_catalog().defaults
+    gpus, _ = hostinfo.gpu_inventory()
+    return [defaults["cpu"]] + ([defaults["gpu"]] if gpus else [])
+
+
 def list_images(client: Any = None, docker_host: str | None = None) -> list[dict[str, Any]]:
     """One row per catalog image, with its state on the engine (``built``, ``stale``, ``missing``)."""
     catalog, lock = load_catalog(), load_lock()

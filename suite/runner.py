@@ -7,19 +7,33 @@ flight (hyperfine's rule: export after every benchmark).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import inspect
+import json
+import os
 import signal
+import socket
+import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from suite import results
 from suite.backends.base import Backend
 from suite.plan import RunSpec, parse_device
+from suite.progress import Progress, Ticker, duration_text
+from suite.results import FAILED, STATUS_SKIPPED
 
-FAILED = ("error", "timeout", "host_oom", "gpu_oom", "nan_loss", "device_mismatch", "image_unavailable")
+LOCK_NAME = ".suite-run.lock"  # a dot name: never read as a result
+
+
+class FolderBusy(Exception):
+    """Another ``suite run`` holds the results folder; the message names it."""
 
 
 @dataclass
@@ -51,6 +65,68 @@ def previous_runs(folder: Path) -> dict[tuple[str, int], results.RunResult]:
     return results.latest_by_run([r for _, r in results.load_folder(folder)])
 
 
+@contextlib.contextmanager
+def hold_folder(folder: Path, *, wait: bool = False, say: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold ``folder`` for one ``suite run``: a second run on it would run the same points again.
+
+    An advisory ``flock`` on a file inside, which records who holds it: the kernel releases it when
+    the holder exits, also by SIGKILL, so a dead run never blocks the next one.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(path)
+            if not wait:
+                raise FolderBusy(
+                    f"results folder {folder} is in use by {holder}; let it finish, or pass --wait to run after it"
+                ) from None
+            say(f"waiting for {holder} to finish with {folder}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock; the file stays, so a waiting run keeps locking the same inode
+
+
+def _holder(path: Path) -> str:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return f"`suite run` process {data['pid']} on host {data['host']} (since {data['started_at']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another `suite run`"  # it holds the lock but has not written its name yet
+
+
+@dataclass
+class _Step:
+    """One spec and what the plan does with it, decided before the first run so the ETA knows the work."""
+
+    spec: RunSpec
+    before: results.RunResult | None
+    action: str  # "done" (ok on file), "skip-again" (same skip on file), "skip", "run"
+    reason: str | None = None
+
+
+def _steps(specs: list[RunSpec], backend: Backend, previous: dict) -> list[_Step]:
+    steps = []
+    for spec in specs:
+        before = previous.get((spec.fingerprint, spec.repetition))
+        if before is not None and before.ok:
+            steps.append(_Step(spec, before, "done"))
+            continue
+        reason = backend.skip_reason(spec)
+        if reason and before is not None and before.status == STATUS_SKIPPED and before.message == reason:
+            steps.append(_Step(spec, before, "skip-again", reason))
+        else:
+            steps.append(_Step(spec, before, "skip" if reason else "run", reason))
+    return steps
+
+
 def run_plan(
     specs: list[RunSpec],
     backend: Backend,
@@ -59,39 +135,67 @@ def run_plan(
     *,
     fresh: bool = False,
     say: Callable[[str], None] = print,
+    live: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Summary:
+    """Run every spec in order and save each result as it comes.
+
+    live: keep a status line (run, epoch, elapsed, plan ETA) on stdout, a terminal; otherwise only
+        the line each run prints when it ends.
+    """
     summary = Summary()
     folder = machine_dir(results_dir, machine)
     previous = {} if fresh else previous_runs(folder)
     peaks: dict[tuple, dict] = {}
+    progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock)
     old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        for i, spec in enumerate(specs, 1):
-            head = f"[{i}/{len(specs)}] {spec.scenario} [{spec.point_label}] rep {spec.repetition}"
-            before = previous.get((spec.fingerprint, spec.repetition))
-            if before is not None and before.ok:
-                summary.counts["already done"] += 1
-                say(f"{head}: already done (ok result on file; --fresh reruns)")
-                continue
-            t = time.perf_counter()
-            reason = backend.skip_reason(spec)
-            if reason and before is not None and before.status == "skipped" and before.message == reason:
-                summary.counts["skipped"] += 1
-                say(f"{head}: skipped, as recorded before: {reason}")
-                continue
-            result = backend.skipped(spec, reason) if reason else _run_with_peak(spec, backend, peaks)
-            path = results.save(result, folder / spec.scenario, spec.run_id)
-            summary.counts[result.status] += 1
-            detail = _detail(result)
-            if result.status in FAILED:
-                summary.failures.append(
-                    f"{head}: {result.status}: {result.message.splitlines()[0] if result.message else ''}"
-                )
-            say(f"{head}: {result.status}{detail} ({time.perf_counter() - t:.1f} s) -> {path}")
+        steps = _steps(specs, backend, previous)
+        progress.plan([s.spec.fingerprint for s in steps if s.action == "run"])
+        events = _accepts_on_event(backend)
+        with Ticker(progress):
+            for i, step in enumerate(steps, 1):
+                spec = step.spec
+                head = f"[{i}/{len(specs)}] {spec.scenario} [{spec.point_label}] rep {spec.repetition}"
+                if step.action == "done":
+                    summary.counts["already done"] += 1
+                    progress.line(f"{head}: already done (ok result on file; --fresh reruns)")
+                    continue
+                if step.action == "skip-again":
+                    summary.counts[STATUS_SKIPPED] += 1
+                    progress.line(f"{head}: skipped, as recorded before: {step.reason}")
+                    continue
+                progress.start(head)
+                if step.reason:
+                    result = backend.skipped(spec, step.reason)
+                else:
+                    result = _run_with_peak(spec, backend, peaks, progress.on_event if events else None)
+                seconds = progress.finish(spec.fingerprint if step.action == "run" else None)
+                path = results.save(result, folder / spec.scenario, spec.run_id)
+                summary.counts[result.status] += 1
+                if result.status in FAILED:
+                    summary.failures.append(
+                        f"{head}: {result.status}: {result.message.splitlines()[0] if result.message else ''}"
+                    )
+                progress.line(f"{head}: {result.status}{_detail(result)} ({seconds:.1f} s{_eta(progress)}) -> {path}")
     finally:
+        progress.close()
         signal.signal(signal.SIGTERM, old_handler)
         backend.close()
     return summary
+
+
+def _eta(progress: Progress) -> str:
+    return f", plan ETA {duration_text(progress.eta())}" if progress.remaining else ""
+
+
+def _accepts_on_event(backend: Backend) -> bool:
+    """Whether ``backend.run`` takes ``on_event`` (a backend without live progress still runs)."""
+    try:
+        params = inspect.signature(backend.run).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "on_event" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def peak_key(spec: RunSpec, backend: Backend) -> tuple:
@@ -111,7 +215,12 @@ def peak_key(spec: RunSpec, backend: Backend) -> tuple:
     )
 
 
-def _run_with_peak(spec: RunSpec, backend: Backend, peaks: dict[tuple, dict]) -> results.RunResult:
+def _run_with_peak(
+    spec: RunSpec,
+    backend: Backend,
+    peaks: dict[tuple, dict],
+    on_event: Callable[[dict], None] | None = None,
+) -> results.RunResult:
     """Run; the first ok run of each peak key in this invocation measures the peak, later ones reuse it.
 
     The cache lives for one ``suite run``: a figure measured on another day, under other load or
@@ -119,7 +228,8 @@ def _run_with_peak(spec: RunSpec, backend: Backend, peaks: dict[tuple, dict]) ->
     """
     key = peak_key(spec, backend)
     cached = peaks.get(key)
-    result = backend.run(dataclasses.replace(spec, calibrate_peak=cached is None))
+    asked = dataclasses.replace(spec, calibrate_peak=cached is None)
+    result = backend.run(asked, on_event=on_event) if on_event is not None else backend.run(asked)
     if not result.ok:
         return result
     if cached is None:

@@ -32,7 +32,9 @@ from suite.settings import (
     type_name,
 )
 
-__all__ = ["DEFAULTS", "Scenario", "ScenarioError", "load", "load_all"]
+__all__ = ["DEFAULTS", "Checker", "Scenario", "ScenarioError", "load", "load_all"]
+
+_Checker = Checker  # its name before the settings moved to suite.settings; suite.fleet imports it
 
 
 # --------------------------------------------------------------------------- YAML with lines

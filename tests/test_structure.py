@@ -28,7 +28,8 @@ def _graph() -> dict[str, set[str]]:
                 found |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 # "from suite import plan" imports suite.plan; "from suite.plan import RunSpec" imports suite.plan.
-                found |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+                subs = {f"{node.module}.{a.name}" for a in node.names}
+                found |= (subs & set(modules)) or {node.module}
         graph[name] = {m for m in found if m in modules and m != name and m != "suite"}
     return graph
 
