@@ -1,4 +1,7 @@
-"""The suite's images: named in docker/images.yaml, built from docker/Dockerfile with docker-py.
+"""The suite's images on an engine: built from docker/Dockerfile with docker-py, listed, locked.
+
+The catalog (docker/images.yaml), the lock and each build's recipe are ``suite.image_catalog``;
+this module is what talks to an engine, and re-exports the catalog's names for its callers.
 
 Each image is the one Dockerfile with other build args. It is tagged ``REPOSITORY:NAME`` and
 labelled with a hash of exactly what the build sees (the Dockerfile, the constraints file, the
@@ -13,199 +16,50 @@ API (no BuildKit), which the Dockerfile is written for.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tarfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
+from suite.image_catalog import (
+    CATALOG,
+    DOCKER_DIR,
+    LABEL_PREFIX,
+    LOCK,
+    BuildPlan,
+    Catalog,
+    ImageDef,
+    ImageError,
+    UnknownImage,
+    load_catalog,
+    load_lock,
+    pinned_base,
+    plan_build,
+    repository_of,
+    write_lock,
+)
 
-DOCKER_DIR = Path(__file__).resolve().parents[1] / "docker"
-CATALOG = DOCKER_DIR / "images.yaml"
-LOCK = DOCKER_DIR / "images.lock"
-IMAGE_KEYS = {
-    "description",
-    "gpu",
-    "base",
-    "tensorflow",
-    "extra",
-    "constraints",
-    "cuda",
-    "cudnn",
-    "python",
-    "dockerfile",
-}
-REQUIRED_KEYS = {"gpu", "base", "tensorflow", "constraints"}
-LABEL_PREFIX = "suite."
-
-
-class ImageError(Exception):
-    """A catalog, lock or build problem; the message says which file or image and what to do."""
-
-
-class UnknownImage(ImageError):
-    """A name that docker/images.yaml does not define: bad input, not an engine or build failure."""
-
-
-@dataclass(frozen=True)
-class ImageDef:
-    name: str
-    gpu: bool
-    base: str  # pinned tag, e.g. python:3.11-slim-bookworm
-    tensorflow: str  # pip requirement
-    constraints: str  # path relative to docker/
-    extra: str = ""
-    description: str = ""
-    cuda: str | None = None
-    cudnn: str | None = None
-    python: str = "python3"
-    dockerfile: str = "Dockerfile"
-
-
-@dataclass(frozen=True)
-class Catalog:
-    repository: str
-    defaults: dict[str, str]  # "gpu" | "cpu" -> image name
-    images: dict[str, ImageDef]
-
-    def get(self, name: str) -> ImageDef:
-        if name not in self.images:
-            raise UnknownImage(f"{CATALOG}: no image named {name!r}; known: {', '.join(sorted(self.images))}")
-        return self.images[name]
-
-    def default_for(self, gpu: bool) -> str:
-        return self.defaults["gpu" if gpu else "cpu"]
-
-    def tag(self, name: str) -> str:
-        return f"{self.repository}:{name}"
-
-
-def load_catalog(path: Path = CATALOG) -> Catalog:
-    """images.yaml -> Catalog, with every error naming the file and the key."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ImageError(f"{path}: cannot read the image catalog ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("images"), dict) or not data["images"]:
-        raise ImageError(f"{path}: expected a mapping with a non-empty 'images' mapping")
-    unknown = set(data) - {"repository", "defaults", "images"}
-    if unknown:
-        raise ImageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; allowed: repository, defaults, images")
-    images = {name: _image_def(path, name, entry) for name, entry in data["images"].items()}
-    defaults = data.get("defaults") or {}
-    for kind in ("gpu", "cpu"):
-        if defaults.get(kind) not in images:
-            raise ImageError(f"{path}: defaults.{kind} must name one of the images ({', '.join(sorted(images))})")
-    return Catalog(str(data.get("repository") or "suite-bench"), dict(defaults), images)
-
-
-def _image_def(path: Path, name: str, entry: Any) -> ImageDef:
-    where = f"{path}: images.{name}"
-    if not isinstance(entry, dict):
-        raise ImageError(f"{where}: expected a mapping")
-    unknown = set(entry) - IMAGE_KEYS
-    if unknown:
-        raise ImageError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(IMAGE_KEYS))}")
-    missing = REQUIRED_KEYS - set(entry)
-    if missing:
-        raise ImageError(f"{where}: missing key(s) {sorted(missing)}")
-    if not isinstance(entry["gpu"], bool):
-        raise ImageError(f"{where}.gpu: expected true or false, got {entry['gpu']!r}")
-    if not (DOCKER_DIR / entry["constraints"]).is_file():
-        raise ImageError(f"{where}.constraints: {DOCKER_DIR / entry['constraints']} does not exist")
-    return ImageDef(name=name, **{k: (v if k == "gpu" or v is None else str(v)) for k, v in entry.items()})
-
-
-def load_lock(path: Path = LOCK) -> dict[str, dict[str, str]]:
-    """base tag -> {"digest": "sha256:...", "locked_at": ...}; empty when nothing was locked yet."""
-    if not path.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        what_to_do = "delete it, then run `python -m suite images lock`"
-        raise ImageError(f"{path}: unreadable lock file ({exc}); {what_to_do}") from None
-    return dict(data.get("bases") or {})
-
-
-def pinned_base(base: str, lock: Mapping[str, Mapping[str, str]]) -> str:
-    """``repo@sha256:...`` when the lock knows the tag, else the tag itself."""
-    entry = lock.get(base)
-    if not entry:
-        return base
-    return f"{_repository(base)}@{entry['digest']}"
-
-
-def _repository(ref: str) -> str:
-    """'host:5000/py:3.11' -> 'host:5000/py'; 'python@sha256:...' -> 'python' (a port is no tag)."""
-    ref = ref.split("@", 1)[0]
-    return ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    """Everything one build sends to the engine, and the hash of it."""
-
-    name: str
-    tag: str
-    buildargs: dict[str, str]
-    files: dict[str, bytes]  # the whole build context: Dockerfile and the one constraints file
-    labels: dict[str, str]
-    context_hash: str
-
-
-def plan_build(
-    catalog: Catalog,
-    name: str,
-    lock: Mapping[str, Mapping[str, str]] | None = None,
-    base_override: Mapping[str, str] | None = None,
-) -> BuildPlan:
-    """Resolve one image's build: args, context, labels, tag.
-
-    ``base_override`` replaces build args (e.g. ``{"BASE_IMAGE": ..., "INSTALL": "0"}`` for a base
-    built offline). Such a build is tagged ``NAME-x<hash>`` so it never stands in for the real one.
-    """
-    d = catalog.get(name)
-    lock = load_lock() if lock is None else lock
-    args = {
-        "BASE_IMAGE": pinned_base(d.base, lock),
-        "PYTHON": d.python,
-        "TF_REQUIREMENT": d.tensorflow,
-        "EXTRA_REQUIREMENTS": d.extra,
-        "CONSTRAINTS": d.constraints,
-        "INSTALL": "1",
-    }
-    unknown = set(base_override or {}) - set(args)
-    if unknown:
-        raise ImageError(f"unknown build arg(s) {sorted(unknown)}; allowed: {', '.join(sorted(args))}")
-    args.update(base_override or {})
-    files = {
-        "Dockerfile": (DOCKER_DIR / d.dockerfile).read_bytes(),
-        d.constraints: (DOCKER_DIR / d.constraints).read_bytes(),
-    }
-    digest = hashlib.sha256()
-    for key in sorted(files):
-        digest.update(f"file {key} {hashlib.sha256(files[key]).hexdigest()}\n".encode())
-    for key in sorted(args):
-        digest.update(f"arg {key}={args[key]}\n".encode())
-    context_hash = digest.hexdigest()
-    tag = catalog.tag(name) if not base_override else f"{catalog.tag(name)}-x{context_hash[:10]}"
-    base_ref = args["BASE_IMAGE"]
-    labels = {
-        "suite.image": name,
-        "suite.context_hash": context_hash,
-        "suite.base.ref": base_ref if base_override else d.base,
-        "suite.base.digest": base_ref.split("@", 1)[1] if "@" in base_ref else "",
-        "suite.tensorflow": d.tensorflow,
-        "suite.gpu": "true" if d.gpu else "false",
-        "suite.cuda": d.cuda or "",
-        "suite.python": d.python,
-    }
-    return BuildPlan(name, tag, args, files, labels, context_hash)
+__all__ = [
+    "CATALOG",
+    "DOCKER_DIR",
+    "LOCK",
+    "BuildPlan",
+    "Catalog",
+    "ImageDef",
+    "ImageError",
+    "UnknownImage",
+    "build_images",
+    "image_record",
+    "list_images",
+    "load_catalog",
+    "load_lock",
+    "lock_images",
+    "needed_images",
+    "pinned_base",
+    "plan_build",
+]
 
 
 def needed_images() -> list[str]:
@@ -309,8 +163,8 @@ def _base_labels(client: Any, plan: BuildPlan, progress: Callable[[str], None]) 
         base = _pull(client, ref, progress)
     labels = {"suite.base.id": str(base.id)}
     if not plan.labels["suite.base.digest"]:
-        repo = _repository(ref)
-        digests = [d.split("@", 1)[1] for d in base.attrs.get("RepoDigests") or [] if _repository(d) == repo]
+        repo = repository_of(ref)
+        digests = [d.split("@", 1)[1] for d in base.attrs.get("RepoDigests") or [] if repository_of(d) == repo]
         labels["suite.base.digest"] = digests[0] if digests else ""
     return labels
 
@@ -393,22 +247,11 @@ def lock_images(
             continue
         lock[base] = {"digest": digest, "locked_at": datetime.now(UTC).isoformat(timespec="seconds")}
         progress(f"{base}: {digest}")
-    _write_lock(path, lock)
+    write_lock(path, lock)
     if failures:
         listed = "\n  ".join(failures)
         raise ImageError(f"could not lock every base image (does the daemon reach the registry?):\n  {listed}")
     return lock
-
-
-def _write_lock(path: Path, lock: Mapping[str, Mapping[str, str]]) -> None:
-    header = (
-        "# Base-image digests for docker/images.yaml, written by `python -m suite images lock`.\n"
-        "# Builds use BASE@DIGEST for every tag listed here. Commit this file.\n"
-    )
-    body = yaml.safe_dump({"bases": {k: dict(v) for k, v in sorted(lock.items())}}, sort_keys=True)
-    tmp = path.with_suffix(".lock.tmp")
-    tmp.write_text(header + body, encoding="utf-8")
-    tmp.replace(path)
 
 
 def image_record(image: Any) -> dict[str, Any]:

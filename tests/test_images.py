@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import suite_cli
 
-from suite import images
+from suite import image_catalog
 
 DOCKER = Path(__file__).resolve().parents[1] / "docker"
 
 
 def test_catalog_names_the_required_variants() -> None:
-    catalog = images.load_catalog()
+    catalog = image_catalog.load_catalog()
     gpu21, gpu17, cpu21 = (catalog.get(n) for n in ("tf2.21-cuda12.5", "tf2.17-cuda12.3", "tf2.21-cpu"))
     assert gpu21.gpu and gpu21.tensorflow == "tensorflow[and-cuda]==2.21.0" and gpu21.cuda == "12.5"
     assert gpu17.gpu and gpu17.tensorflow == "tensorflow[and-cuda]==2.17.1" and gpu17.cuda == "12.3"
@@ -27,7 +27,7 @@ def test_catalog_names_the_required_variants() -> None:
 
 @pytest.mark.parametrize("name,cudnn", [("tf2.21-cuda12.5", "9.3.0.75"), ("tf2.17-cuda12.3", "8.9.7.29")])
 def test_constraints_pin_every_cuda_wheel_exactly(name: str, cudnn: str) -> None:
-    d = images.load_catalog().get(name)
+    d = image_catalog.load_catalog().get(name)
     lines = [ln for ln in (DOCKER / d.constraints).read_text().splitlines() if ln and not ln.startswith("#")]
     assert all(re.fullmatch(r"[a-z0-9._-]+==[^=<>,;]+", ln) for ln in lines), "exact pins only"
     pins = dict(ln.split("==") for ln in lines)
@@ -45,29 +45,31 @@ def test_one_dockerfile_parametrised_by_build_args() -> None:
 
 
 def test_recipe_hash_follows_args_and_override_never_takes_the_real_tag() -> None:
-    catalog = images.load_catalog()
-    real = images.plan_build(catalog, "tf2.21-cpu", lock={})
-    again = images.plan_build(catalog, "tf2.21-cpu", lock={})
+    catalog = image_catalog.load_catalog()
+    real = image_catalog.plan_build(catalog, "tf2.21-cpu", lock={})
+    again = image_catalog.plan_build(catalog, "tf2.21-cpu", lock={})
     assert real.tag == "suite-bench:tf2.21-cpu" and real.context_hash == again.context_hash
     assert real.labels["suite.context_hash"] == real.context_hash
     assert set(real.files) == {"Dockerfile", "constraints/tf-2.21.txt"}
-    custom = images.plan_build(catalog, "tf2.21-cpu", lock={}, base_override={"BASE_IMAGE": "x:1", "INSTALL": "0"})
+    custom = image_catalog.plan_build(
+        catalog, "tf2.21-cpu", lock={}, base_override={"BASE_IMAGE": "x:1", "INSTALL": "0"}
+    )
     assert custom.context_hash != real.context_hash
     assert custom.tag.startswith("suite-bench:tf2.21-cpu-x") and custom.tag != real.tag
-    with pytest.raises(images.ImageError, match="unknown build arg"):
-        images.plan_build(catalog, "tf2.21-cpu", lock={}, base_override={"NOPE": "1"})
+    with pytest.raises(image_catalog.ImageError, match="unknown build arg"):
+        image_catalog.plan_build(catalog, "tf2.21-cpu", lock={}, base_override={"NOPE": "1"})
 
 
 def test_locked_digest_replaces_the_base_tag() -> None:
-    catalog = images.load_catalog()
+    catalog = image_catalog.load_catalog()
     digest = "sha256:" + "ab" * 32
     lock = {"python:3.11-slim-bookworm": {"digest": digest}}
-    built = images.plan_build(catalog, "tf2.21-cuda12.5", lock=lock)
+    built = image_catalog.plan_build(catalog, "tf2.21-cuda12.5", lock=lock)
     assert built.buildargs["BASE_IMAGE"] == f"python@{digest}"
     assert built.labels["suite.base.digest"] == digest and built.labels["suite.base.ref"] == "python:3.11-slim-bookworm"
-    assert images.pinned_base("registry.example:5000/py:3.11", {}) == "registry.example:5000/py:3.11"
+    assert image_catalog.pinned_base("registry.example:5000/py:3.11", {}) == "registry.example:5000/py:3.11"
     lock2 = {"registry.example:5000/py:3.11": {"digest": digest}}
-    assert images.pinned_base("registry.example:5000/py:3.11", lock2) == f"registry.example:5000/py@{digest}"
+    assert image_catalog.pinned_base("registry.example:5000/py:3.11", lock2) == f"registry.example:5000/py@{digest}"
 
 
 def test_catalog_errors_name_the_file_and_key(tmp_path: Path) -> None:
@@ -76,13 +78,13 @@ def test_catalog_errors_name_the_file_and_key(tmp_path: Path) -> None:
         "defaults: {gpu: a, cpu: a}\nimages:\n  a: {gpu: yes-please, base: b:1, tensorflow: t, "
         "constraints: constraints/tf-2.21.txt}\n"
     )
-    with pytest.raises(images.ImageError, match=r"images\.yaml: images\.a\.gpu"):
-        images.load_catalog(bad)
+    with pytest.raises(image_catalog.ImageError, match=r"images\.yaml: images\.a\.gpu"):
+        image_catalog.load_catalog(bad)
     bad.write_text(
         "images:\n  a: {gpu: true, base: b:1, tensorflow: t, constraints: constraints/tf-2.21.txt, colour: red}\n"
     )
-    with pytest.raises(images.ImageError, match=r"images\.a: unknown key.*colour"):
-        images.load_catalog(bad)
+    with pytest.raises(image_catalog.ImageError, match=r"images\.a: unknown key.*colour"):
+        image_catalog.load_catalog(bad)
 
 
 @pytest.mark.parametrize("action", ["build", "lock"])
@@ -92,4 +94,4 @@ def test_cli_unknown_image_is_bad_input_before_any_engine(action: str) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "no Docker engine" not in proc.stderr, proc.stderr
     assert "no image named 'NOSUCH'" in proc.stderr
-    assert all(name in proc.stderr for name in images.load_catalog().images), proc.stderr
+    assert all(name in proc.stderr for name in image_catalog.load_catalog().images), proc.stderr

@@ -75,3 +75,13 @@ def test_host_side_never_imports_the_worker_training_module() -> None:
 def test_each_module_imports_alone(module: str) -> None:
     proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_local_backend_cli_and_catalog_never_import_docker() -> None:
+    code = (
+        "import sys; from pathlib import Path; from suite import backends, cli, image_catalog; "
+        "backends.make('local', backends.BackendOptions('m', Path('r'))); "
+        "assert 'docker' not in sys.modules, 'docker-py was imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
