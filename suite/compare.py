@@ -13,28 +13,43 @@ from tabulate import tabulate
 
 from suite import stats
 from suite.markdown import cell, code
-from suite.results import RunResult
+from suite.results import (
+    ENV_GPUS,
+    ENV_HOST,
+    ENV_VERSIONS,
+    FIT_S,
+    RUN_BACKEND,
+    RUN_ENGINE_VERSION,
+    RUN_IMAGE_ID,
+    Field,
+    RunResult,
+    finished_at,
+)
 from suite.views import ScenarioView
 
 
 def _gpus(r: RunResult, key: str) -> str:
-    gpus = r.environment.get("gpus_driver") or []
+    gpus = ENV_GPUS.of(r) or []
     return ", ".join(sorted({str(g.get(key)) for g in gpus})) or "none"
+
+
+def _env(r: RunResult, field: Field, key: str) -> Any:
+    return r.environment.get(field.key, {}).get(key)
 
 
 FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
     ("GPU model", lambda r: _gpus(r, "name")),
     ("GPU driver", lambda r: _gpus(r, "driver")),
-    ("CPU", lambda r: r.environment.get("host", {}).get("cpu_model")),
-    ("CPU cores", lambda r: r.environment.get("host", {}).get("cpu_count")),
-    ("backend", lambda r: r.run.get("backend")),
-    ("image ID", lambda r: r.run.get("image_id") or "none (local)"),
-    ("Docker engine", lambda r: r.run.get("engine_version") or "-"),
-    ("Python", lambda r: r.environment.get("host", {}).get("python")),
-    ("TensorFlow", lambda r: r.environment.get("versions", {}).get("tensorflow")),
-    ("Keras", lambda r: r.environment.get("versions", {}).get("keras")),
-    ("CUDA build", lambda r: r.environment.get("versions", {}).get("tf_cuda_build") or "-"),
-    ("cuDNN build", lambda r: r.environment.get("versions", {}).get("tf_cudnn_build") or "-"),
+    ("CPU", lambda r: _env(r, ENV_HOST, "cpu_model")),
+    ("CPU cores", lambda r: _env(r, ENV_HOST, "cpu_count")),
+    ("backend", lambda r: RUN_BACKEND.of(r)),
+    ("image ID", lambda r: RUN_IMAGE_ID.of(r) or "none (local)"),
+    ("Docker engine", lambda r: RUN_ENGINE_VERSION.of(r) or "-"),
+    ("Python", lambda r: _env(r, ENV_HOST, "python")),
+    ("TensorFlow", lambda r: _env(r, ENV_VERSIONS, "tensorflow")),
+    ("Keras", lambda r: _env(r, ENV_VERSIONS, "keras")),
+    ("CUDA build", lambda r: _env(r, ENV_VERSIONS, "tf_cuda_build") or "-"),
+    ("cuDNN build", lambda r: _env(r, ENV_VERSIONS, "tf_cudnn_build") or "-"),
 ]
 
 
@@ -44,9 +59,9 @@ GPU_FACTS = ("GPU model", "GPU driver")
 def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     """Facts of one machine: GPU facts from its newest run of a GPU point (a CPU run, in a container
     above all, sees no GPU), the rest from its newest run that reached the worker."""
-    newest = max((v.newest for v in views), key=lambda r: str(r.run.get("finished_at", "")))
+    newest = max((v.newest for v in views), key=finished_at)
     gpu_runs = [r for v in views for r in v.gpu_runs]
-    newest_gpu = max(gpu_runs, key=lambda r: str(r.run.get("finished_at", ""))) if gpu_runs else None
+    newest_gpu = max(gpu_runs, key=finished_at) if gpu_runs else None
     facts = {}
     for name, get in FACTS:
         source = newest_gpu if name in GPU_FACTS and newest_gpu is not None else newest
@@ -95,13 +110,13 @@ def _table(per_machine: dict[str, ScenarioView], machines: list[str], ref: str) 
         row = [cell(label)]
         for m in machines:
             p = points[m]
-            fit = p.values("timing", "fit_s") if p else []
+            fit = p.values(FIT_S) if p else []
             if not fit:
                 row.append(cell(p.status if p else "not run"))
-            elif m == ref or not (base and base.values("timing", "fit_s")):
+            elif m == ref or not (base and base.values(FIT_S)):
                 row.append(f"{stats.summarize(fit).median:.2f}")
             else:
-                r = stats.ratio(base.values("timing", "fit_s"), fit)
+                r = stats.ratio(base.values(FIT_S), fit)
                 row.append(f"{stats.summarize(fit).median:.2f} ({r.text()})")
         rows.append(row)
     smoke = [m for m in machines if m in per_machine and per_machine[m].smoke]

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from suite import stats  # noqa: E402
 from suite.markdown import plot_text  # noqa: E402
 from suite.plan import axis_name  # noqa: E402
+from suite.results import FIT_S, STEADY_EPOCH_S  # noqa: E402
 from suite.verdicts import device_count  # noqa: E402
 from suite.views import Point, ScenarioView  # noqa: E402
 
@@ -24,7 +25,7 @@ SIZE, DPI = (7.0, 4.2), 100
 
 
 def _fit(p: Point | None) -> list[float]:
-    return p.values("timing", "fit_s") if p else []
+    return p.values(FIT_S) if p else []
 
 
 def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
@@ -42,7 +43,7 @@ def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
         if not pts:
             continue
         xs = [p.coords.get(axis) if numeric else values.index(p.coords.get(axis)) for p in pts]
-        sums = [p.summary("timing", "steady_epoch_s") for p in pts]
+        sums = [p.summary(STEADY_EPOCH_S) for p in pts]
         errors = [[s.median - s.low for s in sums], [s.high - s.median for s in sums]]
         ax.errorbar(xs, [s.median for s in sums], yerr=errors, marker="o", capsize=3, label=plot_text(device))
         drawn = True

@@ -18,6 +18,25 @@ from tabulate import tabulate
 from suite import compare, plots, stats, verdicts
 from suite.markdown import cell, code
 from suite.plan import parse_device
+from suite.results import (
+    ACHIEVED_FLOPS_PER_S,
+    DATA_DETAIL,
+    DATA_SOURCE,
+    ENV_GPUS,
+    ENV_HOST,
+    ENV_VERSIONS,
+    FIRST_EPOCH_OVERHEAD_S,
+    FIT_S,
+    FLOPS_COUNTED,
+    PEAK,
+    RUN_BACKEND,
+    RUN_IMAGE,
+    STEADY_EPOCH_S,
+    STEADY_EXAMPLES_PER_S,
+    STEADY_INCLUDES_FIRST_EPOCH,
+    STEP_FLOOR_S,
+    STEP_S,
+)
 from suite.views import ACCURACY_GATE, Point, ScenarioView, load_views
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
@@ -43,26 +62,26 @@ def _num(value: float | None, fmt: str = ".2f") -> str:
 
 
 def _row(view: ScenarioView, p: Point) -> list[str]:
-    fit = p.summary("timing", "fit_s")
-    steady = p.summary("timing", "steady_epoch_s")
-    eps = p.summary("timing", "steady_examples_per_s")
-    first = p.summary("timing", "first_epoch_overhead_s")
+    fit = p.summary(FIT_S)
+    steady = p.summary(STEADY_EPOCH_S)
+    eps = p.summary(STEADY_EXAMPLES_PER_S)
+    first = p.summary(FIRST_EPOCH_OVERHEAD_S)
     notes = []
     if fit and fit.unstable:
         notes.append(f"unstable: fit times spread {fit.spread:.0%}")
-    if stats.first_is_outlier(p.values("timing", "fit_s")):
+    if stats.first_is_outlier(p.values(FIT_S)):
         notes.append("first repetition an outlier")
     if p.ok_runs and not p.passes_gate:
         notes.append(f"below the accuracy gate ({ACCURACY_GATE:.0%}): excluded from the verdict")
-    if any(r.timing.get("steady_includes_first_epoch") for r in p.ok_runs):
+    if any(STEADY_INCLUDES_FIRST_EPOCH.of(r) for r in p.ok_runs):
         notes.append("one epoch: the steady epoch includes tracing and compilation")
     if steady and first and first.median > 2 * steady.median:
         notes.append("first epoch much slower (tracing/compilation)")
     base = view.baseline_for(p)
     if base is None or base is p:
         speed = "baseline" if base is p else "-"
-    elif fit and base.summary("timing", "fit_s"):
-        speed = stats.ratio(base.values("timing", "fit_s"), p.values("timing", "fit_s")).text()
+    elif fit and base.summary(FIT_S):
+        speed = stats.ratio(base.values(FIT_S), p.values(FIT_S)).text()
     else:
         speed = "-"
     steady_text = f"{steady.median:.3f} ({steady.low:.3f}-{steady.high:.3f})" if steady else "-"
@@ -92,7 +111,7 @@ def _first_epoch(first: stats.Summary | None) -> str:
 
 def _step_overhead(p: Point) -> str:
     """'X of Y (Z%)': the model with every width 1, trained the same way, against this model's step, in ms."""
-    step, floor = p.summary("timing", "step_s"), p.summary("timing", "step_floor_s")
+    step, floor = p.summary(STEP_S), p.summary(STEP_FLOOR_S)
     if not (step and floor):
         return "-"
     text = f"{floor.median * 1e3:.2f} of {step.median * 1e3:.2f}"
@@ -104,7 +123,7 @@ def _step_overhead(p: Point) -> str:
 def peak_of(run: Any) -> float | None:
     """The calibrated peak of the device set in the run's compute dtype: per-device peak x GPUs
     (logical CPU devices share one CPU, so one peak)."""
-    peak = run.work.get("peak") or {}
+    peak = PEAK.of(run) or {}
     if not peak.get("flops_per_s"):
         return None
     kind, count = parse_device(str(run.spec["config"]["device"]))
@@ -112,7 +131,7 @@ def peak_of(run: Any) -> float | None:
 
 
 def _flops(p: Point) -> str:
-    achieved = p.summary("work", "achieved_flops_per_s")
+    achieved = p.summary(ACHIEVED_FLOPS_PER_S)
     if not achieved:
         return "-"
     peaks = [peak_of(r) for r in p.ok_runs if peak_of(r)]
@@ -127,10 +146,10 @@ def _flops(p: Point) -> str:
 def _environment(view: ScenarioView) -> list[str]:
     r = view.newest
     env, run = r.environment, r.run
-    host, versions = env.get("host", {}), env.get("versions", {})
+    host, versions = env.get(ENV_HOST.key, {}), env.get(ENV_VERSIONS.key, {})
     lines = [
-        f"- Machine: {code(view.machine)}, backend {code(run.get('backend', '?'))}"
-        + (f", image {code(run['image'])}" if run.get("image") else ""),
+        f"- Machine: {code(view.machine)}, backend {code(run.get(RUN_BACKEND.key, '?'))}"
+        + (f", image {code(run[RUN_IMAGE.key])}" if run.get(RUN_IMAGE.key) else ""),
         f"- CPU: {cell(host.get('cpu_model', '?'))}, {cell(host.get('cpu_count', '?'))} logical cores",
         f"- GPUs: {cell(_gpu_text(view))}",
         f"- Python {cell(host.get('python', '?'))}, TensorFlow {cell(versions.get('tensorflow', '-'))}, "
@@ -138,10 +157,10 @@ def _environment(view: ScenarioView) -> list[str]:
         f"CUDA/cuDNN built for: {cell(versions.get('tf_cuda_build') or '-')}"
         f"/{cell(versions.get('tf_cudnn_build') or '-')}",
     ]
-    sources = sorted({p.ok_runs[0].quality.get("data_source", "?") for p in view.points if p.ok_runs})
+    sources = sorted({p.ok_runs[0].quality.get(DATA_SOURCE.key, "?") for p in view.points if p.ok_runs})
     lines.append(f"- Data: {cell(', '.join(sources) or 'no run completed')}")
     if "synthetic" in sources:
-        detail = next(p.ok_runs[0].quality.get("data_detail", "") for p in view.points if p.ok_runs)
+        detail = next(p.ok_runs[0].quality.get(DATA_DETAIL.key, "") for p in view.points if p.ok_runs)
         lines.append(f"- **The data was synthetic** (MNIST's shapes, not its digits): {cell(detail)}")
     if view.smoke:
         lines.append(
@@ -155,7 +174,7 @@ def _gpu_text(view: ScenarioView) -> str:
     """The GPUs the GPU points ran on, from those runs' own records; never a CPU run's view."""
     seen: dict[str, None] = {}
     for r in view.gpu_runs:
-        for g in r.environment.get("gpus_driver") or []:
+        for g in ENV_GPUS.of(r) or []:
             seen[f"{g.get('name')} ({g.get('memory_mib')} MiB, driver {g.get('driver')})"] = None
     if seen:
         return ", ".join(seen)
@@ -178,7 +197,7 @@ def _failures(view: ScenarioView) -> list[str]:
 def _reproduce(view: ScenarioView) -> str:
     spec, run = view.spec, view.newest.run
     parts = ["python -m suite run", shlex.quote(spec.get("scenario_file", f"scenarios/{view.scenario}.yaml"))]
-    parts.append(f"--backend {shlex.quote(str(run.get('backend', 'local')))}")
+    parts.append(f"--backend {shlex.quote(str(run.get(RUN_BACKEND.key, 'local')))}")
     if view.smoke:
         parts.append("--smoke")
     return " ".join(parts) + " && python -m suite report"
@@ -187,7 +206,7 @@ def _reproduce(view: ScenarioView) -> str:
 def _method(views: list[ScenarioView]) -> str:
     """How every column is computed, with the FLOP count as the results themselves record it."""
     runs = [r for view in views for p in view.points for r in p.ok_runs]
-    counted = sorted({str(r.work["flops_counted"]) for r in runs if "flops_counted" in r.work})
+    counted = sorted({str(r.work[FLOPS_COUNTED.key]) for r in runs if FLOPS_COUNTED.key in r.work})
     flops = "; ".join(counted) or "not recorded"
     return (
         "*Fit time*: the whole `model.fit`, the figure the original questions "

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEMA_VERSION = 2
 
@@ -81,7 +81,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == STATUS_OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +101,51 @@ class RunResult:
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
+
+
+class Field(NamedTuple):
+    """Where one figure or fact lives in a record: its section and key. Readers name fields by these
+    constants, so a key is spelled once."""
+
+    section: str  # timing, quality, work, run or environment
+    key: str
+
+    def of(self, result: RunResult) -> Any:
+        return getattr(result, self.section).get(self.key)
+
+
+# timing: seconds unless named otherwise
+FIT_S = Field("timing", "fit_s")  # the whole model.fit, what the original questions timed
+STEADY_EPOCH_S = Field("timing", "steady_epoch_s")  # median epoch after the first
+STEADY_EXAMPLES_PER_S = Field("timing", "steady_examples_per_s")
+FIRST_EPOCH_OVERHEAD_S = Field("timing", "first_epoch_overhead_s")  # first epoch beyond a steady one
+STEADY_INCLUDES_FIRST_EPOCH = Field("timing", "steady_includes_first_epoch")  # one epoch only
+STEP_S = Field("timing", "step_s")
+STEP_FLOOR_S = Field("timing", "step_floor_s")  # the same model with every hidden width 1
+# quality
+TEST_ACCURACY = Field("quality", "test_accuracy")
+DATA_SOURCE = Field("quality", "data_source")  # synthetic, mnist.npz, download, ...
+DATA_DETAIL = Field("quality", "data_detail")
+# work
+ACHIEVED_FLOPS_PER_S = Field("work", "achieved_flops_per_s")
+PEAK = Field("work", "peak")  # {"flops_per_s": ..., "source": "cached" when reused}
+FLOPS_COUNTED = Field("work", "flops_counted")  # what the FLOP count includes, in words
+# run: what the host saw
+RUN_BACKEND = Field("run", "backend")
+RUN_MACHINE = Field("run", "machine")
+RUN_IMAGE = Field("run", "image")
+RUN_IMAGE_ID = Field("run", "image_id")
+RUN_ENGINE_VERSION = Field("run", "engine_version")
+FINISHED_AT = Field("run", "finished_at")  # ISO time; the newest attempt of a run wins
+# environment: what the worker saw
+ENV_HOST = Field("environment", "host")
+ENV_VERSIONS = Field("environment", "versions")
+ENV_GPUS = Field("environment", "gpus_driver")
+
+
+def finished_at(result: RunResult) -> str:
+    """Sort key for attempts: the newest last (records without the time sort first)."""
+    return str(result.run.get(FINISHED_AT.key, ""))
 
 
 def save(result: RunResult, folder: Path, stem: str) -> Path:
@@ -175,6 +220,6 @@ def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
 def latest_by_run(results: list[RunResult]) -> dict[tuple[str, int], RunResult]:
     """(fingerprint, repetition) -> the newest attempt, so a rerun after a failure wins."""
     out: dict[tuple[str, int], RunResult] = {}
-    for r in sorted(results, key=lambda r: str(r.run.get("finished_at", ""))):
+    for r in sorted(results, key=finished_at):
         out[(r.fingerprint, int(r.spec.get("repetition", 0)))] = r
     return out

@@ -27,7 +27,7 @@ from suite import results
 from suite.backends.base import Backend
 from suite.plan import RunSpec, parse_device
 from suite.progress import Progress, Ticker, duration_text
-from suite.results import FAILED, STATUS_SKIPPED
+from suite.results import FAILED, FIT_S, PEAK, STATUS_SKIPPED, TEST_ACCURACY
 
 LOCK_NAME = ".suite-run.lock"  # a dot name: never read as a result
 
@@ -233,16 +233,16 @@ def _run_with_peak(
     if not result.ok:
         return result
     if cached is None:
-        if result.work.get("peak"):
-            peaks[key] = {**result.work["peak"], "measured_in": spec.run_id}
+        if PEAK.of(result):
+            peaks[key] = {**PEAK.of(result), "measured_in": spec.run_id}
         return result
-    return dataclasses.replace(result, work={**result.work, "peak": {**cached, "source": "cached"}})
+    return dataclasses.replace(result, work={**result.work, PEAK.key: {**cached, "source": "cached"}})
 
 
 def _detail(result: results.RunResult) -> str:
     if result.ok:
-        fit = result.timing.get("fit_s")
-        acc = result.quality.get("test_accuracy")
+        fit = FIT_S.of(result)
+        acc = TEST_ACCURACY.of(result)
         return f", fit {fit:.2f} s, test accuracy {acc:.3f}" if fit is not None and acc is not None else ""
     return f": {result.message.splitlines()[0][:200]}" if result.message else ""
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from suite import stats
 from suite.plan import axis_name, parse_device
+from suite.results import FIT_S, STATUS_SKIPPED
 from suite.views import ACCURACY_GATE, Point, ScenarioView
 
 
@@ -22,7 +23,7 @@ def usable(p: Point | None) -> bool:
 
 
 def _fit(p: Point) -> list[float]:
-    return p.values("timing", "fit_s")
+    return p.values(FIT_S)
 
 
 def why_unusable(p: Point | None) -> str:
@@ -30,8 +31,8 @@ def why_unusable(p: Point | None) -> str:
     if p is None:
         return "not in the results"
     statuses = sorted({r.status for r in p.runs if not r.ok})
-    if statuses == ["skipped"]:
-        return "skipped"
+    if statuses == [STATUS_SKIPPED]:
+        return STATUS_SKIPPED
     if statuses:
         return ", ".join(statuses)
     if not p.passes_gate:
@@ -43,7 +44,7 @@ def _skip_reason(points: list[Point]) -> str:
     """The recorded reason of the first skipped point, to say why a whole device kind is missing."""
     for p in points:
         for r in p.runs:
-            if r.status == "skipped" and r.message:
+            if r.status == STATUS_SKIPPED and r.message:
                 return r.message
     return ""
 
@@ -78,7 +79,7 @@ def gpu_crossover(view: ScenarioView) -> str:
         missing.append((_name(axis, value), "; ".join(why)))
     if not rows:
         reason = _skip_reason(gpu_points) or "no CPU and GPU pair ran ok on every repetition"
-        cpu_fits = [(p.coords.get(axis), p.summary("timing", "fit_s")) for p in view.points if p.device == "cpu"]
+        cpu_fits = [(p.coords.get(axis), p.summary(FIT_S)) for p in view.points if p.device == "cpu"]
         cpu_fits = [(v, s) for v, s in cpu_fits if s]
         span = (
             f" CPU fit time: {cpu_fits[0][1].median:.2f} s at {_name(axis, cpu_fits[0][0])} to "

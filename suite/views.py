@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import results, stats
-from suite.results import RunResult
+from suite.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
 
 # A run that trains to less than this test accuracy is broken, however fast: it is shown, flagged
 # and kept out of every verdict. MNIST MLPs reach ~0.97; the smoke sizes ~0.9.
@@ -28,15 +28,16 @@ class Point:
     def ok_runs(self) -> list[RunResult]:
         return [r for r in self.runs if r.ok]
 
-    def values(self, section: str, key: str) -> list[float]:
-        return [getattr(r, section)[key] for r in self.ok_runs if getattr(r, section).get(key) is not None]
+    def values(self, field: Field) -> list[float]:
+        """The field's value in every ok run that recorded it."""
+        return [v for r in self.ok_runs if (v := field.of(r)) is not None]
 
-    def summary(self, section: str, key: str) -> stats.Summary | None:
-        return stats.summarize(self.values(section, key))
+    def summary(self, field: Field) -> stats.Summary | None:
+        return stats.summarize(self.values(field))
 
     @property
     def accuracy(self) -> float | None:
-        acc = self.values("quality", "test_accuracy")
+        acc = self.values(TEST_ACCURACY)
         return min(acc) if acc else None
 
     @property
@@ -70,7 +71,7 @@ class ScenarioView:
         """The newest run that reached the worker (it carries environment facts), else the newest."""
         runs = [r for p in self.points for r in p.runs]
         ran = [r for r in runs if r.environment] or runs
-        return max(ran, key=lambda r: str(r.run.get("finished_at", "")))
+        return max(ran, key=finished_at)
 
     @property
     def gpu_runs(self) -> list[RunResult]:
@@ -107,7 +108,7 @@ def load_views(results_dir: Path) -> list[ScenarioView]:
     """Every (machine, scenario) in the results folder, full-size preferred over smoke."""
     grouped: dict[tuple[str, str, bool], list[RunResult]] = defaultdict(list)
     for path, result in results.load_folder(results_dir):
-        machine = result.run.get("machine") or path.relative_to(results_dir).parts[0]
+        machine = RUN_MACHINE.of(result) or path.relative_to(results_dir).parts[0]
         grouped[(machine, result.spec["scenario"], bool(result.spec.get("smoke")))].append(result)
     views = []
     for machine, scenario in sorted({(m, s) for m, s, _ in grouped}):
@@ -127,7 +128,7 @@ def _points(runs: list[RunResult]) -> list[Point]:
         by_label[r.spec["point_label"]].append(r)
     points = []
     for label, rs in by_label.items():
-        newest_fp = max(rs, key=lambda r: str(r.run.get("finished_at", ""))).fingerprint
+        newest_fp = max(rs, key=finished_at).fingerprint
         latest = results.latest_by_run([r for r in rs if r.fingerprint == newest_fp])
         chosen = [latest[k] for k in sorted(latest, key=lambda k: k[1])]
         points.append(Point(label, dict(chosen[0].spec.get("point", {})), chosen))

@@ -85,3 +85,22 @@ def test_local_backend_cli_and_catalog_never_import_docker() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+READERS = ["report", "views", "verdicts", "plots", "compare", "runner"]
+
+
+@pytest.mark.parametrize("module", READERS)
+def test_readers_name_statuses_and_figures_by_the_constants_in_results(module: str) -> None:
+    from suite import results
+
+    fields = [v for v in vars(results).values() if isinstance(v, results.Field)]
+    # run and environment keys also name settings (a config's "backend", "image"): only figures are checked.
+    spelled_once = {f.key for f in fields if f.section in ("timing", "quality", "work")} | set(results.STATUSES)
+    path = SUITE / f"{module}.py"
+    literals = {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert not literals & spelled_once, f"{path.name} spells {sorted(literals & spelled_once)}; use suite.results"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from suite import stats, verdicts
-from suite.results import RunResult
+from suite.results import FIT_S, RunResult
 from suite.views import Point, ScenarioView
 
 
@@ -221,7 +221,7 @@ def test_crossover_wording_holds_over_generated_inputs(seed: int) -> None:
             view.point(**{"model.hidden.0": w, "device": "gpu"}),
         )
         if verdicts.usable(cpu) and verdicts.usable(gpu):
-            ratios[w] = stats.ratio(cpu.values("timing", "fit_s"), gpu.values("timing", "fit_s"))
+            ratios[w] = stats.ratio(cpu.values(FIT_S), gpu.values(FIT_S))
         else:
             assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)  # every dropped point is named
     claim = re.search(r"faster (?:from|at) width (\d+)", text)
@@ -252,7 +252,7 @@ def test_knobs_wording_holds_over_generated_inputs(seed: int) -> None:
         if p is base:
             continue
         if verdicts.usable(p) and verdicts.usable(base):
-            ratios[p.label] = stats.ratio(base.values("timing", "fit_s"), p.values("timing", "fit_s"))
+            ratios[p.label] = stats.ratio(base.values(FIT_S), p.values(FIT_S))
         else:
             assert p.label in text.split("Not compared:")[-1], (p.label, text)
     gains = {k: r for k, r in ratios.items() if r.faster}
