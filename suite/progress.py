@@ -8,6 +8,7 @@ other run the mean of every run so far. Runs skipped or already on file cost not
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -126,7 +127,9 @@ class Progress:
             return
         text = self.status()
         if text:
-            self.stream.write(CLEAR_LINE + text)
+            # A line longer than the terminal wraps, and "\r" then rewrites only its last row.
+            width = shutil.get_terminal_size(fallback=(120, 24)).columns - 1
+            self.stream.write(CLEAR_LINE + (text if len(text) <= width else text[: width - 3] + "..."))
             self.stream.flush()
 
 
