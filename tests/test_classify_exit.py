@@ -1,8 +1,8 @@
-"""How a run ended, one rule for every backend, and the Docker deadline that can no longer lose its race.
+"""How a run ended, one rule for every backend, and the deadline that can no longer lose its race.
 
-Fast: no TensorFlow and no Docker engine. The deadline tests drive the real ``_Deadline`` and the
-real ``DockerBackend._run_container`` with a stand-in for the engine's container, whose kill makes
-a concurrent ``wait`` return before ``kill()`` itself does, as a real engine's answer can.
+Fast: no TensorFlow and no Docker engine. The deadline tests drive the real ``Deadline`` and the
+real ``RunSkeleton.run`` (the flow both backends use) with a stand-in execution whose kill makes a
+concurrent ``wait`` return before ``kill()`` itself does, as a real engine's answer can.
 """
 
 from __future__ import annotations
@@ -14,14 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
-import requests
 from conftest import write_scenario
 
 from suite import plan, scenario
-from suite.backends.base import classify_exit
-from suite.backends.docker import DockerBackend, _Deadline, _exit_signal
+from suite.backends.base import Deadline, Exit, RunLost, RunSkeleton, classify_exit, parse_event, split_lines
+from suite.backends.docker import _exit_signal
 from suite.plan import RunSpec
 
 # -- the rule -------------------------------------------------------------------------------------
@@ -108,65 +106,69 @@ def test_classify_container_exit_code_to_signal(code: int, signum: int | None) -
     assert _exit_signal(code) == signum
 
 
-# -- the Docker deadline --------------------------------------------------------------------------
+# -- the deadline, in the one run flow ------------------------------------------------------------
 
 
-class RacingContainer:
-    """A container whose kill ends it (``wait`` returns 137) a while before ``kill()`` returns.
+class RacingExecution:
+    """A worker whose kill ends it (``wait`` sees 137) a while before ``kill()`` returns.
 
     With a real engine the exit event and the kill's HTTP answer travel separately, so the thread
     in ``wait`` can see the exit first.
     """
 
-    id = "racing"
-
     def __init__(self, kill_answer_s: float = 0.5, kill_error: Exception | None = None, exits_after_s: float = 60):
         self.kill_answer_s, self.kill_error, self.exits_after_s = kill_answer_s, kill_error, exits_after_s
-        self.attrs: dict[str, Any] = {"HostConfig": {}, "State": {"OOMKilled": False}}
+        self.facts: dict[str, Any] = {}
         self.exited = threading.Event()
         self.code = 0
         self.wait_returned = self.kill_returned = 0.0
-        self.removed = False
+        self.cleaned = 0
+        self.output = ["training...", '@@suite {"event": "epoch", "epoch": 1, "epochs": 2}', "@@suite not json"]
+        self.record: bytes | None = None
+        self.lost: str | None = None
 
-    def start(self) -> None:
-        pass
+    def lines(self):
+        yield from self.output
 
-    def wait(self, timeout: float | None = None) -> dict[str, int]:
+    def wait(self) -> Exit:
         self.exited.wait(self.exits_after_s)
         self.wait_returned = time.monotonic()
-        return {"StatusCode": self.code if self.exited.is_set() else 0}
+        if self.lost:
+            raise RunLost(self.lost)
+        code = self.code if self.exited.is_set() else 0
+        return Exit(code=code, signum=_exit_signal(code))
 
-    def kill(self) -> None:
+    def kill(self) -> bool:
         if self.kill_error is not None:
             raise self.kill_error
+        if self.exited.is_set():
+            return False
         self.code = 137
         self.exited.set()
         time.sleep(self.kill_answer_s)
         self.kill_returned = time.monotonic()
+        return True
 
-    def reload(self) -> None:
-        pass
+    def result(self) -> bytes | None:
+        return self.record
 
-    def logs(self, **_: Any) -> bytes:
-        return b"training...\n"
-
-    def remove(self, **_: Any) -> None:
-        self.removed = True
+    def cleanup(self) -> None:
+        self.cleaned += 1
 
 
-class OneContainerEngine:
-    """The part of docker-py's client that ``_run_container`` uses, handing out one container."""
+class FakeBackend(RunSkeleton):
+    name, what = "fake", "container"
 
-    def __init__(self, container: RacingContainer):
-        self.containers = self
-        self.container = container
+    def __init__(self, execution: RacingExecution):
+        self.execution = execution
+        self.env: dict[str, str] = {}
 
-    def create(self, **_: Any) -> RacingContainer:
-        return self.container
+    def run_info(self) -> dict[str, Any]:
+        return {"backend": self.name}
 
-
-class Image:
-    id, labels = "sha256:test", {"suite.python": "python3"}
+    def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> RacingExecution:
+        self.env = env
+        return self.execution
 
 
 def spec_with_timeout(tmp_path: Path, seconds: float) -> RunSpec:
@@ -179,67 +181,103 @@ def spec_with_timeout(tmp_path: Path, seconds: float) -> RunSpec:
     return replace(changed, fingerprint=plan.fingerprint_of(changed))
 
 
-def run_container(tmp_path: Path, container: RacingContainer, timeout_s: float) -> tuple[str, str, dict[str, Any]]:
-    backend = DockerBackend(machine="test", inventory={"gpus": [], "cpus": 2}, keras_home=tmp_path / "none")
-    folder = tmp_path / "run"
-    folder.mkdir()
-    spec = spec_with_timeout(tmp_path, timeout_s)
-    status, message, _, extra = backend._run_container(OneContainerEngine(container), spec, Image(), folder)
-    return status, message, extra
+def test_timeout_whose_exit_arrives_before_the_kill_returns_is_timeout(tmp_path: Path) -> None:
+    execution = RacingExecution(kill_answer_s=0.5)
+    result = FakeBackend(execution).run(spec_with_timeout(tmp_path, 0.2))
+    assert execution.wait_returned < execution.kill_returned, "the race happened: wait saw 137 first"
+    assert result.run["exit_code"] == 137
+    assert result.status == "timeout", result.message
+    assert "0.2 s" in result.message
+    assert execution.cleaned >= 1
 
 
-def test_docker_timeout_whose_exit_arrives_before_the_kill_returns_is_timeout(tmp_path: Path) -> None:
-    container = RacingContainer(kill_answer_s=0.5)
-    status, message, extra = run_container(tmp_path, container, timeout_s=0.2)
-    assert container.wait_returned < container.kill_returned, "the race happened: wait saw 137 first"
-    assert extra["exit_code"] == 137
-    assert status == "timeout", message
-    assert "0.2 s" in message
-    assert container.removed
-
-
-def test_docker_deadline_is_marked_before_the_kill_is_sent() -> None:
-    deadline = _Deadline(0.05)
+def test_deadline_is_marked_before_the_kill_is_sent() -> None:
+    deadline = Deadline(0.05)
     marked_at_kill: list[bool] = []
+    execution = RacingExecution(kill_answer_s=0.2)
 
-    class Recorder(RacingContainer):
-        def kill(self) -> None:
-            marked_at_kill.append(deadline.fired)
-            super().kill()
+    def kill() -> bool:
+        marked_at_kill.append(deadline.fired)
+        return execution.kill()
 
-    container = Recorder(kill_answer_s=0.2)
-    deadline.arm(container)
-    container.wait()
+    deadline.arm(kill)
+    execution.wait()
     assert deadline.fired, "already marked when wait returns, while kill() has not returned yet"
     assert deadline.disarm() is True
     assert marked_at_kill == [True]
 
 
-def conflict(status_code: int) -> docker.errors.APIError:
-    response = requests.Response()
-    response.status_code = status_code
-    return docker.errors.APIError("container is not running", response=response)
-
-
-@pytest.mark.parametrize("status_code", [409, 404], ids=["not-running", "gone"])
-def test_docker_deadline_whose_kill_finds_the_container_ended_is_no_timeout(status_code: int) -> None:
-    deadline = _Deadline(0.01)
-    deadline.arm(RacingContainer(kill_error=conflict(status_code)))
+def test_deadline_whose_kill_finds_the_worker_ended_is_no_timeout() -> None:
+    execution = RacingExecution()
+    execution.exited.set()
+    deadline = Deadline(0.01)
+    deadline.arm(execution.kill)
     time.sleep(0.2)
     assert deadline.disarm() is False
 
 
-def test_docker_deadline_kept_when_the_kill_fails_otherwise() -> None:
-    # The engine did not say the container had ended: the limit was reached, and that is what is known.
-    deadline = _Deadline(0.01)
-    deadline.arm(RacingContainer(kill_error=docker.errors.APIError("engine hiccup", response=None)))
+def test_deadline_kept_when_the_kill_fails_otherwise() -> None:
+    # The backend did not say the worker had ended: the limit was reached, and that is what is known.
+    deadline = Deadline(0.01)
+    deadline.arm(RacingExecution(kill_error=OSError("engine hiccup")).kill)
     time.sleep(0.2)
     assert deadline.disarm() is True
 
 
-def test_docker_run_ending_before_its_deadline_is_classified_by_its_exit(tmp_path: Path) -> None:
-    container = RacingContainer(exits_after_s=0.05)
-    container.exited.set()
-    container.code = 137  # the OOM killer's SIGKILL, not the suite's
-    status, message, _ = run_container(tmp_path, container, timeout_s=30)
-    assert status == "host_oom", message
+def test_run_ending_before_its_deadline_is_classified_by_its_exit(tmp_path: Path) -> None:
+    execution = RacingExecution(exits_after_s=0.05)
+    execution.exited.set()
+    execution.code = 137  # the OOM killer's SIGKILL, not the suite's
+    result = FakeBackend(execution).run(spec_with_timeout(tmp_path, 30))
+    assert result.status == "host_oom", result.message
+
+
+def test_worker_record_is_merged_and_progress_lines_become_events(tmp_path: Path) -> None:
+    execution = RacingExecution(exits_after_s=0.01)
+    execution.exited.set()
+    execution.record = b'{"status": "ok", "message": "", "timing": {"fit_s": 1.5}, "settings": {"replicas": 1}}'
+    events: list[dict[str, Any]] = []
+    backend = FakeBackend(execution)
+    result = backend.run(spec_with_timeout(tmp_path, 30), on_event=events.append)
+    assert result.status == "ok" and result.timing == {"fit_s": 1.5}
+    assert result.run["settings"] == {"replicas": 1} and result.run["backend"] == "fake"
+    assert events == [{"event": "epoch", "epoch": 1, "epochs": 2}], "one valid progress line, one malformed"
+    assert float(backend.env["SUITE_DEADLINE_S"]) > 30, "the worker's own deadline comes after the host's"
+
+
+def test_a_failing_event_sink_never_fails_the_run(tmp_path: Path) -> None:
+    execution = RacingExecution(exits_after_s=0.01)
+    execution.exited.set()
+    execution.record = b'{"status": "ok", "message": ""}'
+
+    def broken(event: dict[str, Any]) -> None:
+        raise RuntimeError("display gone")
+
+    assert FakeBackend(execution).run(spec_with_timeout(tmp_path, 30), on_event=broken).status == "ok"
+
+
+def test_lost_backend_is_error_with_its_cause(tmp_path: Path) -> None:
+    execution = RacingExecution(exits_after_s=0.01)
+    execution.lost = "lost the Docker engine at ssh://x during the run: EOFError"
+    result = FakeBackend(execution).run(spec_with_timeout(tmp_path, 30))
+    assert result.status == "error" and "ssh://x" in result.message and "EOFError" in result.message
+    assert "training..." in result.log_tail
+    assert execution.cleaned >= 1
+
+
+def test_ctrl_c_in_wait_kills_and_cleans_up(tmp_path: Path) -> None:
+    class Interrupted(RacingExecution):
+        def wait(self) -> Exit:
+            raise KeyboardInterrupt
+
+    execution = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        FakeBackend(execution).run(spec_with_timeout(tmp_path, 30))
+    assert execution.code == 137 and execution.cleaned >= 1
+
+
+def test_progress_lines_and_chunks() -> None:
+    assert parse_event('@@suite {"event": "phase", "phase": "fit"}') == {"event": "phase", "phase": "fit"}
+    assert parse_event("@@suite [1, 2]") is None and parse_event("epoch 1") is None
+    chunks = [b"first li", b"ne\nsecond\n\xc3", b"\xa9 third"]
+    assert list(split_lines(iter(chunks))) == ["first line", "second", "\u00e9 third"]

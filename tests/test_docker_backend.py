@@ -14,114 +14,27 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker_fixtures import (  # noqa: F401 - fixtures
+    REPO,
+    SMALL_SCENARIO,
+    assert_no_container_left,
+    backend_factory,
+    engine_client,
+    image_fixture,
+    small_specs,
+    with_config,
+)
 
-from suite import plan, results, scenario
-from suite.backends.docker import DockerBackend, _data_mount, _Deadline, auto_choice, engine_answers, engine_facts
+from suite import results
+from suite.backends.base import Deadline
+from suite.backends.docker import _Container, auto_choice, container_data_dir, engine_answers, engine_facts
 from suite.backends.local import LocalBackend
-from suite.plan import RunSpec
 
 pytestmark = pytest.mark.docker
-
-REPO = Path(__file__).resolve().parents[1]
-REQUIRED = os.environ.get("SUITE_REQUIRE_DOCKER") == "1"
-
-SMALL_SCENARIO = """\
-name: {name}
-question: Does a run in a container give a result?
-model:
-  kind: mlp
-  hidden: [64, 32]
-  activation: relu
-  dropout: 0.1
-training:
-  optimizer: adam
-  loss: categorical_crossentropy
-  batch_size: 128
-  epochs: 2
-data:
-  dataset: mnist
-  allow_synthetic: true
-  train_samples: 1024
-  test_samples: 256
-repeats: 1
-timeout_s: 600
-matrix:
-  model.hidden.0: {widths}
-  device: [cpu]
-smoke:
-  training.epochs: 2
-"""
-
-
-def _unavailable(reason: str) -> None:
-    if REQUIRED:
-        pytest.fail(f"SUITE_REQUIRE_DOCKER=1 but {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def client() -> Any:
-    try:
-        import docker  # noqa: F401
-
-        from suite import engine
-
-        engine_client, _ = engine.connect(timeout=60)
-        engine_client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure here means "no engine": skip or fail below
-        _unavailable(f"no Docker engine answers ({type(exc).__name__}: {exc})")
-    yield engine_client
-    engine_client.close()
-
-
-@pytest.fixture(scope="session")
-def test_image(client: Any) -> str:
-    """suite-bench:tf2.21-cpu-x<hash>, built once; later sessions find it on the engine."""
-    sys.path.insert(0, str(REPO / "tests"))
-    import docker_base
-
-    try:
-        return docker_base.ensure_test_image(client, progress=lambda line: None)
-    except docker_base.BaseImageError as exc:
-        _unavailable(f"cannot build the registry-free test image: {exc}")
-    raise AssertionError("unreachable")
-
-
-@pytest.fixture
-def backend(test_image: str, tmp_path: Path):
-    made: list[DockerBackend] = []
-
-    def make(**kwargs: Any) -> DockerBackend:
-        b = DockerBackend(machine="test", results_dir=tmp_path, image=kwargs.pop("image", test_image), **kwargs)
-        made.append(b)
-        return b
-
-    yield make
-    for b in made:
-        b.close()
-
-
-def assert_no_container_left(client: Any, label: str) -> None:
-    left = client.containers.list(all=True, filters={"label": label})
-    assert left == [], f"containers left behind with {label}: {[c.name for c in left]}"
-
-
-def small_specs(tmp_path: Path, name: str = "docker_small", widths: str = "[64]") -> list[RunSpec]:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(SMALL_SCENARIO.format(name=name, widths=widths), encoding="utf-8")
-    return plan.expand(scenario.load(path), smoke=True)
-
-
-def with_config(spec: RunSpec, **changes: Any) -> RunSpec:
-    config = {**spec.config, **changes}
-    changed = replace(spec, config=config, fingerprint="")
-    return replace(changed, fingerprint=plan.fingerprint_of(changed))
-
 
 # -- engine facts ---------------------------------------------------------------------------------
 
@@ -159,7 +72,12 @@ def test_cpu_smoke_run_in_container_matches_local_schema(backend, client: Any, t
     assert run["image_labels"]["suite.image"] == "tf2.21-cpu" and run["context_hash"]
     assert run["base_id"].startswith("sha256:")  # the imported base has no registry digest
     assert run["engine_device_requests"] in (None, [])  # CPU: no device request at all
-    assert set(run["container_s"]) == {"create", "start", "wait", "inspect_logs", "remove"}
+    assert set(run["container_s"]) == {"create", "put_archive", "start", "wait", "fetch_result", "remove"}
+    isolation = run["isolation"]  # as the engine stored it, not as asked
+    assert isolation["bind_mounts"] == [] and [m["type"] for m in isolation["mounts"]] == ["volume"]
+    assert isolation["user"] == "65534:65534" and isolation["read_only_rootfs"] is True
+    assert isolation["cap_drop"] == ["ALL"] and isolation["security_opt"] == ["no-new-privileges"]
+    assert isolation["network_mode"] == "none" and "/tmp" in isolation["tmpfs"]
     env = result.environment
     assert env["host"]["in_container"] is True
     assert env["host"]["env"]["CUDA_VISIBLE_DEVICES"] == ""
@@ -176,7 +94,7 @@ def test_cpu_smoke_run_in_container_matches_local_schema(backend, client: Any, t
     assert set(result.environment) == set(local.environment)
 
 
-def test_real_mnist_digits_mounted_read_only(backend, mnist_dir: Path, tmp_path: Path) -> None:
+def test_real_mnist_digits_placed_once_in_a_volume(backend, client: Any, mnist_dir: Path, tmp_path: Path) -> None:
     spec = small_specs(tmp_path)[0]
     data = {
         **spec.config["data"],
@@ -186,20 +104,64 @@ def test_real_mnist_digits_mounted_read_only(backend, mnist_dir: Path, tmp_path:
         "test_samples": 1000,
     }
     spec = with_config(spec, data=data, training={**spec.config["training"], "epochs": 3})
-    result = backend().run(spec)
+    docker_backend = backend()
+    result = docker_backend.run(spec)
     assert result.status == "ok", (result.message, result.log_tail)
     assert result.quality["data_source"] == "idx-t10k-split"
     assert result.quality["test_accuracy"] > 0.8  # real digits, learnt: not a broken fast run
+    (placed,) = result.run["data_volumes"]
+    assert placed["target"] == str(mnist_dir) and len(placed["sha256"]) == 64
+    mounts = {m["target"]: m for m in result.run["isolation"]["mounts"]}
+    assert mounts[str(mnist_dir)] == {"target": str(mnist_dir), "type": "volume", "read_only": True}
+    volume = client.volumes.get(placed["volume"])
+    assert volume.attrs["Labels"]["suite.data_sha256"] == placed["sha256"]
+    # A new session finds the volume, checks its sha256 and does not place it again.
+    again = backend()._data(client, spec, result.run["image_id"])[2]
+    assert again[0]["volume"] == placed["volume"] and again[0]["placed"] is False
+
+
+def test_data_volume_that_differs_is_placed_again(client: Any, test_image: str, tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    from suite.backends import docker_parts as parts
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "digits.bin").write_bytes(os.urandom(4096))  # unique: a volume of its own
+    files = parts.data_files(folder)
+    labels = {"suite.session": "test-data"}
+    image = client.images.get(test_image).id
+    first = parts.ensure_data_volume(client, image, files, labels)
+    try:
+        assert first["placed"] is True
+        assert parts.ensure_data_volume(client, image, files, labels)["placed"] is False
+        # Damage the content's proof as a half-finished placement would leave it.
+        helper = client.containers.create(
+            image, ["true"], mounts=[{"Target": "/data", "Source": first["volume"], "Type": "volume"}]
+        )
+        try:
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                info = tarfile.TarInfo(parts.DATA_MARKER)
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"bad"))
+            helper.put_archive("/data", buf.getvalue())
+        finally:
+            helper.remove(force=True)
+        again = parts.ensure_data_volume(client, image, files, labels)
+        assert again["placed"] is True and again["sha256"] == first["sha256"]
+        assert parts.ensure_data_volume(client, image, files, labels)["placed"] is False
+    finally:
+        client.volumes.get(first["volume"]).remove(force=True)
 
 
 def test_relative_data_dir_maps_into_the_container() -> None:
-    host, inside = _data_mount("../shared/data/mnist")
-    assert host == (REPO.parent / "shared" / "data" / "mnist").resolve()
-    assert inside == "/shared/data/mnist"  # the worker runs in /suite, where the repo is mounted
-    assert _data_mount("/data/mnist") == (Path("/data/mnist"), "/data/mnist")
+    assert container_data_dir("../shared/data/mnist") == "/shared/data/mnist"  # the worker runs in /work
+    assert container_data_dir("/data/mnist") == "/data/mnist"
 
 
-def test_gpu_point_requests_exact_ids_and_fails_clearly_without_nvidia_runtime(
+def test_gpu_point_requests_exact_uuids_and_fails_clearly_without_nvidia_runtime(
     backend, client: Any, tmp_path: Path
 ) -> None:
     if engine_facts().get("nvidia_runtime"):
@@ -214,9 +176,9 @@ def test_gpu_point_requests_exact_ids_and_fails_clearly_without_nvidia_runtime(
     assert "could not select device driver" in result.message  # the engine's own words
     requests = result.run["engine_device_requests"]  # HostConfig.DeviceRequests as the engine stored it
     assert len(requests) == 1
-    assert requests[0]["DeviceIDs"] == ["0", "1"] and requests[0]["Capabilities"] == [["gpu"]]
+    assert requests[0]["DeviceIDs"] == ["GPU-test-0", "GPU-test-1"] and requests[0]["Capabilities"] == [["gpu"]]
     assert not requests[0].get("Count")  # ids, never a count: count+ids is an error, count alone "first N"
-    assert result.run["gpu_uuids"] == ["GPU-test-0", "GPU-test-1"]
+    assert result.run["gpu_uuids"] == ["GPU-test-0", "GPU-test-1"] and result.run["gpu_ids"] == ["0", "1"]
     assert_no_container_left(client, f"suite.session={docker_backend.session}")
 
 
@@ -258,8 +220,8 @@ def test_timeout_whose_kill_finds_the_container_exited_is_no_timeout(client: Any
     container = client.containers.run(test_image, ["python3", "-c", "pass"], detach=True, network_mode="none")
     try:
         assert container.wait(timeout=60)["StatusCode"] == 0
-        deadline = _Deadline(0.01)
-        deadline.arm(container)
+        deadline = Deadline(0.01)
+        deadline.arm(_Container(None, container, {"container_s": {}}).kill)
         time.sleep(0.5)  # the timer fires and tries its kill meanwhile
         assert deadline.disarm() is False
     finally:

@@ -1,8 +1,13 @@
-"""What every backend shares: the protocol, the skip rule, how a run ended, and turning worker output into a result.
+"""What every backend shares: the protocol, the run skeleton, the skip rule, how a run ended, the merge.
 
 A backend turns one RunSpec into one RunResult. It never raises for a failed run: a timeout, a
-crash, a missing image are statuses. ``run`` is called only for specs that ``skip_reason``
-did not rule out.
+crash, a missing image, a lost engine are statuses. ``run`` is called only for specs that
+``skip_reason`` did not rule out.
+
+``RunSkeleton.run`` is the one flow: write the spec, launch, arm the deadline, stream the log
+(calling ``on_event`` for each progress line the worker prints), wait, classify the exit by
+``classify_exit``, fetch the result file and merge it with what the host saw. A backend only
+provides ``launch``, which returns an ``Execution``: kill, log lines, wait, fetch the result.
 """
 
 from __future__ import annotations
@@ -10,8 +15,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from suite import hostinfo
@@ -19,10 +27,18 @@ from suite.plan import RunSpec, parse_device
 from suite.results import RunResult
 
 LOG_TAIL_LINES = 60
+EVENT_PREFIX = "@@suite "  # a worker progress line: the prefix, then one JSON object
+# The worker ends itself this long after the run's own limit, so the host's deadline fires first
+# while the host lives, and the worker's only when nobody is left to enforce it.
+WORKER_DEADLINE_GRACE_S = 5.0
+LOG_DRAIN_S = 10.0  # how long the log may keep flowing after the exit (a child holding the pipe)
+
+EventSink = Callable[[dict[str, Any]], None]
 
 
 class Backend(Protocol):
     name: str
+    machine: str
 
     def inventory(self) -> dict[str, Any]:
         """What this backend can give a run: {'gpus': [{index, uuid, name, ...}], 'cpus': N, ...}."""
@@ -36,11 +52,225 @@ class Backend(Protocol):
         """The ``skipped`` record for a spec, with this backend's run facts."""
         ...
 
-    def run(self, spec: RunSpec) -> RunResult: ...
+    def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult: ...
 
     def close(self) -> None:
         """Release what the backend holds (containers, clients); also called on Ctrl-C."""
         ...
+
+
+@dataclass
+class Exit:
+    """How the launched worker ended, as the backend saw it."""
+
+    code: int | None
+    signum: int | None = None
+    oom_killed: bool = False
+
+
+class RunLost(Exception):
+    """The backend lost sight of a launched run (the engine went away): recorded as ``error``."""
+
+
+class Unavailable(Exception):
+    """The run cannot be launched at all (no engine, no image); ``status`` is what gets recorded."""
+
+    def __init__(self, status: str, message: str, facts: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.status, self.facts = status, facts or {}
+
+
+class Execution(Protocol):
+    """One launched worker. ``facts`` collects what the result's ``run`` section records."""
+
+    facts: dict[str, Any]
+
+    def lines(self) -> Iterator[str]:
+        """The worker's output, line by line as it comes; ends when the output ends."""
+        ...
+
+    def wait(self) -> Exit:
+        """Block until the worker ends; raises RunLost when that can no longer be known."""
+        ...
+
+    def kill(self) -> bool:
+        """Kill the worker now; False when it had already ended by itself (no kill was needed)."""
+        ...
+
+    def result(self) -> bytes | None:
+        """The worker's result file after it ended, or None if it wrote none."""
+        ...
+
+    def cleanup(self) -> None:
+        """Remove what the launch made (process group, container, folders); never raises; idempotent."""
+        ...
+
+
+class RunSkeleton:
+    """The run flow every backend shares; subclasses implement ``launch`` and ``run_info``."""
+
+    name = "backend"
+    what = "worker"  # for messages: "worker" or "container"
+    memory_limit: str | None = None
+
+    def run_info(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> Execution:
+        """Start the worker on this spec; raises Unavailable when it cannot start at all."""
+        raise NotImplementedError
+
+    def skipped(self, spec: RunSpec, reason: str) -> RunResult:
+        return skipped_result(spec, reason, self.run_info())
+
+    def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
+        info = {**self.run_info(), "started_at": now_iso()}
+        env = worker_env(spec)
+        try:
+            execution = self.launch(spec, spec_json(spec), env)
+        except Unavailable as exc:
+            run = {**info, **self.run_info(), **exc.facts, "finished_at": now_iso()}
+            return RunResult(status=exc.status, spec=spec.to_dict(), message=str(exc), run=run)
+        info.update(self.run_info())  # what launching learnt (the engine's version)
+        deadline = Deadline(spec.timeout_s)
+        pump = LogPump(execution.lines(), on_event)
+        try:
+            deadline.arm(execution.kill)
+            pump.start()
+            try:
+                ended = execution.wait()
+                timed_out = deadline.disarm()  # waits out a kill in flight, so its verdict is final
+                pump.join(LOG_DRAIN_S)
+                record = execution.result()
+            except RunLost as exc:
+                deadline.disarm()
+                pump.join(1.0)
+                execution.cleanup()
+                info.update(execution.facts, finished_at=now_iso())
+                return merge_result(spec, None, pump.text(), info, "error", str(exc))
+            execution.cleanup()  # before the facts are taken: its cost is one of them
+            info.update(execution.facts, exit_code=ended.code, finished_at=now_iso())
+            status, message = classify_exit(
+                deadline_fired=timed_out,
+                oom_killed=ended.oom_killed,
+                exit_code=ended.code,
+                signum=ended.signum,
+                wrote_result=record is not None,
+                timeout_s=spec.timeout_s,
+                memory_limit=self.memory_limit,
+                what=self.what,
+            )
+            return merge_result(spec, record, pump.text(), info, status, message)
+        except BaseException:
+            # Ctrl-C or SIGTERM of the orchestrator: the worker must not outlive it.
+            try:
+                execution.kill()
+            except Exception:  # noqa: BLE001 - the cleanup below removes it anyway
+                pass
+            raise
+        finally:
+            deadline.disarm()
+            execution.cleanup()
+
+
+def worker_env(spec: RunSpec) -> dict[str, str]:
+    """What every worker gets in its environment, wherever it runs."""
+    return {
+        "KERAS_BACKEND": spec.config["backend"],
+        "PYTHONUNBUFFERED": "1",  # progress lines arrive as they happen, and the log tail is whole
+        "SUITE_DEADLINE_S": f"{spec.timeout_s + WORKER_DEADLINE_GRACE_S:g}",
+    }
+
+
+def spec_json(spec: RunSpec) -> bytes:
+    return json.dumps(spec.to_dict(), indent=1, sort_keys=True).encode("utf-8")
+
+
+class Deadline:
+    """The run's time limit: a timer thread that kills the worker when it runs out.
+
+    ``fired`` is set before the kill is sent: the exit the kill causes can reach the thread in
+    ``wait`` before ``kill()`` returns, and must read as a timeout. A kill that finds the worker
+    already ended by itself takes the mark back.
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds, self.fired = seconds, False
+        self._timer: threading.Timer | None = None
+
+    def arm(self, kill: Callable[[], bool]) -> None:
+        self._timer = threading.Timer(self.seconds, self._kill, args=(kill,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> bool:
+        """Stop the timer, let a kill in flight finish, and say whether the deadline ended the run."""
+        if self._timer is not None:
+            self._timer.cancel()
+            if self._timer is not threading.current_thread():
+                self._timer.join()
+        return self.fired
+
+    def _kill(self, kill: Callable[[], bool]) -> None:
+        self.fired = True
+        try:
+            if not kill():
+                self.fired = False  # it ended on its own before the kill: not a timeout
+        except Exception:  # noqa: BLE001 - the limit was reached; that is what is known, and the thread must not die
+            pass
+
+
+class LogPump(threading.Thread):
+    """Reads a worker's output as it comes: keeps the tail, hands progress lines to ``on_event``."""
+
+    def __init__(self, lines: Iterator[str], on_event: EventSink | None):
+        super().__init__(daemon=True)
+        self._lines, self._on_event = lines, on_event
+        self._tail: deque[str] = deque(maxlen=LOG_TAIL_LINES * 4)
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        try:
+            for line in self._lines:
+                line = line.rstrip("\r\n")
+                with self._lock:
+                    self._tail.append(line)
+                event = parse_event(line)
+                if event is not None and self._on_event is not None:
+                    try:
+                        self._on_event(event)
+                    except Exception:  # noqa: BLE001 - a display problem must never fail a run
+                        pass
+        except Exception as exc:  # noqa: BLE001 - a broken stream ends the log, not the run
+            with self._lock:
+                self._tail.append(f"[log stream ended: {type(exc).__name__}: {exc}]")
+
+    def text(self) -> str:
+        with self._lock:
+            return "\n".join(self._tail)
+
+
+def parse_event(line: str) -> dict[str, Any] | None:
+    """The dict of a worker progress line (``@@suite {...}``), or None for any other line."""
+    if not line.startswith(EVENT_PREFIX):
+        return None
+    try:
+        event = json.loads(line[len(EVENT_PREFIX) :])
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def split_lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """Text lines from a stream of byte chunks that may cut a line (or a UTF-8 character) anywhere."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *whole, buffer = buffer.split(b"\n")
+        for line in whole:
+            yield line.decode("utf-8", errors="replace")
+    if buffer:
+        yield buffer.decode("utf-8", errors="replace")
 
 
 def host_inventory() -> dict[str, Any]:
@@ -59,12 +289,15 @@ def device_skip_reason(spec: RunSpec, inventory: dict[str, Any]) -> str | None:
     return None
 
 
-def gpu_ids(spec: RunSpec, inventory: dict[str, Any]) -> list[str]:
-    """The host GPUs a spec gets: the first N of the inventory, by index. Empty for CPU runs."""
+def gpus_for(spec: RunSpec, inventory: dict[str, Any]) -> list[dict[str, Any]]:
+    """The GPUs a spec gets: the first N of the inventory. Empty for CPU runs."""
     kind, count = parse_device(spec.device)
-    if kind != "gpu":
-        return []
-    return [str(g["index"]) for g in inventory["gpus"][:count]]
+    return list(inventory["gpus"][:count]) if kind == "gpu" else []
+
+
+def gpu_ids(spec: RunSpec, inventory: dict[str, Any]) -> list[str]:
+    """The host GPU indices a spec gets (what CUDA_VISIBLE_DEVICES takes). Empty for CPU runs."""
+    return [str(g["index"]) for g in gpus_for(spec, inventory)]
 
 
 def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
@@ -126,15 +359,21 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def result_from_worker(
-    spec: RunSpec, result_file: Path, log: str, run_info: dict[str, Any], fallback_status: str, fallback_message: str
+def merge_result(
+    spec: RunSpec,
+    record_bytes: bytes | None,
+    log: str,
+    run_info: dict[str, Any],
+    fallback_status: str,
+    fallback_message: str,
 ) -> RunResult:
     """Merge the worker's record with what the host saw; the host's word wins when it killed the run."""
     record: dict[str, Any] = {}
-    if result_file.is_file():
+    if record_bytes is not None:
         try:
-            record = json.loads(result_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
+            loaded = json.loads(record_bytes.decode("utf-8"))
+            record = loaded if isinstance(loaded, dict) else {}
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             fallback_message = f"worker result unreadable ({exc}); {fallback_message}"
     status = record.get("status") if record and fallback_status in ("", "ok") else fallback_status
     message = record.get("message", "") if status == record.get("status") else fallback_message

@@ -1,12 +1,18 @@
 """Docker backend: every run in a fresh container of a pinned image, through docker-py only.
 
-The container gets the suite's code read-only (the repository at /suite), one read-write folder
-holding spec.json and result.json, and the Keras dataset cache read-only. CPU runs get no device
-request and ``CUDA_VISIBLE_DEVICES=""``; GPU runs get ``DeviceRequest(device_ids=[...])`` with the
-host inventory's indices (``capabilities`` alone would mean zero GPUs, silently). A watchdog
-thread enforces the run's timeout by killing the container: ``wait(timeout=)`` is only an HTTP
-read timeout. The container is removed whatever happens, Ctrl-C included; ``close`` removes any
-container this backend started that is still there, found by its session label.
+The engine can be anywhere: the local socket, ``ssh://user@host`` or ``tcp://`` with TLS. Nothing
+is bind-mounted from the orchestrator's disk (``docker_parts``): code and spec go in through the
+archive endpoint into a volume before the container starts, the result comes out after it exits,
+and MNIST sits in a named volume per engine. The GPUs, CPUs and driver are the engine host's, asked
+of the engine in a short probe container; GPU runs get ``DeviceRequest(device_ids=[UUIDs])``
+(``capabilities`` alone would mean zero GPUs, silently). The run flow (deadline, classification,
+merge) is ``RunSkeleton``'s.
+
+Containers run as an unprivileged user with no capabilities, ``no-new-privileges``, a read-only
+root file system, a tmpfs for /tmp and no network. They carry the session and the orchestrator's
+host, pid and deadline as labels: the first contact with an engine removes the containers of
+sessions that are over, and ``close`` removes this session's own. The worker also ends itself
+shortly after the run's limit, so no container outlives its orchestrator by more than that.
 """
 
 from __future__ import annotations
@@ -14,48 +20,49 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import shutil
 import signal
-import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from suite import engine, hostinfo, images
+from suite.backends import docker_parts as parts
 from suite.backends.base import (
-    classify_exit,
+    WORKER_DEADLINE_GRACE_S,
+    Exit,
+    RunLost,
+    RunSkeleton,
+    Unavailable,
     device_skip_reason,
-    gpu_ids,
-    host_inventory,
-    now_iso,
-    result_from_worker,
-    skipped_result,
+    gpus_for,
+    split_lines,
 )
 from suite.engine import engine_answers, engine_facts
 from suite.plan import RunSpec, parse_device
-from suite.results import RunResult
 
 __all__ = ["DockerBackend", "auto_choice", "engine_answers", "engine_facts"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CODE_DIR, OUT_DIR, KERAS_DIR = "/suite", "/out", "/keras"
+WORK_DIR = "/work"  # an anonymous volume: the archive endpoints see volumes, not tmpfs or a read-only rootfs
+OUT_NAME = "out"
+OUT_DIR, RESULT_PATH = f"{WORK_DIR}/{OUT_NAME}", f"{WORK_DIR}/{OUT_NAME}/result.json"
+KERAS_DIR = "/keras"
 SHM_SIZE = "1g"  # NVIDIA's TensorFlow run line; Docker's 64 MB default starves NCCL in multi-GPU runs
+TMPFS = {"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"}  # HOME too: Keras writes its config there
 MEMLOCK_UNLIMITED, STACK_BYTES = -1, 67108864  # --ulimit memlock=-1 --ulimit stack=67108864
 # Host variables that change what TensorFlow does; passed through so a container run is tuned as
 # the same run on the host would be (the local backend passes the whole environment).
 PASS_PREFIXES = ("TF_", "XLA_", "NCCL_", "OMP_", "KMP_", "MKL_")
-LABEL_SESSION, LABEL_RUN, LABEL_RUN_ID = "suite.session", "suite.run", "suite.run_id"
+LABEL_SESSION, LABEL_RUN, LABEL_RUN_ID = parts.LABEL_SESSION, "suite.run", "suite.run_id"
 EXIT_SIGNAL_BASE = 128  # a container whose process a signal ended exits with 128 + the signal's number
 IMAGE_ENV = "SUITE_DOCKER_IMAGE"  # "REF" for every run, or "NAME=REF,NAME=REF" per images.yaml name
-# Dot names: a folder left behind by a killed run is never read as a result file.
-SPEC_NAME, RESULT_NAME = ".spec.json", ".result.json"
+REAP_MARGIN_S = 60  # beyond a run's own limit before another host may call its session over
 
 
-class DockerBackend:
+class DockerBackend(RunSkeleton):
     name = "docker"
+    what = "container"
 
     def __init__(
         self,
@@ -69,37 +76,43 @@ class DockerBackend:
         network_mode: str = "none",
         keras_home: str | Path | None = None,
         inventory: dict[str, Any] | None = None,
+        user: str = f"{parts.RUN_UID}:{parts.RUN_GID}",
     ):
         """
         image: a reference (tag or ID) every run uses, or a mapping images.yaml name -> reference;
             None: each run's ``config.image`` (or the GPU/CPU default) as tagged by ``images build``.
-        results_dir: per-run folders go under ``results_dir/.docker-runs`` (bind mounts from the home
-            folder work where /tmp is private to the daemon, as with snap's Docker); default: system temp.
+        results_dir: accepted for the command line's sake; nothing of a run is written on this side.
         mem_limit: a container memory limit (``"8g"``); none by default, as on the host.
         network_mode: "none" by default: a run needs no network, and a missing dataset then fails
             fast instead of waiting for DNS.
-        keras_home: the dataset cache mounted read-only; default $KERAS_HOME or ~/.keras if it exists.
-        inventory: GPUs to hand out instead of the host's NVML/nvidia-smi inventory.
+        keras_home: the Keras cache whose ``datasets/mnist.npz`` is placed on the engine; default
+            $KERAS_HOME or ~/.keras.
+        inventory: GPUs to hand out instead of asking the engine.
         """
+        del results_dir
         self.machine = machine or hostinfo.machine_name()
         self.daemon = engine.daemon(docker_host)
         self._docker_host = docker_host
-        self.results_dir = Path(results_dir).resolve() if results_dir else None  # bind mounts need absolute paths
         self.image_override = image if image is not None else _image_from_env(os.environ.get(IMAGE_ENV, ""))
-        self.mem_limit, self.shm_size, self.network_mode = mem_limit, shm_size, network_mode
-        self.keras_home = _keras_home(keras_home)
+        self.memory_limit, self.shm_size, self.network_mode, self.user = mem_limit, shm_size, network_mode, user
+        self.keras_home = Path(keras_home) if keras_home else _default_keras_home()
         self._inventory = inventory
         self.session = uuid.uuid4().hex[:16]
+        self.orchestrator = parts.orchestrator_label()
+        self.reaped: list[dict[str, str]] = []
         self._client: Any = None
+        self._stream_client: Any = None
         self._engine: dict[str, Any] = {}
         self._catalog: images.Catalog | None = None
         self._refused_ulimits: set[str] = set()
+        self._code: dict[str, bytes] | None = None
+        self._volumes: dict[str, dict[str, Any]] = {}
 
     # -- protocol -------------------------------------------------------------------------------
 
     def inventory(self) -> dict[str, Any]:
         if self._inventory is None:
-            self._inventory = host_inventory()
+            self._inventory = self._ask_engine()
         return self._inventory
 
     def skip_reason(self, spec: RunSpec) -> str | None:
@@ -114,180 +127,146 @@ class DockerBackend:
             "machine": self.machine,
             "daemon": self.daemon.address,
             "daemon_source": self.daemon.source,
+            "session": self.session,
         }
         if self._engine:
             info.update(engine_version=self._engine.get("Version"), engine_api_version=self._engine.get("ApiVersion"))
         return info
 
-    def skipped(self, spec: RunSpec, reason: str) -> RunResult:
-        return skipped_result(spec, reason, self.run_info())
-
-    def run(self, spec: RunSpec) -> RunResult:
-        started = now_iso()
+    def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> _Container:
+        client = self._connect()
+        ref, image = self._image(client, spec)
+        facts: dict[str, Any] = {"image": ref, **images.image_record(image)}
+        gpus = gpus_for(spec, self.inventory())
+        facts.update(gpu_ids=[str(g["index"]) for g in gpus], gpu_uuids=[g.get("uuid") for g in gpus])
         try:
-            client = self._connect()
-            ref, image = self._image(client, spec)
-        except _Unavailable as exc:
-            return self._failed(spec, exc.status, str(exc), started)
-        info = {**self.run_info(), "image": ref, **images.image_record(image), "started_at": started}
-        with self._run_folder(spec) as folder:
-            spec_file, result_file = folder / SPEC_NAME, folder / RESULT_NAME
-            spec_file.write_text(_json(spec.to_dict()), encoding="utf-8")
-            status, message, log, extra = self._run_container(client, spec, image, folder)
-            info.update(extra, finished_at=now_iso())
-            return result_from_worker(spec, result_file, log, info, status, message)
+            mounts, data_env, data_facts = self._data(client, spec, image.id)
+        except Exception as exc:  # noqa: BLE001 - the engine refused the data volume: a status, not a crash
+            raise Unavailable(
+                "error", f"could not place the data on the engine at {self.daemon.address}: {exc}"
+            ) from None
+        facts["data_volumes"] = data_facts
+        kwargs = self._container_kwargs(spec, image, {**env, **data_env}, mounts, [g["uuid"] for g in gpus])
+        facts["cuda_visible_devices"] = kwargs["environment"].get("CUDA_VISIBLE_DEVICES")
+        if self._code is None:
+            self._code = parts.code_files()
+        payload = parts.run_payload(self._code, spec_json, OUT_NAME)
+        return _Container.start(self, client, kwargs, payload, facts)
 
     def close(self) -> None:
-        """Kill and remove every container of this session still on the engine (also after Ctrl-C)."""
+        """Kill and remove every container of this session still on the engine (also after Ctrl-C).
+
+        When the link to the engine broke during the session, one fresh connection is tried.
+        """
         if self._client is None:
             return
+        clients = [self._client]
         try:
-            mine = {"label": f"{LABEL_SESSION}={self.session}"}
-            for container in self._client.containers.list(all=True, filters=mine):
-                _remove(container)
-        except Exception:  # noqa: BLE001 - the engine is gone: nothing left to remove, and close must not raise
+            clients.append(engine.connect(self._docker_host, timeout=30)[0])
+        except Exception:  # noqa: BLE001 - no fresh link: the old one may still work
             pass
-        finally:
-            self._client.close()
-            self._client = None
-
-    # -- one container --------------------------------------------------------------------------
-
-    def _run_container(
-        self, client: Any, spec: RunSpec, image: Any, folder: Path
-    ) -> tuple[str, str, str, dict[str, Any]]:
-        """(status or "" to take the worker's, message, log, facts for the result's ``run``)."""
-        import docker
-        import requests
-
-        ids = gpu_ids(spec, self.inventory())
-        # Where the container's own cost goes (seconds): create, start, wait for exit, logs, remove.
-        phases: dict[str, float] = {}
-        extra: dict[str, Any] = {"gpu_ids": ids, "gpu_uuids": self._uuids(ids), "container_s": phases}
-        kwargs = self._container_kwargs(spec, image, folder, ids)
-        extra["cuda_visible_devices"] = kwargs["environment"].get("CUDA_VISIBLE_DEVICES")
-        container, deadline = None, _Deadline(spec.timeout_s)
-        try:
-            container = self._start(client, kwargs, extra)
-            if container is None:
-                return *_start_failure(extra.pop("start_error"), bool(ids), self.daemon.address), "", extra
-            deadline.arm(container)
-            t = time.perf_counter()
-            code = int(container.wait(timeout=None).get("StatusCode", -1))  # None: no HTTP timeout
-            timed_out = deadline.disarm()  # waits out a kill in flight, so its verdict is final
-            phases["wait"] = time.perf_counter() - t
-            t = time.perf_counter()
-            container.reload()
-            log = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
-            phases["inspect_logs"] = time.perf_counter() - t
-            extra.update(exit_code=code, oom_killed=bool(container.attrs["State"].get("OOMKilled")))
-            status, message = classify_exit(
-                deadline_fired=timed_out,
-                oom_killed=extra["oom_killed"],
-                exit_code=code,
-                signum=_exit_signal(code),
-                wrote_result=(folder / RESULT_NAME).is_file(),
-                timeout_s=spec.timeout_s,
-                memory_limit=self.mem_limit,
-                what="container",
-            )
-            return status, message, log, extra
-        except docker.errors.APIError as exc:
-            return "error", f"the Docker engine refused the run: {_engine_text(exc)}", "", extra
-        except (docker.errors.DockerException, requests.RequestException) as exc:
-            return "error", f"lost the Docker engine at {self.daemon.address} during the run: {exc}", "", extra
-        finally:
-            deadline.disarm()
-            if container is not None:
-                t = time.perf_counter()
-                _remove(container)
-                phases["remove"] = time.perf_counter() - t
-
-    def _start(self, client: Any, kwargs: dict[str, Any], extra: dict[str, Any]) -> Any:
-        """Create and start the container; None (with ``extra["start_error"]``) when the engine refuses.
-
-        An engine that may not raise a resource limit (a daemon without CAP_SYS_RESOURCE refuses
-        memlock=-1) gets the run without that limit, once and for the rest of the session, and the
-        result says so: a run with the engine's default limit beats no run.
-        """
-        import docker
-
-        while True:
-            kwargs["ulimits"] = [u for u in kwargs["ulimits"] if u.name not in self._refused_ulimits]
-            kwargs["environment"]["SUITE_LAUNCH_UNIX"] = repr(time.time())  # create counts as launch
-            t = time.perf_counter()
-            container = client.containers.create(**kwargs)
-            extra["container_s"]["create"] = time.perf_counter() - t
-            extra.update(
-                container_id=container.id,
-                ulimits={u.name: u.hard for u in kwargs["ulimits"]},
-                engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"),
-            )
-            if self._refused_ulimits:
-                extra["ulimits_refused"] = sorted(self._refused_ulimits)
+        mine = {"label": f"{LABEL_SESSION}={self.session}"}
+        for client in clients:
             try:
-                t = time.perf_counter()
-                container.start()
-                extra["container_s"]["start"] = time.perf_counter() - t
-                return container
-            except docker.errors.APIError as exc:
-                _remove(container)
-                refused = _refused_ulimit(_engine_text(exc), [u.name for u in kwargs["ulimits"]])
-                if refused is None:
-                    extra["start_error"] = exc
-                    return None
-                self._refused_ulimits.add(refused)
-            except BaseException:  # Ctrl-C mid-start: the caller never sees this container
-                _remove(container)
-                raise
+                for container in client.containers.list(all=True, filters=mine):
+                    _remove(container)
+                break
+            except Exception:  # noqa: BLE001 - this link is broken: try the next one
+                continue
+        for client in [*clients, self._stream_client]:
+            try:
+                if client is not None:
+                    client.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._client = self._stream_client = None
 
-    def _container_kwargs(self, spec: RunSpec, image: Any, folder: Path, ids: list[str]) -> dict[str, Any]:
-        from docker.types import DeviceRequest, Ulimit
+    # -- what a container gets ------------------------------------------------------------------
+
+    def labels(self, spec: RunSpec | None = None) -> dict[str, str]:
+        labels = {LABEL_SESSION: self.session, parts.LABEL_ORCHESTRATOR: self.orchestrator}
+        if spec is not None:
+            deadline = time.time() + spec.timeout_s + WORKER_DEADLINE_GRACE_S + REAP_MARGIN_S
+            labels.update(
+                {
+                    parts.LABEL_DEADLINE: f"{deadline:.0f}",
+                    LABEL_RUN: spec.fingerprint,
+                    LABEL_RUN_ID: spec.run_id,
+                    "suite.scenario": spec.scenario,
+                }
+            )
+        return labels
+
+    def hardening(self) -> dict[str, Any]:
+        """The least-privilege settings of every container (each one recorded in the result)."""
+        return {
+            "user": self.user,
+            "security_opt": ["no-new-privileges"],
+            "cap_drop": ["ALL"],
+            "read_only": True,
+            "tmpfs": dict(TMPFS),
+            "network_mode": self.network_mode,
+        }
+
+    def _container_kwargs(
+        self, spec: RunSpec, image: Any, env: dict[str, str], mounts: list[Any], uuids: list[str]
+    ) -> dict[str, Any]:
+        from docker.types import DeviceRequest, Mount, Ulimit
 
         kind, _ = parse_device(spec.device)
-        env = {k: v for k, v in os.environ.items() if k.startswith(PASS_PREFIXES)}
-        env.update(
-            PYTHONPATH=CODE_DIR, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", KERAS_BACKEND=spec.config["backend"]
-        )
+        environment = {k: v for k, v in os.environ.items() if k.startswith(PASS_PREFIXES)}
+        environment.update(env, PYTHONPATH=WORK_DIR, PYTHONDONTWRITEBYTECODE="1", HOME="/tmp")
         if kind == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""  # the worker's device check then proves no GPU is seen
-        volumes = {str(REPO_ROOT): {"bind": CODE_DIR, "mode": "ro"}, str(folder): {"bind": OUT_DIR, "mode": "rw"}}
-        if self.keras_home:
-            volumes[str(self.keras_home)] = {"bind": KERAS_DIR, "mode": "ro"}
-            env["KERAS_HOME"] = KERAS_DIR
-        data_dir = (spec.config.get("data") or {}).get("data_dir")
-        if data_dir:
-            host, inside = _data_mount(str(data_dir))
-            if host.is_dir() and not host.is_relative_to(REPO_ROOT):  # inside the repo: already mounted
-                volumes[str(host)] = {"bind": inside, "mode": "ro"}
+            environment["CUDA_VISIBLE_DEVICES"] = ""  # the worker's device check then proves no GPU is seen
         python = (image.labels or {}).get("suite.python", "python3")
         kwargs: dict[str, Any] = {
             "image": image.id,  # the ID, not the tag: the record names exactly what ran
-            "command": [python, "-m", "suite.worker", f"{OUT_DIR}/{SPEC_NAME}", f"{OUT_DIR}/{RESULT_NAME}"],
-            "working_dir": CODE_DIR,
-            "environment": env,
-            "volumes": volumes,
-            "labels": {
-                LABEL_SESSION: self.session,
-                LABEL_RUN: spec.fingerprint,
-                LABEL_RUN_ID: spec.run_id,
-                "suite.scenario": spec.scenario,
-            },
+            "command": [python, "-m", "suite.worker", f"{WORK_DIR}/spec.json", RESULT_PATH],
+            "working_dir": WORK_DIR,
+            "environment": environment,
+            "mounts": [Mount(WORK_DIR, None, type="volume"), *mounts],  # anonymous: removed with the container
+            "labels": self.labels(spec),
             "shm_size": self.shm_size,
             "ulimits": [
                 Ulimit(name="memlock", soft=MEMLOCK_UNLIMITED, hard=MEMLOCK_UNLIMITED),
                 Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES),
             ],
-            "network_mode": self.network_mode,
             "detach": True,
+            **self.hardening(),
         }
-        if self.mem_limit:
-            kwargs.update(mem_limit=self.mem_limit, memswap_limit=self.mem_limit)  # no swap: OOM is OOM
-        if ids:
-            kwargs["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+        if self.memory_limit:
+            kwargs.update(mem_limit=self.memory_limit, memswap_limit=self.memory_limit)  # no swap: OOM is OOM
+        if uuids:
+            kwargs["device_requests"] = [DeviceRequest(device_ids=uuids, capabilities=[["gpu"]])]
         return kwargs
 
-    # -- helpers --------------------------------------------------------------------------------
+    def _data(self, client: Any, spec: RunSpec, image_id: str) -> tuple[list[Any], dict[str, str], list[dict]]:
+        """Read-only mounts of the data volumes a spec reads, the environment that points at them."""
+        from docker.types import Mount
+
+        mounts, env, facts = [], {}, []
+        sources: list[tuple[str, dict[str, Path]]] = []
+        data_dir = (spec.config.get("data") or {}).get("data_dir")
+        if data_dir:
+            host = Path(data_dir) if os.path.isabs(data_dir) else (parts.SUITE_PACKAGE.parent / data_dir).resolve()
+            if host.is_dir():
+                sources.append((container_data_dir(str(data_dir)), parts.data_files(host)))
+        cached = parts.data_files(self.keras_home, ("datasets/mnist.npz",)) if self.keras_home.is_dir() else {}
+        if cached:
+            sources.append((KERAS_DIR, cached))
+            env["KERAS_HOME"] = KERAS_DIR
+        for target, files in sources:
+            if not files:
+                continue
+            key = "|".join(f"{k}={v}" for k, v in sorted(files.items()))
+            if key not in self._volumes:  # verified once per session; placed once per engine
+                self._volumes[key] = parts.ensure_data_volume(client, image_id, files, self.labels())
+            placed = self._volumes[key]
+            mounts.append(Mount(target, placed["volume"], type="volume", read_only=True))
+            facts.append({**placed, "target": target})
+        return mounts, env, facts
+
+    # -- the engine -----------------------------------------------------------------------------
 
     def _connect(self) -> Any:
         if self._client is None:
@@ -295,62 +274,265 @@ class DockerBackend:
                 client, _ = engine.connect(self._docker_host)
                 self._engine = client.version()
             except Exception as exc:  # noqa: BLE001 - no engine is a status of every run, not a crash
-                raise _Unavailable(
+                raise Unavailable(
                     "error", f"no Docker engine answers at {self.daemon.address} ({self.daemon.source}): {exc}"
                 ) from None
             self._client = client
+            try:
+                self.reaped = parts.reap_dead_sessions(client, self.session)
+            except Exception:  # noqa: BLE001 - reaping is housekeeping: a failure must not stop the runs
+                pass
         return self._client
 
-    def _image(self, client: Any, spec: RunSpec) -> tuple[str, Any]:
+    def stream_client(self) -> Any:
+        """A second client without an HTTP timeout: a log stream may be quiet for a long epoch."""
+        if self._stream_client is None:
+            self._stream_client, _ = engine.connect(self._docker_host, timeout=None)
+        return self._stream_client
+
+    def _ask_engine(self) -> dict[str, Any]:
+        """The engine host's GPUs and CPUs, from a short probe container of the run image."""
+        try:
+            client = self._connect()
+        except Unavailable as exc:
+            return {"gpus": [], "gpu_note": str(exc), "cpus": None}
+        info = client.info()
+        runtimes = sorted(info.get("Runtimes") or {})
+        base = {"gpus": [], "cpus": info.get("NCPU"), "source": "engine info", "runtimes": runtimes}
+        image = self._probe_image(client)
+        if image is None:
+            return {**base, "gpu_note": "no suite image on the engine to ask it for GPUs"}
+        gpu_runtime = "nvidia" in runtimes or bool(info.get("CDISpecDirs"))
+        found = _probe(client, image, self, gpu_runtime)
+        if not gpu_runtime:
+            found["gpu_note"] = f"the engine at {self.daemon.address} has no NVIDIA runtime (runtimes: {runtimes})"
+            found["gpus"] = []
+        return {**base, **found, "source": "probe container"}
+
+    def _probe_image(self, client: Any) -> Any:
         import docker
 
+        refs: list[str] = []
+        if isinstance(self.image_override, str):
+            refs.append(self.image_override)
+        elif isinstance(self.image_override, Mapping):
+            refs += list(self.image_override.values())
+        try:
+            catalog = self._load_catalog()
+            refs += [catalog.tag(catalog.default_for(gpu)) for gpu in (True, False)]
+        except Unavailable:
+            pass
+        for ref in refs:
+            try:
+                return client.images.get(ref)
+            except docker.errors.DockerException:
+                continue
+        return None
+
+    def _load_catalog(self) -> images.Catalog:
         if self._catalog is None:
             try:
                 self._catalog = images.load_catalog()
             except images.ImageError as exc:
-                raise _Unavailable("image_unavailable", str(exc)) from None
+                raise Unavailable("image_unavailable", str(exc)) from None
+        return self._catalog
+
+    def _image(self, client: Any, spec: RunSpec) -> tuple[str, Any]:
+        import docker
+
         kind, _ = parse_device(spec.device)
-        name = spec.config.get("image") or self._catalog.default_for(kind == "gpu")
-        ref = self._override_for(name)
-        if ref is None:
-            if name not in self._catalog.images:
-                raise _Unavailable(
-                    "image_unavailable",
-                    f"no image named {name!r} in {images.CATALOG} (known: {', '.join(sorted(self._catalog.images))})",
-                )
-            ref = self._catalog.tag(name)
+        name = spec.config.get("image")
+        if isinstance(self.image_override, str):
+            ref = self.image_override
+        else:
+            catalog = self._load_catalog()
+            name = name or catalog.default_for(kind == "gpu")
+            ref = self._override_for(name)
+            if ref is None:
+                if name not in catalog.images:
+                    raise Unavailable(
+                        "image_unavailable",
+                        f"no image named {name!r} in {images.CATALOG} (known: {', '.join(sorted(catalog.images))})",
+                    )
+                ref = catalog.tag(name)
         try:
             return ref, client.images.get(ref)
         except docker.errors.ImageNotFound:
-            raise _Unavailable(
+            raise Unavailable(
                 "image_unavailable",
                 f"image {ref} ({name}) is not on the Docker engine at "
                 f"{self.daemon.address}; build it with `python -m suite images build {name}`",
             ) from None
         except docker.errors.APIError as exc:
-            raise _Unavailable("error", f"the Docker engine could not inspect {ref}: {_engine_text(exc)}") from None
+            raise Unavailable("error", f"the Docker engine could not inspect {ref}: {_engine_text(exc)}") from None
 
-    def _override_for(self, name: str) -> str | None:
+    def _override_for(self, name: str | None) -> str | None:
         if isinstance(self.image_override, str):
             return self.image_override
-        if isinstance(self.image_override, Mapping):
+        if isinstance(self.image_override, Mapping) and name:
             return self.image_override.get(name)
         return None
 
-    def _uuids(self, ids: list[str]) -> list[str]:
-        by_index = {str(g["index"]): g.get("uuid") for g in self.inventory().get("gpus", [])}
-        return [str(by_index.get(i)) for i in ids]
 
-    def _failed(self, spec: RunSpec, status: str, message: str, started: str) -> RunResult:
-        run = {**self.run_info(), "started_at": started, "finished_at": now_iso()}
-        return RunResult(status=status, spec=spec.to_dict(), message=message, run=run)
+class _Container:
+    """One run's container, as the run skeleton drives it."""
 
-    def _run_folder(self, spec: RunSpec) -> _Folder:
-        parent = None
-        if self.results_dir is not None:
-            parent = self.results_dir / ".docker-runs"  # a dot folder: never read as results
-            parent.mkdir(parents=True, exist_ok=True)
-        return _Folder(tempfile.mkdtemp(prefix=f"{spec.run_id}-", dir=parent))
+    def __init__(self, backend: DockerBackend, container: Any, facts: dict[str, Any]):
+        self.backend, self.container, self.facts = backend, container, facts
+        self.phases: dict[str, float] = facts["container_s"]
+        self._removed = False
+
+    @classmethod
+    def start(
+        cls, backend: DockerBackend, client: Any, kwargs: dict[str, Any], payload: bytes, facts: dict[str, Any]
+    ) -> _Container:
+        """Create, put the code and spec in, start. An engine that may not raise a resource limit (a
+        daemon without CAP_SYS_RESOURCE refuses memlock=-1) gets the run without it, for the rest of
+        the session, and the result says so: a run with the engine's default limit beats no run."""
+        import docker
+        import requests
+
+        facts["container_s"] = phases = {}
+        while True:
+            kwargs["ulimits"] = [u for u in kwargs["ulimits"] if u.name not in backend._refused_ulimits]
+            kwargs["environment"]["SUITE_LAUNCH_UNIX"] = repr(time.time())  # create counts as launch
+            container = None
+            try:
+                t = time.perf_counter()
+                container = client.containers.create(**kwargs)
+                phases["create"] = time.perf_counter() - t
+                facts.update(
+                    container_id=container.id,
+                    ulimits={u.name: u.hard for u in kwargs["ulimits"]},
+                    engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"),
+                    isolation=_isolation(container.attrs),
+                )
+                if backend._refused_ulimits:
+                    facts["ulimits_refused"] = sorted(backend._refused_ulimits)
+                t = time.perf_counter()
+                container.put_archive(WORK_DIR, payload)
+                phases["put_archive"] = time.perf_counter() - t
+                t = time.perf_counter()
+                container.start()
+                phases["start"] = time.perf_counter() - t
+                return cls(backend, container, facts)
+            except docker.errors.APIError as exc:
+                if container is not None:
+                    _remove(container)
+                text = _engine_text(exc)
+                refused = _refused_ulimit(text, [u.name for u in kwargs["ulimits"]])
+                if refused is None:
+                    message = _start_failure(text, bool(kwargs.get("device_requests")), backend)
+                    raise Unavailable("error", message, facts) from None
+                backend._refused_ulimits.add(refused)
+            except (docker.errors.DockerException, requests.RequestException, OSError, EOFError) as exc:
+                if container is not None:
+                    _remove(container)
+                message = f"lost the Docker engine at {backend.daemon.address}: {_what(exc)}"
+                raise Unavailable("error", message, facts) from None
+            except BaseException:  # Ctrl-C mid-start: the skeleton never sees this container
+                if container is not None:
+                    _remove(container)
+                raise
+
+    def lines(self) -> Iterator[str]:
+        client = self.backend.stream_client()  # in the reading thread: a failure ends the log, not the run
+        yield from split_lines(client.api.logs(self.container.id, stdout=True, stderr=True, stream=True, follow=True))
+
+    def wait(self) -> Exit:
+        t = time.perf_counter()
+        try:
+            code = int(self.container.wait(timeout=None).get("StatusCode", -1))  # None: no HTTP timeout
+            self.phases["wait"] = time.perf_counter() - t
+            self.container.reload()
+        except Exception as exc:  # noqa: BLE001 - transport errors differ by scheme (socket, ssh, TLS)
+            raise RunLost(
+                f"lost the Docker engine at {self.backend.daemon.address} during the run: {_what(exc)}"
+            ) from None
+        oom = bool(self.container.attrs["State"].get("OOMKilled"))
+        self.facts.update(oom_killed=oom)
+        return Exit(code=code, signum=_exit_signal(code), oom_killed=oom)
+
+    def kill(self) -> bool:
+        try:
+            self.container.kill()
+        except Exception as exc:  # noqa: BLE001
+            if _already_exited(exc):
+                return False
+            raise
+        return True
+
+    def result(self) -> bytes | None:
+        import docker
+
+        t = time.perf_counter()
+        try:
+            chunks, _ = self.container.get_archive(RESULT_PATH)
+            return parts.file_from_archive(chunks)
+        except docker.errors.NotFound:
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise RunLost(
+                f"could not fetch the result from the engine at {self.backend.daemon.address}: {_what(exc)}"
+            ) from None
+        finally:
+            self.phases["fetch_result"] = time.perf_counter() - t
+
+    def cleanup(self) -> None:
+        if self._removed:
+            return
+        self._removed = True
+        t = time.perf_counter()
+        _remove(self.container)
+        self.phases["remove"] = time.perf_counter() - t
+
+
+def _isolation(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The least-privilege settings as the engine stored them for this container."""
+    host, config = attrs.get("HostConfig") or {}, attrs.get("Config") or {}
+    return {
+        "user": config.get("User"),
+        "read_only_rootfs": bool(host.get("ReadonlyRootfs")),
+        "cap_drop": host.get("CapDrop"),
+        "cap_add": host.get("CapAdd"),
+        "security_opt": host.get("SecurityOpt"),
+        "network_mode": host.get("NetworkMode"),
+        "tmpfs": host.get("Tmpfs"),
+        "privileged": bool(host.get("Privileged")),
+        "bind_mounts": host.get("Binds") or [],
+        "mounts": [
+            {"target": m.get("Target"), "type": m.get("Type"), "read_only": bool(m.get("ReadOnly"))}
+            for m in host.get("Mounts") or []
+        ],
+    }
+
+
+def _probe(client: Any, image: Any, backend: DockerBackend, gpu_runtime: bool) -> dict[str, Any]:
+    """Run PROBE in a hardened, short container; with all GPUs requested where a GPU runtime exists."""
+    from docker.types import DeviceRequest
+
+    python = (image.labels or {}).get("suite.python", "python3")
+    kwargs: dict[str, Any] = {
+        "command": [python, "-c", parts.PROBE],
+        "labels": {**backend.labels(), "suite.helper": "probe"},
+        "environment": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility", "HOME": "/tmp"},
+        "detach": True,
+        **backend.hardening(),
+    }
+    if gpu_runtime:
+        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    try:
+        container = client.containers.create(image.id, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return {"gpus": [], "gpu_note": f"the engine refused the probe container: {_engine_text(exc)}"}
+    try:
+        container.start()
+        container.wait(timeout=120)
+        return parts.parse_probe(container.logs().decode("utf-8", errors="replace"))
+    except Exception as exc:  # noqa: BLE001 - a failed probe means: no GPU known, said so
+        return {"gpus": [], "gpu_note": f"the probe container failed: {_engine_text(exc)}"}
+    finally:
+        _remove(container)
 
 
 def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
@@ -361,7 +543,7 @@ def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
         rows = images.list_images(docker_host=docker_host)
     except images.ImageError as exc:
         return "local", str(exc)
-    gpus, _ = hostinfo.gpu_inventory()
+    gpus = DockerBackend(docker_host=docker_host).inventory().get("gpus", [])
     wanted = {"cpu"} | ({"gpu"} if gpus else set())
     missing = [r["tag"] for r in rows if set(r["default_for"].split(",")) & wanted and r["state"] != "built"]
     if missing:
@@ -369,55 +551,12 @@ def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
     return "docker", f"Docker engine at {engine.daemon(docker_host).address} with the default images"
 
 
-class _Unavailable(Exception):
-    def __init__(self, status: str, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class _Folder:
-    """A per-run folder, removed afterwards (the worker wrote into it as root: rmtree copes)."""
-
-    def __init__(self, path: str):
-        self.path = Path(path)
-
-    def __enter__(self) -> Path:
-        return self.path
-
-    def __exit__(self, *exc: object) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-class _Deadline:
-    """The run's time limit: a timer thread that kills the container when it runs out.
-
-    ``fired`` is set before the kill is sent: the container's exit (137) can reach the thread in
-    ``wait`` while ``kill()`` is still waiting for the engine's answer, and must read as a timeout.
-    """
-
-    def __init__(self, seconds: float):
-        self.seconds, self.fired = seconds, False
-        self._timer: threading.Timer | None = None
-
-    def arm(self, container: Any) -> None:
-        self._timer = threading.Timer(self.seconds, self._kill, args=(container,))
-        self._timer.daemon = True
-        self._timer.start()
-
-    def disarm(self) -> bool:
-        """Stop the timer, let a kill in flight finish, and say whether the deadline ended the run."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer.join()
-        return self.fired
-
-    def _kill(self, container: Any) -> None:
-        self.fired = True
-        try:
-            container.kill()
-        except Exception as exc:  # noqa: BLE001 - judged below; the watchdog thread must not die with a trace
-            if _already_exited(exc):
-                self.fired = False  # it ended on its own before the kill: not a timeout
+def container_data_dir(data_dir: str) -> str:
+    """Where the worker, running in WORK_DIR, finds ``data.data_dir``: the same absolute path, or
+    the relative one resolved from the work folder."""
+    if os.path.isabs(data_dir):
+        return data_dir
+    return posixpath.normpath(posixpath.join(WORK_DIR, data_dir))
 
 
 def _already_exited(exc: Exception) -> bool:
@@ -434,15 +573,14 @@ def _exit_signal(code: int) -> int | None:
     return None
 
 
-def _start_failure(exc: Any, gpu: bool, address: str) -> tuple[str, str]:
-    text = _engine_text(exc)
+def _start_failure(text: str, gpu: bool, backend: DockerBackend) -> str:
     if gpu and ("device driver" in text or "nvidia" in text.lower() or "gpu" in text.lower()):
-        return "error", (
-            f"the Docker engine at {address} cannot give this container GPUs: {text}. Install the "
+        return (
+            f"the Docker engine at {backend.daemon.address} cannot give this container GPUs: {text}. Install the "
             "NVIDIA Container Toolkit on the engine's host, run `nvidia-ctk runtime configure "
             "--runtime=docker` and restart dockerd; `python -m suite env` shows the engine's runtimes"
         )
-    return "error", f"the Docker engine could not start the container: {text}"
+    return f"the Docker engine could not start the container: {text}"
 
 
 # The kernel's resource numbers as runc reports them: "error setting rlimit type 8".
@@ -463,10 +601,14 @@ def _engine_text(exc: Any) -> str:
     return str(explanation or exc).strip()
 
 
+def _what(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_engine_text(exc)}" if str(exc) else type(exc).__name__
+
+
 def _remove(container: Any) -> None:
     try:
-        container.remove(force=True, v=True)  # force: kills it first if it still runs
-    except Exception:  # noqa: BLE001 - already gone (removed by close() or by hand)
+        container.remove(force=True, v=True)  # force: kills it first if it still runs; v: its work volume
+    except Exception:  # noqa: BLE001 - already gone (removed by close() or by hand), or the engine is lost
         pass
 
 
@@ -480,19 +622,5 @@ def _image_from_env(value: str) -> str | dict[str, str] | None:
     return {name.strip(): ref.strip() for name, ref in pairs}
 
 
-def _keras_home(given: str | Path | None) -> Path | None:
-    path = Path(given) if given else Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
-    return path.resolve() if path.is_dir() else None
-
-
-def _data_mount(data_dir: str) -> tuple[Path, str]:
-    """Host folder of ``data.data_dir`` and where the worker, running in /suite, will look for it."""
-    if os.path.isabs(data_dir):
-        return Path(data_dir), data_dir
-    return (REPO_ROOT / data_dir).resolve(), posixpath.normpath(posixpath.join(CODE_DIR, data_dir))
-
-
-def _json(data: Any) -> str:
-    import json
-
-    return json.dumps(data, indent=1, sort_keys=True)
+def _default_keras_home() -> Path:
+    return Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")

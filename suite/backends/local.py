@@ -2,45 +2,40 @@
 
 Each repetition is a fresh process in its own process group, so a timeout kills the worker and
 anything it started. GPUs are chosen with CUDA_VISIBLE_DEVICES: an empty string for CPU runs,
-the inventory's first N indices for GPU runs.
+the inventory's first N indices for GPU runs. The run itself is ``RunSkeleton``'s; this module
+only starts, reads, kills and cleans up a process.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from suite import hostinfo
-from suite.backends.base import (
-    classify_exit,
-    device_skip_reason,
-    gpu_ids,
-    host_inventory,
-    now_iso,
-    result_from_worker,
-    skipped_result,
-)
+from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_ids, host_inventory
 from suite.plan import RunSpec
-from suite.results import RunResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class LocalBackend:
+class LocalBackend(RunSkeleton):
     name = "local"
+    what = "worker"
 
     def __init__(self, python: str | None = None, machine: str | None = None):
         self.python = python or sys.executable
         self.machine = machine or hostinfo.machine_name()
         self._inventory: dict[str, Any] | None = None
-        self._current: subprocess.Popen | None = None
+        self._current: _Process | None = None
 
     def inventory(self) -> dict[str, Any]:
         if self._inventory is None:
@@ -62,62 +57,86 @@ class LocalBackend:
     def run_info(self) -> dict[str, Any]:
         return {"backend": self.name, "machine": self.machine, "python": self.python}
 
-    def skipped(self, spec: RunSpec, reason: str) -> RunResult:
-        return skipped_result(spec, reason, self.run_info())
-
-    def run(self, spec: RunSpec) -> RunResult:
-        ids = gpu_ids(spec, self.inventory())
-        env = {
+    def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> _Process:
+        folder = Path(tempfile.mkdtemp(prefix="suite-run-"))
+        spec_file, result_file = folder / "spec.json", folder / "result.json"
+        spec_file.write_bytes(spec_json)
+        full_env = {
             **os.environ,
-            "CUDA_VISIBLE_DEVICES": ",".join(ids),
-            "KERAS_BACKEND": spec.config["backend"],
+            **env,
+            "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids(spec, self.inventory())),
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-            "PYTHONUNBUFFERED": "1",
+            "SUITE_LAUNCH_UNIX": repr(time.time()),
         }
-        with tempfile.TemporaryDirectory(prefix="suite-run-") as tmp:
-            spec_file, result_file, log_file = Path(tmp, "spec.json"), Path(tmp, "result.json"), Path(tmp, "log.txt")
-            spec_file.write_text(_json(spec.to_dict()), encoding="utf-8")
-            info = {**self.run_info(), "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"], "started_at": now_iso()}
-            code, timed_out = self._spawn(spec, env, spec_file, result_file, log_file)
-            info.update(finished_at=now_iso(), exit_code=code)
-            status, message = classify_exit(
-                deadline_fired=timed_out,
-                oom_killed=False,  # a subprocess has no engine to say so: the kernel's SIGKILL is the sign
-                exit_code=code,
-                signum=-code if code < 0 else None,
-                wrote_result=result_file.is_file(),
-                timeout_s=spec.timeout_s,
-            )
-            log = log_file.read_text(encoding="utf-8", errors="replace")
-            return result_from_worker(spec, result_file, log, info, status, message)
-
-    def _spawn(
-        self, spec: RunSpec, env: dict[str, str], spec_file: Path, result_file: Path, log_file: Path
-    ) -> tuple[int, bool]:
-        """(the worker's return code, whether the suite's deadline ended it)."""
         cmd = [self.python, "-m", "suite.worker", str(spec_file), str(result_file)]
-        with log_file.open("wb") as log:
-            env["SUITE_LAUNCH_UNIX"] = repr(time.time())
+        try:
             proc = subprocess.Popen(
-                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
+                cmd,
+                env=full_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO_ROOT,
+                start_new_session=True,  # its own group: a kill reaches whatever the worker started
             )
-            self._current = proc
-            try:
-                return proc.wait(timeout=spec.timeout_s), False
-            except subprocess.TimeoutExpired:
-                # Decided here, before the kill: the -9 it causes must not read as anything but a timeout.
-                _kill_group(proc)
-                return proc.returncode, True
-            except BaseException:
-                # Ctrl-C: the worker is in its own session, so the terminal's signal never reached it.
-                _kill_group(proc)
-                raise
-            finally:
-                self._current = None
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        process = _Process(proc, folder, result_file, self)
+        process.facts["cuda_visible_devices"] = full_env["CUDA_VISIBLE_DEVICES"]
+        self._current = process
+        return process
 
     def close(self) -> None:
         if self._current is not None:
-            _kill_group(self._current)
+            self._current.kill()
+
+
+class _Process:
+    """One worker subprocess, as the run skeleton drives it."""
+
+    def __init__(self, proc: subprocess.Popen, folder: Path, result_file: Path, owner: LocalBackend):
+        self.proc, self.folder, self.result_file, self.owner = proc, folder, result_file, owner
+        self.facts: dict[str, Any] = {}
+
+    def lines(self) -> Iterator[str]:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            yield raw.decode("utf-8", errors="replace")
+
+    def wait(self) -> Exit:
+        code = self.proc.wait()
+        return Exit(code=code, signum=-code if code < 0 else None)  # a subprocess a signal ended: -N
+
+    def kill(self) -> bool:
+        if self.proc.poll() is not None:
+            return False
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        self.proc.wait()
+        return True
+
+    def result(self) -> bytes | None:
+        try:
+            return self.result_file.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def cleanup(self) -> None:
+        if self.proc.stdout is not None and self.proc.stdout.closed:
+            return  # done before
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # anything the worker left running in its group
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.owner._current is self:
+            self.owner._current = None
 
 
 def _cpu_only_tensorflow() -> bool:
@@ -132,17 +151,3 @@ def _cpu_only_tensorflow() -> bool:
             return False
 
     return installed("tensorflow-cpu") and not installed("tensorflow")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _json(data: Any) -> str:
-    import json
-
-    return json.dumps(data, indent=1, sort_keys=True)

@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any
 
 T_START = time.time()  # as early as possible: the host's launch time is compared with it
+DEADLINE_ENV = "SUITE_DEADLINE_S"  # seconds after start at which the worker ends itself
+DEADLINE_EXIT_CODE = 124  # as timeout(1): the worker gave up at its own deadline
+HARD_STOP_S = 10  # after the deadline, the kernel ends the process even if Python cannot run
 
 
 def main(argv: list[str]) -> int:
@@ -24,9 +29,13 @@ def main(argv: list[str]) -> int:
     spec_path, result_path = argv
     record: dict[str, Any] = {"status": "error", "message": ""}
     record.update({section: {} for section in ("timing", "quality", "work", "environment")})
+    own_deadline = _arm_own_deadline(result_path)
     try:
         with open(spec_path, encoding="utf-8") as fh:
             spec = json.load(fh)
+        from suite.worker.timing import emit
+
+        emit({"event": "phase", "phase": "setup"})
         from suite.worker.train import run
 
         run(spec, record)
@@ -35,8 +44,41 @@ def main(argv: list[str]) -> int:
         record["message"] = f"{type(exc).__name__}: {exc}"[:4000]
         record["traceback"] = traceback.format_exc()[-8000:]
         traceback.print_exc()
+    if own_deadline is not None:
+        own_deadline.cancel()
     _write(result_path, record)
     return 0 if record["status"] == "ok" else 1
+
+
+def _arm_own_deadline(result_path: str) -> threading.Timer | None:
+    """End this process at SUITE_DEADLINE_S, whoever is left to watch it.
+
+    The host enforces the run's limit itself and sets this a little later: it matters when the
+    host is gone (killed, or its link to a remote engine lost), so no run outlives its limit.
+    A timer thread writes a ``timeout`` result and exits; as a backstop, SIGALRM with its default
+    action ends the process a little later even if the timer thread never gets the interpreter.
+    """
+    try:
+        seconds = float(os.environ.get(DEADLINE_ENV, ""))
+    except ValueError:
+        return None
+    if not seconds > 0:
+        return None
+
+    def give_up() -> None:
+        record = {"status": "timeout", "message": f"the worker ended itself at its own deadline of {seconds:g} s"}
+        record.update({section: {} for section in ("timing", "quality", "work", "environment")})
+        try:
+            _write(result_path, record)
+        finally:
+            os._exit(DEADLINE_EXIT_CODE)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(int(math.ceil(seconds)) + HARD_STOP_S)
+    return timer
 
 
 def _classify(exc: BaseException) -> str:

@@ -1,14 +1,33 @@
-"""The epoch timer: epoch wall times and the first step, without a device sync on every step."""
+"""The epoch timer: epoch wall times and the first step, without a device sync on every step.
+
+It also prints one progress line per epoch (``@@suite {json}``) that the host streams for live
+progress; the host never takes results from stdout, only from the result file.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any
 
+EVENT_PREFIX = "@@suite "  # the host's suite.backends.base.EVENT_PREFIX: the worker imports nothing of the host
+_timers_made = 0  # the first timer of a process times the run's fit; later ones time probes
+
+
+def emit(event: dict[str, Any]) -> None:
+    """One progress line on stdout; never fails the run (a closed pipe only loses progress)."""
+    try:
+        print(EVENT_PREFIX + json.dumps(event, sort_keys=True), flush=True)
+    except (OSError, ValueError):
+        pass
+
 
 def epoch_timer(keras: Any) -> Any:
     """A fresh timer callback (the class is made per call: keras is imported after backend setup)."""
+    global _timers_made
+    _timers_made += 1
+    phase = "fit" if _timers_made == 1 else "probe"
 
     class EpochTimer(keras.callbacks.Callback):
         """Epoch wall times and the first step, without forcing a sync on every step.
@@ -29,7 +48,12 @@ def epoch_timer(keras: Any) -> Any:
             self._begins = 0
 
         def on_train_begin(self, logs: Any = None) -> None:
+            emit({"event": "phase", "phase": phase})
             self._t_fit = time.perf_counter()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            if phase == "fit":
+                emit({"event": "phase", "phase": "evaluate"})
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._t_epoch = time.perf_counter()
@@ -50,5 +74,17 @@ def epoch_timer(keras: Any) -> Any:
             if not math.isfinite(loss):
                 self.nan = True
                 self.model.stop_training = True
+            # After the clock is read: printing is not part of the epoch's time.
+            epochs = (self.params or {}).get("epochs")
+            emit(
+                {
+                    "event": "epoch",
+                    "phase": phase,
+                    "epoch": epoch + 1,
+                    "epochs": epochs,
+                    "epoch_s": round(self.epoch_s[-1], 6),
+                    "loss": loss if math.isfinite(loss) else None,
+                }
+            )
 
     return EpochTimer()

@@ -1,0 +1,119 @@
+"""Fixtures and helpers the Docker tests share: the engine, the registry-free test image, small specs.
+
+Test modules import the fixtures by their function names; pytest finds them by their fixture names.
+Without an engine these tests skip with the reason; with SUITE_REQUIRE_DOCKER=1 they fail instead,
+so CI cannot pass by skipping them where an engine exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from suite import plan, scenario
+from suite.backends.docker import DockerBackend
+from suite.plan import RunSpec
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRED = os.environ.get("SUITE_REQUIRE_DOCKER") == "1"
+
+SMALL_SCENARIO = """\
+name: {name}
+question: Does a run in a container give a result?
+model:
+  kind: mlp
+  hidden: [64, 32]
+  activation: relu
+  dropout: 0.1
+training:
+  optimizer: adam
+  loss: categorical_crossentropy
+  batch_size: 128
+  epochs: 2
+data:
+  dataset: mnist
+  allow_synthetic: true
+  train_samples: 1024
+  test_samples: 256
+repeats: 1
+timeout_s: 600
+matrix:
+  model.hidden.0: {widths}
+  device: [cpu]
+smoke:
+  training.epochs: 2
+"""
+
+
+def _unavailable(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"SUITE_REQUIRE_DOCKER=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", name="client")
+def engine_client() -> Any:
+    try:
+        import docker  # noqa: F401
+
+        from suite import engine
+
+        engine_client, _ = engine.connect(timeout=60)
+        engine_client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure here means "no engine": skip or fail below
+        _unavailable(f"no Docker engine answers ({type(exc).__name__}: {exc})")
+    yield engine_client
+    engine_client.close()
+
+
+@pytest.fixture(scope="session", name="test_image")
+def image_fixture(client: Any) -> str:
+    """suite-bench:tf2.21-cpu-x<hash>, built once; later sessions find it on the engine."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import docker_base
+
+    try:
+        return docker_base.ensure_test_image(client, progress=lambda line: None)
+    except docker_base.BaseImageError as exc:
+        _unavailable(f"cannot build the registry-free test image: {exc}")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(name="backend")
+def backend_factory(test_image: str, tmp_path: Path):
+    made: list[DockerBackend] = []
+
+    def make(**kwargs: Any) -> DockerBackend:
+        b = DockerBackend(machine="test", results_dir=tmp_path, image=kwargs.pop("image", test_image), **kwargs)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+
+
+def assert_no_container_left(client: Any, label: str) -> None:
+    left = client.containers.list(all=True, filters={"label": label})
+    assert left == [], f"containers left behind with {label}: {[c.name for c in left]}"
+
+
+def small_specs(tmp_path: Path, name: str = "docker_small", widths: str = "[64]") -> list[RunSpec]:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SMALL_SCENARIO.format(name=name, widths=widths), encoding="utf-8")
+    return plan.expand(scenario.load(path), smoke=True)
+
+
+def with_config(spec: RunSpec, **changes: Any) -> RunSpec:
+    config = {**spec.config, **changes}
+    changed = replace(spec, config=config, fingerprint="")
+    return replace(changed, fingerprint=plan.fingerprint_of(changed))
+
+
+def session_containers(client: Any, session: str) -> list[Any]:
+    return client.containers.list(all=True, filters={"label": f"suite.session={session}"})
