@@ -70,12 +70,14 @@ class Progress:
             self._draw()
 
     def on_event(self, event: dict[str, Any]) -> None:
-        """A worker's progress event, e.g. {"event": "epoch", "epoch": 2, "epochs": 10}."""
+        """A worker's progress event: {"event": "epoch", "epoch": 2, "epochs": 10}, {"event": "phase", "phase": ...}."""
         kind = event.get("event")
         if kind == "epoch" and event.get("epoch") is not None:
             phase = f"epoch {event['epoch']}" + (f" of {event['epochs']}" if event.get("epochs") else "")
         elif isinstance(kind, str):
-            phase = kind
+            # {"event": "phase", "phase": "evaluate"} reads as "evaluate"
+            detail = event.get(kind)
+            phase = detail if isinstance(detail, str) and detail else kind
         else:
             return
         with self._lock:

@@ -302,6 +302,10 @@ def test_status_line_shows_point_repetition_epoch_elapsed_and_eta() -> None:
     clock.now += 4
     prog.on_event({"event": "epoch", "epoch": 2, "epochs": 5, "loss": 0.3})
     assert prog.status() == "[1/2] s [width=16] rep 0: epoch 2 of 5, 4 s; plan ETA ?"
+    prog.on_event({"event": "phase", "phase": "evaluate"})
+    assert prog.status() == "[1/2] s [width=16] rep 0: evaluate, 4 s; plan ETA ?"
+    prog.on_event({"no": "event"})
+    assert "evaluate" in prog.status(), "what is not an event changes nothing"
     clock.now += 6
     prog.finish("a")
     prog.start("[2/2] s [width=16] rep 1")
