@@ -107,7 +107,6 @@ class _Step:
     """One spec and what the plan does with it, decided before the first run so the ETA knows the work."""
 
     spec: RunSpec
-    before: results.RunResult | None
     action: str  # "done" (ok on file), "skip-again" (same skip on file), "skip", "run"
     reason: str | None = None
 
@@ -117,13 +116,13 @@ def _steps(specs: list[RunSpec], backend: Backend, previous: dict) -> list[_Step
     for spec in specs:
         before = previous.get((spec.fingerprint, spec.repetition))
         if before is not None and before.ok:
-            steps.append(_Step(spec, before, "done"))
+            steps.append(_Step(spec, "done"))
             continue
         reason = backend.skip_reason(spec)
         if reason and before is not None and before.status == STATUS_SKIPPED and before.message == reason:
-            steps.append(_Step(spec, before, "skip-again", reason))
+            steps.append(_Step(spec, "skip-again", reason))
         else:
-            steps.append(_Step(spec, before, "skip" if reason else "run", reason))
+            steps.append(_Step(spec, "skip" if reason else "run", reason))
     return steps
 
 
