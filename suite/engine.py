@@ -1,9 +1,10 @@
 """The Docker engine the suite talks to: which daemon, how it is reached, and what it reports.
 
 The daemon address is always explicit: an argument (``--docker-host``), else ``DOCKER_HOST``, else
-the default socket. The docker CLI's contexts are never consulted (docker-py 7.2's ``from_env``
-started to follow them, which can silently switch daemons); when the CLI's current context points
-elsewhere, ``engine_facts`` says so. The address and how it was chosen go into every result.
+the default socket. It may be a local socket, ``ssh://user@host`` or ``tcp://host:port`` with TLS.
+The docker CLI's contexts are never consulted (docker-py 7.2's ``from_env`` started to follow them,
+which can silently switch daemons); when the CLI's current context points elsewhere,
+``engine_facts`` says so. The address and how it was chosen go into every result.
 """
 
 from __future__ import annotations
@@ -32,17 +33,46 @@ def daemon(docker_host: str | None = None) -> Daemon:
     return Daemon(DEFAULT_SOCKET, "default socket")
 
 
-def connect(docker_host: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> tuple[Any, Daemon]:
-    """A docker-py client for the explicit daemon; raises docker.errors.DockerException if none answers.
+TLS_SCHEMES = ("tcp://", "https://")
 
-    TLS settings still come from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH, as the docker CLI reads them.
+
+def client_kwargs(address: str) -> dict[str, Any]:
+    """docker-py arguments for an address: ``unix://``, ``ssh://user@host[:port]`` (paramiko, reading
+    ~/.ssh/config and known_hosts), or ``tcp://`` with TLS from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH
+    as the docker CLI reads them (any non-empty DOCKER_TLS_VERIFY: check the server against
+    ca.pem; DOCKER_CERT_PATH alone: client certificate, server unchecked)."""
+    import docker
+
+    tls_env = {k: os.environ[k] for k in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH") if k in os.environ}
+    kwargs = docker.utils.kwargs_from_env(environment=tls_env)
+    kwargs["base_url"] = address
+    if not address.startswith(TLS_SCHEMES):
+        kwargs.pop("tls", None)  # TLS belongs to tcp only; ssh has its own transport security
+    return kwargs
+
+
+def tls_mode(address: str) -> str:
+    """How the link to the engine is secured, for the record."""
+    if address.startswith("ssh://"):
+        return "ssh"
+    if not address.startswith(TLS_SCHEMES):
+        return "local socket" if address.startswith(("unix://", "npipe://")) else "none"
+    verify = os.environ.get("DOCKER_TLS_VERIFY", "")
+    if verify:
+        return "tls, server verified"
+    return "tls, server NOT verified" if os.environ.get("DOCKER_CERT_PATH") else "none (plain tcp)"
+
+
+def connect(docker_host: str | None = None, timeout: float | None = HTTP_TIMEOUT_S) -> tuple[Any, Daemon]:
+    """A docker-py client for the explicit daemon; raises an exception if none answers.
+
+    timeout: per HTTP call; None for a client that follows a stream for as long as it lasts.
     """
     import docker
 
     where = daemon(docker_host)
-    kwargs = docker.utils.kwargs_from_env()
-    kwargs["base_url"] = where.address
-    client = docker.DockerClient(version="auto", timeout=timeout, **kwargs)  # "auto" asks the engine
+    # "auto" asks the engine its API version (an ssh engine is connected to right here).
+    client = docker.DockerClient(version="auto", timeout=timeout, **client_kwargs(where.address))
     return client, where
 
 
@@ -63,7 +93,7 @@ def engine_answers(docker_host: str | None = None) -> bool:
 def engine_facts(docker_host: str | None = None) -> dict[str, Any]:
     """What ``suite env`` prints and every docker result records; ``error`` when no engine answers."""
     where = daemon(docker_host)
-    facts: dict[str, Any] = {"address": where.address, "address_source": where.source}
+    facts: dict[str, Any] = {"address": where.address, "address_source": where.source, "link": tls_mode(where.address)}
     note = _context_note(where)
     if note:
         facts["context_note"] = note

@@ -127,6 +127,7 @@ class DockerBackend(RunSkeleton):
             "machine": self.machine,
             "daemon": self.daemon.address,
             "daemon_source": self.daemon.source,
+            "daemon_link": engine.tls_mode(self.daemon.address),
             "session": self.session,
         }
         if self._engine:
