@@ -17,7 +17,11 @@ class _SlowLoss:
 
 
 def test_epoch_time_includes_the_wait_for_the_loss() -> None:
-    fake_keras = types.SimpleNamespace(callbacks=types.SimpleNamespace(Callback=object))
+    class Callback:  # the two attributes Keras' base class gives a callback
+        params: dict = {"epochs": 1}
+        model = None
+
+    fake_keras = types.SimpleNamespace(callbacks=types.SimpleNamespace(Callback=Callback))
     timer = epoch_timer(fake_keras)
     timer.on_train_begin()
     timer.on_epoch_begin(0)
