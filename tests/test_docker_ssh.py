@@ -1,0 +1,210 @@
+"""A Docker engine over ssh://: this machine's engine, reached through an sshd the test starts itself.
+
+The sshd has its own configuration, host key and authorized key in a temporary folder, listens on
+127.0.0.1 only, and is stopped by the test; the machine's own ssh setup is never read or changed.
+docker-py's paramiko transport reads ~/.ssh (config, known_hosts, the key), so HOME points at a
+temporary home holding them. On the engine's side, ``docker system dial-stdio`` needs the docker CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker_fixtures import (  # noqa: F401 - fixtures
+    REQUIRED,
+    backend_factory,
+    engine_client,
+    image_fixture,
+    session_containers,
+    small_specs,
+    with_config,
+)
+
+pytestmark = pytest.mark.docker
+
+SSHD = "/usr/sbin/sshd"
+
+
+class Sshd:
+    """One sshd on 127.0.0.1:port with a configuration of its own; ``stop`` ends its sessions too."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = folder / "sshd.log"
+        (folder / "remote-home").mkdir()
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / "host_key")])
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / "client_key")])
+        shutil.copy(folder / "client_key.pub", folder / "authorized_keys")
+        (folder / "sshd_config").write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {folder / 'host_key'}",
+                    f"AuthorizedKeysFile {folder / 'authorized_keys'}",
+                    f"PidFile {folder / 'sshd.pid'}",
+                    "PermitRootLogin prohibit-password",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "StrictModes no",  # the pytest temp folders are not root's 0700 home
+                    "MaxSessions 20",
+                    # A home of its own for the remote side: the shell that runs `docker system
+                    # dial-stdio` then reads none of the machine's own startup files (bash sources
+                    # ~/.bashrc for ssh commands), which may be slow or lock shared state.
+                    f"SetEnv HOME={folder / 'remote-home'}",
+                    "",
+                ]
+            )
+        )
+
+    def start(self) -> None:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # its own group: stop() ends the listener and every session
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        raise RuntimeError(f"sshd did not start: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        """Kill the listener and every connection it forked (they start sessions of their own)."""
+        if self.proc is not None and self.proc.poll() is None:
+            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.wait()
+        self.proc = None
+
+    def client_home(self, home: Path) -> None:
+        """A home whose .ssh lets paramiko reach this sshd: the key, the config, the host key."""
+        ssh = home / ".ssh"
+        ssh.mkdir(parents=True, mode=0o700)
+        shutil.copy(self.folder / "client_key", ssh / "id_ed25519")
+        (ssh / "id_ed25519").chmod(0o600)
+        host_key = (self.folder / "host_key.pub").read_text().split()[:2]
+        (ssh / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {' '.join(host_key)}\n")
+        (ssh / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {ssh / 'id_ed25519'}\n")
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def run(cmd: list[str]) -> None:
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sshd]:
+    missing = [tool for tool in (SSHD, "ssh-keygen", "docker") if shutil.which(tool) is None]
+    if missing:
+        why = f"ssh test needs {', '.join(missing)} (apt-get install openssh-server; the docker CLI)"
+        if REQUIRED:
+            pytest.fail(f"SUITE_REQUIRE_DOCKER=1 but {why}")
+        pytest.skip(why)
+    pytest.importorskip("paramiko")
+    folder = tmp_path / "sshd"
+    folder.mkdir()
+    server = Sshd(folder)
+    server.start()
+    server.client_home(tmp_path / "home")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)  # the key in the temporary home, not an agent's
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_smoke_run_over_ssh(sshd: Sshd, backend, client: Any, tmp_path: Path) -> None:
+    address = f"ssh://root@127.0.0.1:{sshd.port}"
+    docker_backend = backend(docker_host=address)
+    inventory = docker_backend.inventory()
+    assert inventory["source"] == "probe container" and inventory["cpus"] == os.cpu_count()
+    events: list[dict[str, Any]] = []
+    result = docker_backend.run(small_specs(tmp_path)[0], on_event=events.append)
+    assert result.status == "ok", (result.message, result.log_tail)
+    assert result.run["daemon"] == address and result.run["daemon_link"] == "ssh"
+    assert result.run["isolation"]["bind_mounts"] == []
+    assert [e["epoch"] for e in events if e["event"] == "epoch" and e["phase"] == "fit"] == [1, 2]
+    docker_backend.close()
+    assert session_containers(client, docker_backend.session) == []
+
+
+def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_container(
+    sshd: Sshd, backend, client: Any, tmp_path: Path
+) -> None:
+    address = f"ssh://root@127.0.0.1:{sshd.port}"
+    docker_backend = backend(docker_host=address)
+    spec = small_specs(tmp_path)[0]
+    spec = with_config(spec, training={**spec.config["training"], "epochs": 400})
+    label = f"suite.session={docker_backend.session}"
+    stopped = threading.Event()
+
+    def stop_once_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if client.containers.list(filters={"label": label, "status": "running"}):
+                time.sleep(1)
+                sshd.stop()
+                stopped.set()
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=stop_once_running, daemon=True).start()
+    started = time.monotonic()
+    result = docker_backend.run(spec)
+    assert stopped.is_set(), ("the run ended before sshd could be stopped", result.status, result.message)
+    assert time.monotonic() - started < 120
+    assert result.status == "error", (result.status, result.message)
+    assert f"lost the Docker engine at {address}" in result.message
+    # The engine is out of reach: the container still runs there until the link is back.
+    assert session_containers(client, docker_backend.session) != []
+    sshd.start()
+    docker_backend.close()  # what the runner does at the end of a plan, also on Ctrl-C
+    assert session_containers(client, docker_backend.session) == []
