@@ -34,6 +34,7 @@ def daemon(docker_host: str | None = None) -> Daemon:
 
 
 TLS_SCHEMES = ("tcp://", "https://")
+MIN_API_VERSION = "1.41"  # device requests need 1.40; only a placeholder until the engine is asked
 
 
 def client_kwargs(address: str) -> dict[str, Any]:
@@ -71,8 +72,16 @@ def connect(docker_host: str | None = None, timeout: float | None = HTTP_TIMEOUT
     import docker
 
     where = daemon(docker_host)
-    # "auto" asks the engine its API version (an ssh engine is connected to right here).
-    client = docker.DockerClient(version="auto", timeout=timeout, **client_kwargs(where.address))
+    kwargs = client_kwargs(where.address)
+    if "tls" not in kwargs:
+        # "auto" asks the engine its API version (an ssh engine is connected to right here).
+        return docker.DockerClient(version="auto", timeout=timeout, **kwargs), where
+    # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE replace the CA it is given, so the engine's
+    # ca.pem would silently be ignored where those are set; the docker CLI always uses ca.pem.
+    # The version is asked only once the environment is out of the way (docker-py 7.1 pinned).
+    client = docker.DockerClient(version=MIN_API_VERSION, timeout=timeout, **kwargs)
+    client.api.trust_env = False
+    client.api._version = client.api._retrieve_server_version()
     return client, where
 
 
