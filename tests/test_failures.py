@@ -190,3 +190,46 @@ def test_kernel_oom_kill_on_the_local_backend_is_host_oom(
     assert result.run["exit_code"] == -signal.SIGKILL, "the kernel killed it, not a MemoryError in Python"
     assert "OOM killer" in result.message and "did not send" in result.message
     assert elapsed < 300, f"{elapsed:.0f} s: the kernel thrashed before killing; raise LOCAL_MEMORY_LIMIT"
+
+
+# -- the worker's own deadline --------------------------------------------------------------------
+
+ENDLESS = """\
+name: endless
+question: Does a worker nobody watches end by itself?
+model: {hidden: [256, 256]}
+training: {epochs: 10000}
+data: {allow_synthetic: true, train_samples: 4096, test_samples: 128}
+repeats: 1
+timeout_s: 3
+measure: {step_overhead: false}
+"""
+
+
+def test_worker_with_no_host_left_ends_itself_at_its_deadline(tmp_path: Path) -> None:
+    # As after `suite run` was SIGKILLed: the worker runs in its own session, nobody kills it.
+    from suite.backends.base import spec_json, worker_env
+
+    spec = plan.expand(scenario.load(write_scenario(tmp_path, "endless", ENDLESS)))[0]
+    (tmp_path / "spec.json").write_bytes(spec_json(spec))
+    env = {**os.environ, **worker_env(spec), "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    own_limit = float(env["SUITE_DEADLINE_S"])
+    assert own_limit > spec.timeout_s, "the host's deadline fires first while the host lives"
+    t = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite.worker", str(tmp_path / "spec.json"), str(tmp_path / "result.json")],
+        env=env,
+        capture_output=True,
+        timeout=own_limit + 60,
+    )
+    elapsed = time.monotonic() - t
+    assert proc.returncode == 124, proc.stdout[-2000:]
+    assert own_limit <= elapsed < own_limit + 20
+    record = results_json(tmp_path / "result.json")
+    assert record["status"] == "timeout" and "own deadline" in record["message"]
+
+
+def results_json(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))
