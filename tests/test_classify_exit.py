@@ -19,7 +19,7 @@ from conftest import write_scenario
 
 from suite import plan, scenario
 from suite.backends.base import Deadline, Exit, RunLost, RunSkeleton, classify_exit, parse_event, split_lines
-from suite.backends.docker import _exit_signal
+from suite.backends.docker_run import exit_signal
 from suite.plan import RunSpec
 
 # -- the rule -------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_classify_a_written_result_defers_to_the_worker(observed: dict[str, Any]
     ("code", "signum"), [(137, 9), (139, 11), (143, 15), (0, None), (1, None), (128, None), (255, None), (-1, None)]
 )
 def test_classify_container_exit_code_to_signal(code: int, signum: int | None) -> None:
-    assert _exit_signal(code) == signum
+    assert exit_signal(code) == signum
 
 
 # -- the deadline, in the one run flow ------------------------------------------------------------
@@ -136,7 +136,7 @@ class RacingExecution:
         if self.lost:
             raise RunLost(self.lost)
         code = self.code if self.exited.is_set() else 0
-        return Exit(code=code, signum=_exit_signal(code))
+        return Exit(code=code, signum=exit_signal(code))
 
     def kill(self) -> bool:
         if self.kill_error is not None:

@@ -31,7 +31,8 @@ from docker_fixtures import (  # noqa: F401 - fixtures
 
 from suite import results
 from suite.backends.base import Deadline
-from suite.backends.docker import _Container, auto_choice, container_data_dir, engine_answers, engine_facts
+from suite.backends.docker import auto_choice, container_data_dir, engine_answers, engine_facts
+from suite.backends.docker_run import ContainerRun
 from suite.backends.local import LocalBackend
 
 pytestmark = pytest.mark.docker
@@ -221,7 +222,7 @@ def test_timeout_whose_kill_finds_the_container_exited_is_no_timeout(client: Any
     try:
         assert container.wait(timeout=60)["StatusCode"] == 0
         deadline = Deadline(0.01)
-        deadline.arm(_Container(None, container, {"container_s": {}}).kill)
+        deadline.arm(ContainerRun(None, container, {"container_s": {}}).kill)
         time.sleep(0.5)  # the timer fires and tries its kill meanwhile
         assert deadline.disarm() is False
     finally:

@@ -27,7 +27,8 @@ from docker_fixtures import (  # noqa: F401 - fixtures
 
 from suite.backends import docker_parts as parts
 from suite.backends.base import spec_json, worker_env
-from suite.backends.docker import DockerBackend, _Container
+from suite.backends.docker import DockerBackend
+from suite.backends.docker_run import ContainerRun
 
 pytestmark = pytest.mark.docker
 
@@ -62,7 +63,7 @@ def test_worker_rights_are_least_privilege(backend, client: Any, tmp_path: Path)
     kwargs = docker_backend._container_kwargs(spec, image, worker_env(spec), [], [])
     kwargs["command"] = ["python3", "-c", PROBE_RIGHTS]
     payload = parts.run_payload(parts.code_files(), spec_json(spec), "out")
-    run = _Container.start(docker_backend, docker_client, kwargs, payload, {})
+    run = ContainerRun.start(docker_backend, docker_client, kwargs, payload, {})
     try:
         assert run.wait().code == 0
         seen = json.loads(run.container.logs().decode().strip().splitlines()[-1])
@@ -164,7 +165,7 @@ def test_unwatched_worker_ends_itself_after_its_limit(backend, tmp_path: Path) -
     kwargs = docker_backend._container_kwargs(spec, image, worker_env(spec), [], [])
     payload = parts.run_payload(parts.code_files(), spec_json(spec), "out")
     started = time.monotonic()
-    run = _Container.start(docker_backend, docker_client, kwargs, payload, {})
+    run = ContainerRun.start(docker_backend, docker_client, kwargs, payload, {})
     try:
         outcome = run.container.wait(timeout=timeout_s + 60)
         elapsed = time.monotonic() - started

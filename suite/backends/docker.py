@@ -19,34 +19,29 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
-import signal
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from suite import engine, hostinfo, images
 from suite.backends import docker_parts as parts
-from suite.backends.base import (
-    WORKER_DEADLINE_GRACE_S,
-    Exit,
-    RunLost,
-    RunSkeleton,
-    Unavailable,
-    device_skip_reason,
-    gpus_for,
-    split_lines,
+from suite.backends.base import WORKER_DEADLINE_GRACE_S, RunSkeleton, Unavailable, device_skip_reason, gpus_for
+from suite.backends.docker_run import (
+    OUT_NAME,
+    RESULT_PATH,
+    WORK_DIR,
+    ContainerRun,
+    engine_text,
+    probe_engine,
+    remove_container,
 )
 from suite.engine import engine_answers, engine_facts
 from suite.plan import RunSpec, parse_device
 
 __all__ = ["DockerBackend", "auto_choice", "engine_answers", "engine_facts"]
 
-WORK_DIR = "/work"  # an anonymous volume: the archive endpoints see volumes, not tmpfs or a read-only rootfs
-OUT_NAME = "out"
-OUT_DIR, RESULT_PATH = f"{WORK_DIR}/{OUT_NAME}", f"{WORK_DIR}/{OUT_NAME}/result.json"
 KERAS_DIR = "/keras"
 SHM_SIZE = "1g"  # NVIDIA's TensorFlow run line; Docker's 64 MB default starves NCCL in multi-GPU runs
 TMPFS = {"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"}  # HOME too: Keras writes its config there
@@ -55,7 +50,6 @@ MEMLOCK_UNLIMITED, STACK_BYTES = -1, 67108864  # --ulimit memlock=-1 --ulimit st
 # the same run on the host would be (the local backend passes the whole environment).
 PASS_PREFIXES = ("TF_", "XLA_", "NCCL_", "OMP_", "KMP_", "MKL_")
 LABEL_SESSION, LABEL_RUN, LABEL_RUN_ID = parts.LABEL_SESSION, "suite.run", "suite.run_id"
-EXIT_SIGNAL_BASE = 128  # a container whose process a signal ended exits with 128 + the signal's number
 IMAGE_ENV = "SUITE_DOCKER_IMAGE"  # "REF" for every run, or "NAME=REF,NAME=REF" per images.yaml name
 REAP_MARGIN_S = 60  # beyond a run's own limit before another host may call its session over
 
@@ -134,7 +128,7 @@ class DockerBackend(RunSkeleton):
             info.update(engine_version=self._engine.get("Version"), engine_api_version=self._engine.get("ApiVersion"))
         return info
 
-    def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> _Container:
+    def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> ContainerRun:
         client = self._connect()
         ref, image = self._image(client, spec)
         facts: dict[str, Any] = {"image": ref, **images.image_record(image)}
@@ -152,7 +146,7 @@ class DockerBackend(RunSkeleton):
         if self._code is None:
             self._code = parts.code_files()
         payload = parts.run_payload(self._code, spec_json, OUT_NAME)
-        return _Container.start(self, client, kwargs, payload, facts)
+        return ContainerRun.start(self, client, kwargs, payload, facts)
 
     def close(self) -> None:
         """Kill and remove every container of this session still on the engine (also after Ctrl-C).
@@ -170,7 +164,7 @@ class DockerBackend(RunSkeleton):
         for client in clients:
             try:
                 for container in client.containers.list(all=True, filters=mine):
-                    _remove(container)
+                    remove_container(container)
                 break
             except Exception:  # noqa: BLE001 - this link is broken: try the next one
                 continue
@@ -304,7 +298,7 @@ class DockerBackend(RunSkeleton):
         if image is None:
             return {**base, "gpu_note": "no suite image on the engine to ask it for GPUs"}
         gpu_runtime = "nvidia" in runtimes or bool(info.get("CDISpecDirs"))
-        found = _probe(client, image, self, gpu_runtime)
+        found = probe_engine(client, image, self, gpu_runtime)
         if not gpu_runtime:
             found["gpu_note"] = f"the engine at {self.daemon.address} has no NVIDIA runtime (runtimes: {runtimes})"
             found["gpus"] = []
@@ -365,7 +359,7 @@ class DockerBackend(RunSkeleton):
                 f"{self.daemon.address}; build it with `python -m suite images build {name}`",
             ) from None
         except docker.errors.APIError as exc:
-            raise Unavailable("error", f"the Docker engine could not inspect {ref}: {_engine_text(exc)}") from None
+            raise Unavailable("error", f"the Docker engine could not inspect {ref}: {engine_text(exc)}") from None
 
     def _override_for(self, name: str | None) -> str | None:
         if isinstance(self.image_override, str):
@@ -373,167 +367,6 @@ class DockerBackend(RunSkeleton):
         if isinstance(self.image_override, Mapping) and name:
             return self.image_override.get(name)
         return None
-
-
-class _Container:
-    """One run's container, as the run skeleton drives it."""
-
-    def __init__(self, backend: DockerBackend, container: Any, facts: dict[str, Any]):
-        self.backend, self.container, self.facts = backend, container, facts
-        self.phases: dict[str, float] = facts["container_s"]
-        self._removed = False
-
-    @classmethod
-    def start(
-        cls, backend: DockerBackend, client: Any, kwargs: dict[str, Any], payload: bytes, facts: dict[str, Any]
-    ) -> _Container:
-        """Create, put the code and spec in, start. An engine that may not raise a resource limit (a
-        daemon without CAP_SYS_RESOURCE refuses memlock=-1) gets the run without it, for the rest of
-        the session, and the result says so: a run with the engine's default limit beats no run."""
-        import docker
-        import requests
-
-        facts["container_s"] = phases = {}
-        while True:
-            kwargs["ulimits"] = [u for u in kwargs["ulimits"] if u.name not in backend._refused_ulimits]
-            kwargs["environment"]["SUITE_LAUNCH_UNIX"] = repr(time.time())  # create counts as launch
-            container = None
-            try:
-                t = time.perf_counter()
-                container = client.containers.create(**kwargs)
-                phases["create"] = time.perf_counter() - t
-                facts.update(
-                    container_id=container.id,
-                    ulimits={u.name: u.hard for u in kwargs["ulimits"]},
-                    engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"),
-                    isolation=_isolation(container.attrs),
-                )
-                if backend._refused_ulimits:
-                    facts["ulimits_refused"] = sorted(backend._refused_ulimits)
-                t = time.perf_counter()
-                container.put_archive(WORK_DIR, payload)
-                phases["put_archive"] = time.perf_counter() - t
-                t = time.perf_counter()
-                container.start()
-                phases["start"] = time.perf_counter() - t
-                return cls(backend, container, facts)
-            except docker.errors.APIError as exc:
-                if container is not None:
-                    _remove(container)
-                text = _engine_text(exc)
-                refused = _refused_ulimit(text, [u.name for u in kwargs["ulimits"]])
-                if refused is None:
-                    message = _start_failure(text, bool(kwargs.get("device_requests")), backend)
-                    raise Unavailable("error", message, facts) from None
-                backend._refused_ulimits.add(refused)
-            except (docker.errors.DockerException, requests.RequestException, OSError, EOFError) as exc:
-                if container is not None:
-                    _remove(container)
-                message = f"lost the Docker engine at {backend.daemon.address}: {_what(exc)}"
-                raise Unavailable("error", message, facts) from None
-            except BaseException:  # Ctrl-C mid-start: the skeleton never sees this container
-                if container is not None:
-                    _remove(container)
-                raise
-
-    def lines(self) -> Iterator[str]:
-        client = self.backend.stream_client()  # in the reading thread: a failure ends the log, not the run
-        yield from split_lines(client.api.logs(self.container.id, stdout=True, stderr=True, stream=True, follow=True))
-
-    def wait(self) -> Exit:
-        t = time.perf_counter()
-        try:
-            code = int(self.container.wait(timeout=None).get("StatusCode", -1))  # None: no HTTP timeout
-            self.phases["wait"] = time.perf_counter() - t
-            self.container.reload()
-        except Exception as exc:  # noqa: BLE001 - transport errors differ by scheme (socket, ssh, TLS)
-            raise RunLost(
-                f"lost the Docker engine at {self.backend.daemon.address} during the run: {_what(exc)}"
-            ) from None
-        oom = bool(self.container.attrs["State"].get("OOMKilled"))
-        self.facts.update(oom_killed=oom)
-        return Exit(code=code, signum=_exit_signal(code), oom_killed=oom)
-
-    def kill(self) -> bool:
-        try:
-            self.container.kill()
-        except Exception as exc:  # noqa: BLE001
-            if _already_exited(exc):
-                return False
-            raise
-        return True
-
-    def result(self) -> bytes | None:
-        import docker
-
-        t = time.perf_counter()
-        try:
-            chunks, _ = self.container.get_archive(RESULT_PATH)
-            return parts.file_from_archive(chunks)
-        except docker.errors.NotFound:
-            return None
-        except Exception as exc:  # noqa: BLE001
-            raise RunLost(
-                f"could not fetch the result from the engine at {self.backend.daemon.address}: {_what(exc)}"
-            ) from None
-        finally:
-            self.phases["fetch_result"] = time.perf_counter() - t
-
-    def cleanup(self) -> None:
-        if self._removed:
-            return
-        self._removed = True
-        t = time.perf_counter()
-        _remove(self.container)
-        self.phases["remove"] = time.perf_counter() - t
-
-
-def _isolation(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The least-privilege settings as the engine stored them for this container."""
-    host, config = attrs.get("HostConfig") or {}, attrs.get("Config") or {}
-    return {
-        "user": config.get("User"),
-        "read_only_rootfs": bool(host.get("ReadonlyRootfs")),
-        "cap_drop": host.get("CapDrop"),
-        "cap_add": host.get("CapAdd"),
-        "security_opt": host.get("SecurityOpt"),
-        "network_mode": host.get("NetworkMode"),
-        "tmpfs": host.get("Tmpfs"),
-        "privileged": bool(host.get("Privileged")),
-        "bind_mounts": host.get("Binds") or [],
-        "mounts": [
-            {"target": m.get("Target"), "type": m.get("Type"), "read_only": bool(m.get("ReadOnly"))}
-            for m in host.get("Mounts") or []
-        ],
-    }
-
-
-def _probe(client: Any, image: Any, backend: DockerBackend, gpu_runtime: bool) -> dict[str, Any]:
-    """Run PROBE in a hardened, short container; with all GPUs requested where a GPU runtime exists."""
-    from docker.types import DeviceRequest
-
-    python = (image.labels or {}).get("suite.python", "python3")
-    kwargs: dict[str, Any] = {
-        "command": [python, "-c", parts.PROBE],
-        "labels": {**backend.labels(), "suite.helper": "probe"},
-        "environment": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility", "HOME": "/tmp"},
-        "detach": True,
-        **backend.hardening(),
-    }
-    if gpu_runtime:
-        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    try:
-        container = client.containers.create(image.id, **kwargs)
-    except Exception as exc:  # noqa: BLE001
-        return {"gpus": [], "gpu_note": f"the engine refused the probe container: {_engine_text(exc)}"}
-    try:
-        container.start()
-        container.wait(timeout=120)
-        return parts.parse_probe(container.logs().decode("utf-8", errors="replace"))
-    except Exception as exc:  # noqa: BLE001 - a failed probe means: no GPU known, said so
-        return {"gpus": [], "gpu_note": f"the probe container failed: {_engine_text(exc)}"}
-    finally:
-        _remove(container)
 
 
 def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
@@ -558,59 +391,6 @@ def container_data_dir(data_dir: str) -> str:
     if os.path.isabs(data_dir):
         return data_dir
     return posixpath.normpath(posixpath.join(WORK_DIR, data_dir))
-
-
-def _already_exited(exc: Exception) -> bool:
-    """The engine refused a kill because the container no longer runs (409) or is gone (404)."""
-    import docker
-
-    return isinstance(exc, docker.errors.APIError) and exc.status_code in (404, 409)
-
-
-def _exit_signal(code: int) -> int | None:
-    """The signal that ended a container's process, from its exit code (128 + N), if one did."""
-    if EXIT_SIGNAL_BASE < code < EXIT_SIGNAL_BASE + signal.NSIG:
-        return code - EXIT_SIGNAL_BASE
-    return None
-
-
-def _start_failure(text: str, gpu: bool, backend: DockerBackend) -> str:
-    if gpu and ("device driver" in text or "nvidia" in text.lower() or "gpu" in text.lower()):
-        return (
-            f"the Docker engine at {backend.daemon.address} cannot give this container GPUs: {text}. Install the "
-            "NVIDIA Container Toolkit on the engine's host, run `nvidia-ctk runtime configure "
-            "--runtime=docker` and restart dockerd; `python -m suite env` shows the engine's runtimes"
-        )
-    return f"the Docker engine could not start the container: {text}"
-
-
-# The kernel's resource numbers as runc reports them: "error setting rlimit type 8".
-_RLIMIT_NAMES = {3: "stack", 8: "memlock"}
-
-
-def _refused_ulimit(text: str, requested: list[str]) -> str | None:
-    """The ulimit name an engine refused to set, if that is why the start failed."""
-    match = re.search(r"error setting rlimit type (\d+)", text)
-    if not match:
-        return None
-    name = _RLIMIT_NAMES.get(int(match.group(1)))
-    return name if name in requested else None
-
-
-def _engine_text(exc: Any) -> str:
-    explanation = getattr(exc, "explanation", None)
-    return str(explanation or exc).strip()
-
-
-def _what(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_engine_text(exc)}" if str(exc) else type(exc).__name__
-
-
-def _remove(container: Any) -> None:
-    try:
-        container.remove(force=True, v=True)  # force: kills it first if it still runs; v: its work volume
-    except Exception:  # noqa: BLE001 - already gone (removed by close() or by hand), or the engine is lost
-        pass
 
 
 def _image_from_env(value: str) -> str | dict[str, str] | None:

@@ -1,0 +1,239 @@
+"""One run's container on a Docker engine, as the run skeleton drives it, and the engine probe.
+
+Create, put the code and spec in, start; stream the log, wait, fetch the result, remove. Every
+transport error (socket, ssh, TLS) after the start is a lost engine (``RunLost``), recorded as
+``error`` with its cause.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from suite.backends import docker_parts as parts
+from suite.backends.base import Exit, RunLost, Unavailable, split_lines
+
+if TYPE_CHECKING:
+    from suite.backends.docker import DockerBackend
+
+WORK_DIR = "/work"  # an anonymous volume: the archive endpoints see volumes, not tmpfs or a read-only rootfs
+OUT_NAME = "out"
+OUT_DIR, RESULT_PATH = f"{WORK_DIR}/{OUT_NAME}", f"{WORK_DIR}/{OUT_NAME}/result.json"
+EXIT_SIGNAL_BASE = 128  # a container whose process a signal ended exits with 128 + the signal's number
+
+
+class ContainerRun:
+    """One run's container, as the run skeleton drives it."""
+
+    def __init__(self, backend: DockerBackend, container: Any, facts: dict[str, Any]):
+        self.backend, self.container, self.facts = backend, container, facts
+        self.phases: dict[str, float] = facts["container_s"]
+        self._removed = False
+
+    @classmethod
+    def start(
+        cls, backend: DockerBackend, client: Any, kwargs: dict[str, Any], payload: bytes, facts: dict[str, Any]
+    ) -> ContainerRun:
+        """Create, put the code and spec in, start. An engine that may not raise a resource limit (a
+        daemon without CAP_SYS_RESOURCE refuses memlock=-1) gets the run without it, for the rest of
+        the session, and the result says so: a run with the engine's default limit beats no run."""
+        import docker
+        import requests
+
+        facts["container_s"] = phases = {}
+        while True:
+            kwargs["ulimits"] = [u for u in kwargs["ulimits"] if u.name not in backend._refused_ulimits]
+            kwargs["environment"]["SUITE_LAUNCH_UNIX"] = repr(time.time())  # create counts as launch
+            container = None
+            try:
+                t = time.perf_counter()
+                container = client.containers.create(**kwargs)
+                phases["create"] = time.perf_counter() - t
+                facts.update(
+                    container_id=container.id,
+                    ulimits={u.name: u.hard for u in kwargs["ulimits"]},
+                    engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"),
+                    isolation=_isolation(container.attrs),
+                )
+                if backend._refused_ulimits:
+                    facts["ulimits_refused"] = sorted(backend._refused_ulimits)
+                t = time.perf_counter()
+                container.put_archive(WORK_DIR, payload)
+                phases["put_archive"] = time.perf_counter() - t
+                t = time.perf_counter()
+                container.start()
+                phases["start"] = time.perf_counter() - t
+                return cls(backend, container, facts)
+            except docker.errors.APIError as exc:
+                if container is not None:
+                    remove_container(container)
+                text = engine_text(exc)
+                refused = _refused_ulimit(text, [u.name for u in kwargs["ulimits"]])
+                if refused is None:
+                    message = _start_failure(text, bool(kwargs.get("device_requests")), backend)
+                    raise Unavailable("error", message, facts) from None
+                backend._refused_ulimits.add(refused)
+            except (docker.errors.DockerException, requests.RequestException, OSError, EOFError) as exc:
+                if container is not None:
+                    remove_container(container)
+                message = f"lost the Docker engine at {backend.daemon.address}: {_what(exc)}"
+                raise Unavailable("error", message, facts) from None
+            except BaseException:  # Ctrl-C mid-start: the skeleton never sees this container
+                if container is not None:
+                    remove_container(container)
+                raise
+
+    def lines(self) -> Iterator[str]:
+        client = self.backend.stream_client()  # in the reading thread: a failure ends the log, not the run
+        yield from split_lines(client.api.logs(self.container.id, stdout=True, stderr=True, stream=True, follow=True))
+
+    def wait(self) -> Exit:
+        t = time.perf_counter()
+        try:
+            code = int(self.container.wait(timeout=None).get("StatusCode", -1))  # None: no HTTP timeout
+            self.phases["wait"] = time.perf_counter() - t
+            self.container.reload()
+        except Exception as exc:  # noqa: BLE001 - transport errors differ by scheme (socket, ssh, TLS)
+            raise RunLost(
+                f"lost the Docker engine at {self.backend.daemon.address} during the run: {_what(exc)}"
+            ) from None
+        oom = bool(self.container.attrs["State"].get("OOMKilled"))
+        self.facts.update(oom_killed=oom)
+        return Exit(code=code, signum=exit_signal(code), oom_killed=oom)
+
+    def kill(self) -> bool:
+        try:
+            self.container.kill()
+        except Exception as exc:  # noqa: BLE001
+            if _already_exited(exc):
+                return False
+            raise
+        return True
+
+    def result(self) -> bytes | None:
+        import docker
+
+        t = time.perf_counter()
+        try:
+            chunks, _ = self.container.get_archive(RESULT_PATH)
+            return parts.file_from_archive(chunks)
+        except docker.errors.NotFound:
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise RunLost(
+                f"could not fetch the result from the engine at {self.backend.daemon.address}: {_what(exc)}"
+            ) from None
+        finally:
+            self.phases["fetch_result"] = time.perf_counter() - t
+
+    def cleanup(self) -> None:
+        if self._removed:
+            return
+        self._removed = True
+        t = time.perf_counter()
+        remove_container(self.container)
+        self.phases["remove"] = time.perf_counter() - t
+
+
+def _isolation(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The least-privilege settings as the engine stored them for this container."""
+    host, config = attrs.get("HostConfig") or {}, attrs.get("Config") or {}
+    return {
+        "user": config.get("User"),
+        "read_only_rootfs": bool(host.get("ReadonlyRootfs")),
+        "cap_drop": host.get("CapDrop"),
+        "cap_add": host.get("CapAdd"),
+        "security_opt": host.get("SecurityOpt"),
+        "network_mode": host.get("NetworkMode"),
+        "tmpfs": host.get("Tmpfs"),
+        "privileged": bool(host.get("Privileged")),
+        "bind_mounts": host.get("Binds") or [],
+        "mounts": [
+            {"target": m.get("Target"), "type": m.get("Type"), "read_only": bool(m.get("ReadOnly"))}
+            for m in host.get("Mounts") or []
+        ],
+    }
+
+
+def probe_engine(client: Any, image: Any, backend: DockerBackend, gpu_runtime: bool) -> dict[str, Any]:
+    """Run PROBE in a hardened, short container; with all GPUs requested where a GPU runtime exists."""
+    from docker.types import DeviceRequest
+
+    python = (image.labels or {}).get("suite.python", "python3")
+    kwargs: dict[str, Any] = {
+        "command": [python, "-c", parts.PROBE],
+        "labels": {**backend.labels(), "suite.helper": "probe"},
+        "environment": {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility", "HOME": "/tmp"},
+        "detach": True,
+        **backend.hardening(),
+    }
+    if gpu_runtime:
+        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    try:
+        container = client.containers.create(image.id, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return {"gpus": [], "gpu_note": f"the engine refused the probe container: {engine_text(exc)}"}
+    try:
+        container.start()
+        container.wait(timeout=120)
+        return parts.parse_probe(container.logs().decode("utf-8", errors="replace"))
+    except Exception as exc:  # noqa: BLE001 - a failed probe means: no GPU known, said so
+        return {"gpus": [], "gpu_note": f"the probe container failed: {engine_text(exc)}"}
+    finally:
+        remove_container(container)
+
+
+def _already_exited(exc: Exception) -> bool:
+    """The engine refused a kill because the container no longer runs (409) or is gone (404)."""
+    import docker
+
+    return isinstance(exc, docker.errors.APIError) and exc.status_code in (404, 409)
+
+
+def exit_signal(code: int) -> int | None:
+    """The signal that ended a container's process, from its exit code (128 + N), if one did."""
+    if EXIT_SIGNAL_BASE < code < EXIT_SIGNAL_BASE + signal.NSIG:
+        return code - EXIT_SIGNAL_BASE
+    return None
+
+
+def _start_failure(text: str, gpu: bool, backend: DockerBackend) -> str:
+    if gpu and ("device driver" in text or "nvidia" in text.lower() or "gpu" in text.lower()):
+        return (
+            f"the Docker engine at {backend.daemon.address} cannot give this container GPUs: {text}. Install the "
+            "NVIDIA Container Toolkit on the engine's host, run `nvidia-ctk runtime configure "
+            "--runtime=docker` and restart dockerd; `python -m suite env` shows the engine's runtimes"
+        )
+    return f"the Docker engine could not start the container: {text}"
+
+
+# The kernel's resource numbers as runc reports them: "error setting rlimit type 8".
+_RLIMIT_NAMES = {3: "stack", 8: "memlock"}
+
+
+def _refused_ulimit(text: str, requested: list[str]) -> str | None:
+    """The ulimit name an engine refused to set, if that is why the start failed."""
+    match = re.search(r"error setting rlimit type (\d+)", text)
+    if not match:
+        return None
+    name = _RLIMIT_NAMES.get(int(match.group(1)))
+    return name if name in requested else None
+
+
+def engine_text(exc: Any) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc).strip()
+
+
+def _what(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {engine_text(exc)}" if str(exc) else type(exc).__name__
+
+
+def remove_container(container: Any) -> None:
+    try:
+        container.remove(force=True, v=True)  # force: kills it first if it still runs; v: its work volume
+    except Exception:  # noqa: BLE001 - already gone (removed by close() or by hand), or the engine is lost
+        pass
