@@ -281,3 +281,13 @@ def test_progress_lines_and_chunks() -> None:
     assert parse_event("@@suite [1, 2]") is None and parse_event("epoch 1") is None
     chunks = [b"first li", b"ne\nsecond\n\xc3", b"\xa9 third"]
     assert list(split_lines(iter(chunks))) == ["first line", "second", "\u00e9 third"]
+
+
+def test_gpus_can_be_limited_by_index_or_uuid() -> None:
+    from suite.backends.base import restrict_gpus
+
+    inventory = {"gpus": [{"index": i, "uuid": f"GPU-{i}"} for i in range(4)], "gpu_note": "NVML"}
+    kept = restrict_gpus(inventory, ["2", "GPU-0", "7"])
+    assert [g["index"] for g in kept["gpus"]] == [0, 2], "in the host's order"
+    assert "not on this host: 7" in kept["gpu_note"] and kept["gpu_note"].startswith("NVML")
+    assert restrict_gpus(inventory, None) is inventory

@@ -199,7 +199,7 @@ def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_containe
     threading.Thread(target=stop_once_running, daemon=True).start()
     started = time.monotonic()
     result = docker_backend.run(spec)
-    assert stopped.is_set(), ("the run ended before sshd could be stopped", result.status, result.message)
+    assert stopped.is_set(), ("the run ended before sshd was stopped", result.message, sshd.log.read_text()[-3000:])
     assert time.monotonic() - started < 120
     assert result.status == "error", (result.status, result.message)
     assert f"lost the Docker engine at {address}" in result.message

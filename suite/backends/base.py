@@ -279,6 +279,19 @@ def host_inventory() -> dict[str, Any]:
     return {"gpus": gpus, "gpu_note": note, "cpus": os.cpu_count()}
 
 
+def restrict_gpus(inventory: dict[str, Any], allowed: list[str] | None) -> dict[str, Any]:
+    """The inventory with only the GPUs ``allowed`` names (host indices or UUIDs), in its order."""
+    if allowed is None:
+        return inventory
+    wanted = {str(a).strip() for a in allowed}
+    kept = [g for g in inventory.get("gpus", []) if str(g.get("index")) in wanted or g.get("uuid") in wanted]
+    found = {str(g.get("index")) for g in kept} | {str(g.get("uuid")) for g in kept}
+    note = f"GPUs limited to {', '.join(sorted(wanted))}"
+    if wanted - found:
+        note += f"; not on this host: {', '.join(sorted(wanted - found))}"
+    return {**inventory, "gpus": kept, "gpu_note": "; ".join(filter(None, [inventory.get("gpu_note"), note]))}
+
+
 def device_skip_reason(spec: RunSpec, inventory: dict[str, Any]) -> str | None:
     kind, count = parse_device(spec.device)
     gpus = inventory.get("gpus", [])

@@ -27,7 +27,14 @@ from typing import Any
 
 from suite import engine, hostinfo, images
 from suite.backends import docker_parts as parts
-from suite.backends.base import WORKER_DEADLINE_GRACE_S, RunSkeleton, Unavailable, device_skip_reason, gpus_for
+from suite.backends.base import (
+    WORKER_DEADLINE_GRACE_S,
+    RunSkeleton,
+    Unavailable,
+    device_skip_reason,
+    gpus_for,
+    restrict_gpus,
+)
 from suite.backends.docker_run import (
     OUT_NAME,
     RESULT_PATH,
@@ -71,6 +78,7 @@ class DockerBackend(RunSkeleton):
         keras_home: str | Path | None = None,
         inventory: dict[str, Any] | None = None,
         user: str = f"{parts.RUN_UID}:{parts.RUN_GID}",
+        gpus: list[str] | None = None,
     ):
         """
         image: a reference (tag or ID) every run uses, or a mapping images.yaml name -> reference;
@@ -82,6 +90,7 @@ class DockerBackend(RunSkeleton):
         keras_home: the Keras cache whose ``datasets/mnist.npz`` is placed on the engine; default
             $KERAS_HOME or ~/.keras.
         inventory: GPUs to hand out instead of asking the engine.
+        gpus: the engine host's GPUs (indices or UUIDs) the suite may hand out; None: all of them.
         """
         del results_dir
         self.machine = machine or hostinfo.machine_name()
@@ -91,6 +100,7 @@ class DockerBackend(RunSkeleton):
         self.memory_limit, self.shm_size, self.network_mode, self.user = mem_limit, shm_size, network_mode, user
         self.keras_home = Path(keras_home) if keras_home else _default_keras_home()
         self._inventory = inventory
+        self.allowed_gpus = gpus
         self.session = uuid.uuid4().hex[:16]
         self.orchestrator = parts.orchestrator_label()
         self.reaped: list[dict[str, str]] = []
@@ -106,7 +116,7 @@ class DockerBackend(RunSkeleton):
 
     def inventory(self) -> dict[str, Any]:
         if self._inventory is None:
-            self._inventory = self._ask_engine()
+            self._inventory = restrict_gpus(self._ask_engine(), self.allowed_gpus)
         return self._inventory
 
     def skip_reason(self, spec: RunSpec) -> str | None:
@@ -155,19 +165,19 @@ class DockerBackend(RunSkeleton):
         """
         if self._client is None:
             return
-        clients = [self._client]
-        try:
-            clients.append(engine.connect(self._docker_host, timeout=30)[0])
-        except Exception:  # noqa: BLE001 - no fresh link: the old one may still work
-            pass
         mine = {"label": f"{LABEL_SESSION}={self.session}"}
-        for client in clients:
+        clients = [self._client]
+        for attempt in range(2):
             try:
-                for container in client.containers.list(all=True, filters=mine):
+                for container in clients[-1].containers.list(all=True, filters=mine):
                     remove_container(container)
                 break
-            except Exception:  # noqa: BLE001 - this link is broken: try the next one
-                continue
+            except Exception:  # noqa: BLE001 - this link is broken: one fresh connection, then give up
+                if attempt == 0:
+                    try:
+                        clients.append(engine.connect(self._docker_host, timeout=30)[0])
+                    except Exception:  # noqa: BLE001 - out of reach: the worker ends itself at its deadline
+                        break
         for client in [*clients, self._stream_client]:
             try:
                 if client is not None:
@@ -377,7 +387,11 @@ def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
         rows = images.list_images(docker_host=docker_host)
     except images.ImageError as exc:
         return "local", str(exc)
-    gpus = DockerBackend(docker_host=docker_host).inventory().get("gpus", [])
+    asked = DockerBackend(docker_host=docker_host)
+    try:
+        gpus = asked.inventory().get("gpus", [])  # the engine host's, not this machine's
+    finally:
+        asked.close()
     wanted = {"cpu"} | ({"gpu"} if gpus else set())
     missing = [r["tag"] for r in rows if set(r["default_for"].split(",")) & wanted and r["state"] != "built"]
     if missing:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import hostinfo
-from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_ids, host_inventory
+from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_ids, host_inventory, restrict_gpus
 from suite.plan import RunSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -31,15 +31,17 @@ class LocalBackend(RunSkeleton):
     name = "local"
     what = "worker"
 
-    def __init__(self, python: str | None = None, machine: str | None = None):
+    def __init__(self, python: str | None = None, machine: str | None = None, gpus: list[str] | None = None):
+        """gpus: the host GPUs (indices or UUIDs) the suite may hand out; None: all of them."""
         self.python = python or sys.executable
         self.machine = machine or hostinfo.machine_name()
+        self.allowed_gpus = gpus
         self._inventory: dict[str, Any] | None = None
         self._current: _Process | None = None
 
     def inventory(self) -> dict[str, Any]:
         if self._inventory is None:
-            self._inventory = host_inventory()
+            self._inventory = restrict_gpus(host_inventory(), self.allowed_gpus)
         return self._inventory
 
     def skip_reason(self, spec: RunSpec) -> str | None:
