@@ -191,8 +191,8 @@ def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_containe
         while time.monotonic() < deadline:
             if client.containers.list(filters={"label": label, "status": "running"}):
                 time.sleep(1)
+                stopped.set()  # first: the run may end the moment sshd is gone
                 sshd.stop()
-                stopped.set()
                 return
             time.sleep(0.2)
 

@@ -108,7 +108,7 @@ class DockerBackend(RunSkeleton):
         self._stream_client: Any = None
         self._engine: dict[str, Any] = {}
         self._catalog: images.Catalog | None = None
-        self._refused_ulimits: set[str] = set()
+        self.refused_ulimits: set[str] = set()
         self._code: dict[str, bytes] | None = None
         self._volumes: dict[str, dict[str, Any]] = {}
 

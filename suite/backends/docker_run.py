@@ -11,18 +11,29 @@ import re
 import signal
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from suite.backends import docker_parts as parts
 from suite.backends.base import Exit, RunLost, Unavailable, split_lines
-
-if TYPE_CHECKING:
-    from suite.backends.docker import DockerBackend
+from suite.engine import Daemon
 
 WORK_DIR = "/work"  # an anonymous volume: the archive endpoints see volumes, not tmpfs or a read-only rootfs
 OUT_NAME = "out"
 OUT_DIR, RESULT_PATH = f"{WORK_DIR}/{OUT_NAME}", f"{WORK_DIR}/{OUT_NAME}/result.json"
 EXIT_SIGNAL_BASE = 128  # a container whose process a signal ended exits with 128 + the signal's number
+
+
+class DockerBackend(Protocol):
+    """What a container run needs of the backend that made it (suite.backends.docker.DockerBackend)."""
+
+    daemon: Daemon
+    refused_ulimits: set[str]  # limits this engine refused: left out for the rest of the session
+
+    def stream_client(self) -> Any: ...
+
+    def labels(self) -> dict[str, str]: ...
+
+    def hardening(self) -> dict[str, Any]: ...
 
 
 class ContainerRun:
@@ -45,7 +56,7 @@ class ContainerRun:
 
         facts["container_s"] = phases = {}
         while True:
-            kwargs["ulimits"] = [u for u in kwargs["ulimits"] if u.name not in backend._refused_ulimits]
+            kwargs["ulimits"] = [u for u in kwargs["ulimits"] if u.name not in backend.refused_ulimits]
             kwargs["environment"]["SUITE_LAUNCH_UNIX"] = repr(time.time())  # create counts as launch
             container = None
             try:
@@ -58,8 +69,8 @@ class ContainerRun:
                     engine_device_requests=container.attrs["HostConfig"].get("DeviceRequests"),
                     isolation=_isolation(container.attrs),
                 )
-                if backend._refused_ulimits:
-                    facts["ulimits_refused"] = sorted(backend._refused_ulimits)
+                if backend.refused_ulimits:
+                    facts["ulimits_refused"] = sorted(backend.refused_ulimits)
                 t = time.perf_counter()
                 container.put_archive(WORK_DIR, payload)
                 phases["put_archive"] = time.perf_counter() - t
@@ -75,7 +86,7 @@ class ContainerRun:
                 if refused is None:
                     message = _start_failure(text, bool(kwargs.get("device_requests")), backend)
                     raise Unavailable("error", message, facts) from None
-                backend._refused_ulimits.add(refused)
+                backend.refused_ulimits.add(refused)
             except (docker.errors.DockerException, requests.RequestException, OSError, EOFError) as exc:
                 if container is not None:
                     remove_container(container)
