@@ -49,6 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--machine", help="name of this machine's results folder (default: the hostname)")
     r.add_argument("--docker-host", help="Docker daemon address (default: DOCKER_HOST or the local socket)")
     r.add_argument("--wait", action="store_true", help="when another `suite run` holds the results folder, wait")
+    r.add_argument(
+        "--hosts",
+        type=Path,
+        help="a hosts file (name -> Docker engine): run the plan on every host at once, results per host name",
+    )
+    r.add_argument(
+        "--gpus",
+        help="comma-separated host GPU indices or UUIDs the suite may hand out (default: every GPU the host has)",
+    )
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("check", help="validate scenarios and print the expanded plan without running")
@@ -137,8 +146,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _backend_options(args: argparse.Namespace) -> backends.BackendOptions:
+    gpus = getattr(args, "gpus", None)
     return backends.BackendOptions(
-        machine=args.machine or hostinfo.machine_name(), results_dir=args.results, docker_host=args.docker_host
+        machine=args.machine or hostinfo.machine_name(),
+        results_dir=args.results,
+        docker_host=args.docker_host,
+        gpus=[g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
     )
 
 
@@ -153,6 +166,8 @@ def make_backend(name: str, args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     specs = _load_plan(args)
+    if args.hosts is not None:
+        return _run_fleet(args, specs)
     machine = args.machine or hostinfo.machine_name()
     folder = runner.machine_dir(args.results, machine)
     _check_writable(folder)
@@ -163,6 +178,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in summary.lines():
         print(line)
     return 1 if summary.failed else 0
+
+
+def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
+    """``run --hosts``: the same plan on every host of the file at once, one child ``suite run`` each."""
+    from suite import fleet
+
+    for flag in ("machine", "docker_host", "gpus"):
+        if getattr(args, flag):
+            raise UsageError(f"--hosts names each host's engine, folder and GPUs: drop --{flag.replace('_', '-')}")
+    if args.backend not in (backends.AUTO, "docker"):
+        raise UsageError(f"--hosts runs every host through its Docker engine; --backend {args.backend} cannot")
+    hosts = fleet.load_hosts(args.hosts)
+    for host in hosts:
+        _check_writable(runner.machine_dir(args.results, host.name))
+    run_args = [str(_display_path(f)) for f in args.scenarios]
+    run_args += ["--smoke"] * args.smoke + ["--fresh"] * args.fresh + ["--wait"] * args.wait
+    if args.repeats is not None:
+        run_args += ["--repeats", str(args.repeats)]
+    names = ", ".join(h.name for h in hosts)
+    print(f"{len(specs)} runs on each of {len(hosts)} hosts ({names}), results in {args.results}")
+    return fleet.run_fleet(hosts, run_args, args.results, specs, probe=fleet.why_not_answering)
 
 
 def _check_writable(folder: Path) -> None:

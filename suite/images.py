@@ -62,13 +62,17 @@ __all__ = [
 ]
 
 
-def needed_images() -> list[str]:
-    """The images this machine's runs use by default: the CPU one, and the GPU one where GPUs are."""
+def needed_images(has_gpus: bool | None = None) -> list[str]:
+    """The images an engine's runs use by default: the CPU one, and the GPU one where GPUs are.
+
+    has_gpus: whether the engine's host has GPUs (a remote engine's own inventory); None: this machine's.
+    """
     from suite import hostinfo
 
     defaults = load_catalog().defaults
-    gpus, _ = hostinfo.gpu_inventory()
-    return [defaults["cpu"]] + ([defaults["gpu"]] if gpus else [])
+    if has_gpus is None:
+        has_gpus = bool(hostinfo.gpu_inventory()[0])
+    return [defaults["cpu"]] + ([defaults["gpu"]] if has_gpus else [])
 
 
 def list_images(client: Any = None, docker_host: str | None = None) -> list[dict[str, Any]]:

@@ -34,7 +34,6 @@ from suite.settings import (
 
 __all__ = ["DEFAULTS", "Checker", "Scenario", "ScenarioError", "load", "load_all"]
 
-_Checker = Checker  # its name before the settings moved to suite.settings; suite.fleet imports it
 
 
 # --------------------------------------------------------------------------- YAML with lines
@@ -75,7 +74,7 @@ def _lines(node: yaml.Node, prefix: str = "", out: dict[str, int] | None = None)
     return out
 
 
-def _read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
+def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -103,7 +102,7 @@ def _read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
 def load(path: str | Path) -> Scenario:
     """Read and validate one scenario file. Raises ScenarioError listing every problem found."""
     source = str(path)
-    data, lines = _read_yaml(Path(path))
+    data, lines = read_yaml(Path(path))
     ck = Checker(source, lines)
     if not isinstance(data, dict):
         raise ScenarioError([f"{source}: the file must hold a mapping of settings, got {type_name(data)}"])

@@ -30,6 +30,7 @@ class BackendOptions:
     machine: str
     results_dir: Path
     docker_host: str | None = None
+    gpus: list[str] | None = None  # host GPU indices or UUIDs the backend may hand out; None: all
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Entry:
 def _make_local(opts: BackendOptions) -> Backend:
     from suite.backends.local import LocalBackend
 
-    return LocalBackend(machine=opts.machine)
+    return LocalBackend(machine=opts.machine, gpus=opts.gpus)
 
 
 def _docker_module() -> Any:
@@ -69,7 +70,9 @@ def _make_docker(opts: BackendOptions) -> Backend:
             f"--backend docker: no Docker engine answers at {_engine_where(opts)}; start it, point "
             "--docker-host (or DOCKER_HOST) at one that runs, or use --backend local"
         )
-    return docker.DockerBackend(machine=opts.machine, docker_host=opts.docker_host, results_dir=opts.results_dir)
+    return docker.DockerBackend(
+        machine=opts.machine, docker_host=opts.docker_host, results_dir=opts.results_dir, gpus=opts.gpus
+    )
 
 
 def _docker_usable(opts: BackendOptions) -> tuple[bool, str]:
@@ -95,8 +98,20 @@ def _prepare_docker(opts: BackendOptions, say: Callable[[str], None], chosen: bo
         raise BackendUnavailable(f"no Docker engine answers at {_engine_where(opts)}")
     from suite import images
 
+    if os.environ.get(docker.IMAGE_ENV):
+        say(f"images given by {docker.IMAGE_ENV}; nothing to build")
+        return
     try:
-        images.build_images(images.needed_images(), docker_host=opts.docker_host, progress=say)
+        # The CPU image first: the engine is asked for its host's GPUs through a container of it
+        # (a remote server's GPUs, not this machine's), and only then is the GPU image known to be needed.
+        images.build_images(images.needed_images(False), docker_host=opts.docker_host, progress=say)
+        remote = docker.DockerBackend(machine=opts.machine, docker_host=opts.docker_host, gpus=opts.gpus)
+        try:
+            has_gpus = bool(remote.inventory().get("gpus"))
+        finally:
+            remote.close()
+        if has_gpus:
+            images.build_images(images.needed_images(True), docker_host=opts.docker_host, progress=say)
     except images.ImageError as exc:
         raise BackendUnavailable(str(exc)) from None
 

@@ -1,0 +1,225 @@
+"""A fleet: the same plan on several Docker engines at once, one results folder per host.
+
+``python -m suite run --hosts hosts.yaml`` reads a hosts file::
+
+    hosts:
+      a100: {docker: "ssh://bench@a100-box"}
+      h100: {docker: "ssh://bench@h100-box", gpus: [0, 1]}   # optional: which GPUs the suite may use
+      here: {docker: "unix:///var/run/docker.sock"}
+
+and runs one ordinary ``suite run --backend docker --docker-host ADDRESS --machine NAME`` per host,
+each a child process with its own signal handling, lock, resume and cleanup: a host that fails
+cannot take the others down, and a rerun resumes each host where it stopped. Ctrl-C or SIGTERM is
+passed to every child, which removes its containers. A host whose engine does not answer at the
+start gets each of its runs recorded as ``error`` with the cause; one that drops mid-plan has its
+remaining runs recorded by its own orchestrator.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suite import results
+from suite.scenario import ScenarioError, read_yaml
+from suite.settings import Checker
+
+SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://")
+NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+HOST_KEYS = ("docker", "gpus")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str  # names the results folder: reports/results/<name>/
+    docker: str  # the engine's address
+    gpus: tuple[str, ...] | None = None  # host GPU indices or UUIDs the suite may use; None: all
+
+
+def load_hosts(path: str | Path) -> list[Host]:
+    """Read and check a hosts file; every problem is reported with the file, the key and the line."""
+    source = str(path)
+    data, lines = read_yaml(Path(path))
+    ck = Checker(source, lines)
+    if not isinstance(data, dict):
+        raise ScenarioError([f"{source}: the file must hold a mapping with the key 'hosts'"])
+    ck.closed(data, ("hosts",), "")
+    raw = data.get("hosts")
+    if not isinstance(raw, dict) or not raw:
+        ck.fail("hosts", "required; a mapping of host name -> {docker: ADDRESS, gpus: [...]}")
+        raise ScenarioError(ck.problems)
+    hosts, addresses = [], {}
+    for name, entry in raw.items():
+        key = f"hosts.{name}"
+        if not isinstance(name, str) or not NAME.match(name):
+            ck.fail(key, "a host name: letters, digits, '_', '.', '-' only (it names the results folder)")
+            continue
+        if not ck.closed(entry, HOST_KEYS, key):
+            continue
+        address = entry.get("docker")
+        if not isinstance(address, str) or not address.startswith(SCHEMES):
+            ck.fail(f"{key}.docker", f"required; a Docker engine address starting with {', '.join(SCHEMES)}")
+            continue
+        if address in addresses:
+            ck.fail(f"{key}.docker", f"the same engine as host {addresses[address]!r}: its runs would collide")
+        addresses[address] = name
+        gpus = entry.get("gpus")
+        if gpus is not None and not (
+            isinstance(gpus, list) and gpus and all(_gpu_id(g) for g in gpus) and len(set(map(str, gpus))) == len(gpus)
+        ):
+            ck.fail(f"{key}.gpus", "a non-empty list of distinct GPU indices (0, 1, ...) or UUIDs ('GPU-...')")
+            continue
+        hosts.append(Host(name, address, tuple(str(g) for g in gpus) if gpus else None))
+    if ck.problems:
+        raise ScenarioError(ck.problems)
+    return hosts
+
+
+def _gpu_id(value: Any) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value >= 0
+    return isinstance(value, str) and value.startswith(("GPU-", "MIG-"))
+
+
+def child_commands(host: Host, run_args: list[str], results_dir: Path) -> list[list[str]]:
+    """What one host of the fleet runs, in order: get its images ready, then the ordinary ``suite run``."""
+    suite = [sys.executable, "-m", "suite"]
+    prepare = [*suite, "backends", "--prepare", "docker", "--docker-host", host.docker]
+    run = [*suite, "run", *run_args, "--backend", "docker", "--docker-host", host.docker]
+    run += ["--machine", host.name, "--results", str(results_dir)]
+    if host.gpus:
+        run += ["--gpus", ",".join(host.gpus)]
+    return [prepare, run]
+
+
+def record_unreachable(specs: list[Any], host: Host, results_dir: Path, cause: str) -> int:
+    """Each run of a host whose engine does not answer, recorded as ``error`` with the cause."""
+    from suite.backends.base import now_iso
+
+    previous = _ok_runs(results_dir / host.name)
+    written = 0
+    for spec in specs:
+        if (spec.fingerprint, spec.repetition) in previous:
+            continue  # already measured there: nothing to record again
+        now = now_iso()
+        run = {"backend": "docker", "machine": host.name, "daemon": host.docker, "started_at": now, "finished_at": now}
+        message = f"host {host.name}: no Docker engine answers at {host.docker}: {cause}"
+        result = results.RunResult(status="error", spec=spec.to_dict(), message=message, run=run)
+        results.save(result, results_dir / host.name / spec.scenario, spec.run_id)
+        written += 1
+    return written
+
+
+def _ok_runs(folder: Path) -> set[tuple[str, int]]:
+    if not folder.is_dir():
+        return set()
+    return {key for key, r in results.latest_by_run([r for _, r in results.load_folder(folder)]).items() if r.ok}
+
+
+class _HostRun(threading.Thread):
+    """One host's commands, one after the other; a signal goes to whichever is running."""
+
+    def __init__(self, host: Host, commands: list[list[str]], say: Callable[[str], None]):
+        super().__init__(daemon=True, name=f"fleet-{host.name}")
+        self.host, self.commands, self.say = host, commands, say
+        self.code = 0
+        self.stopped = threading.Event()
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        for cmd in self.commands:
+            with self._lock:
+                if self.stopped.is_set():
+                    self.code = self.code or 130
+                    return
+                # Its own session: the fleet decides who gets which signal, once.
+                self._proc = subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True
+                )
+            assert self._proc.stdout is not None
+            for line in self._proc.stdout:
+                self.say(f"[{self.host.name}] {line.rstrip()}")
+            code = self._proc.wait()
+            if cmd is self.commands[-1] or code == 2 or self.stopped.is_set():
+                self.code = code
+                return
+            if code != 0:  # images could not be made ready: the run itself then says what is missing
+                self.say(f"[{self.host.name}] preparing the images failed (exit {code}); running anyway")
+
+    def signal(self, signum: int) -> None:
+        with self._lock:
+            self.stopped.set()
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.send_signal(signum)
+
+
+def run_fleet(
+    hosts: list[Host],
+    run_args: list[str],
+    results_dir: Path,
+    specs: list[Any],
+    *,
+    probe: Callable[[str], str | None],
+    say: Callable[[str], None] = print,
+) -> int:
+    """Run every host at once; returns the worst exit code (2 bad input, 1 some run failed, 0 ok).
+
+    ``probe(address)`` returns why an engine cannot be used, or None when it answers.
+    """
+    codes: dict[str, int] = {}
+    runs: list[_HostRun] = []
+    for host in hosts:
+        why = probe(host.docker)
+        if why is not None:
+            n = record_unreachable(specs, host, results_dir, why)
+            say(f"[{host.name}] not run: no Docker engine answers at {host.docker} ({why}); {n} runs recorded as error")
+            codes[host.name] = 1
+            continue
+        say(f"[{host.name}] {host.docker}")
+        runs.append(_HostRun(host, child_commands(host, run_args, results_dir), say))
+
+    def forward(signum: int, frame: object) -> None:
+        for r in runs:
+            r.signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for r in runs:
+            r.start()
+        for r in runs:
+            while r.is_alive():
+                r.join(timeout=0.5)  # short joins: the main thread must stay free to take signals
+            codes[r.host.name] = r.code
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    for name in sorted(codes):
+        say(f"[{name}] finished with exit code {codes[name]}")
+    interrupted = any(r.stopped.is_set() for r in runs)
+    worst = max(codes.values(), default=0)
+    return 130 if interrupted and worst != 2 else worst
+
+
+def why_not_answering(address: str) -> str | None:
+    """None when a Docker engine answers at ``address``; else what went wrong, in a line."""
+    from suite import engine
+
+    try:
+        client, _ = engine.connect(address, timeout=10)
+    except Exception as exc:  # noqa: BLE001 - SDK missing, refused, ssh or TLS failure: each is the cause to record
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    try:
+        client.ping()
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        client.close()

@@ -1,0 +1,62 @@
+"""The hosts file of a fleet: validated like a scenario (file, key, line), and what each host runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite import fleet
+from suite.scenario import ScenarioError
+
+
+def _hosts(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_valid_hosts(tmp_path: Path) -> None:
+    path = _hosts(
+        tmp_path,
+        """\
+hosts:
+  a100: {docker: "ssh://bench@a100-box"}
+  h100: {docker: "ssh://bench@h100-box", gpus: [0, 1]}
+  here: {docker: "unix:///var/run/docker.sock", gpus: ["GPU-5c1f"]}
+""",
+    )
+    hosts = fleet.load_hosts(path)
+    assert [(h.name, h.docker, h.gpus) for h in hosts] == [
+        ("a100", "ssh://bench@a100-box", None),
+        ("h100", "ssh://bench@h100-box", ("0", "1")),
+        ("here", "unix:///var/run/docker.sock", ("GPU-5c1f",)),
+    ]
+    prepare, run = fleet.child_commands(hosts[1], ["scenarios/x.yaml", "--smoke"], tmp_path)
+    assert prepare[1:] == ["-m", "suite", "backends", "--prepare", "docker", "--docker-host", "ssh://bench@h100-box"]
+    assert run[1:] == [
+        "-m", "suite", "run", "scenarios/x.yaml", "--smoke", "--backend", "docker",
+        "--docker-host", "ssh://bench@h100-box", "--machine", "h100", "--results", str(tmp_path), "--gpus", "0,1",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("hosts:\n  a: {docker: 'http://x'}\n", "line 2 key 'hosts.a.docker': required; a Docker engine address"),
+        ("hosts:\n  a: {docker: 'ssh://x', gpu: [0]}\n", "line 2 key 'hosts.a.gpu': unknown key; allowed: docker"),
+        ("hosts:\n  a: {docker: 'ssh://x', gpus: [0, 0]}\n", "line 2 key 'hosts.a.gpus': a non-empty list of distinct"),
+        ("hosts:\n  a: {docker: 'ssh://x', gpus: [-1]}\n", "key 'hosts.a.gpus'"),
+        ("hosts:\n  'a b': {docker: 'ssh://x'}\n", "key 'hosts.a b': a host name"),
+        ("hosts:\n  a: {docker: 'ssh://x'}\n  b: {docker: 'ssh://x'}\n", "line 3 key 'hosts.b.docker': the same"),
+        ("hosts: []\n", "key 'hosts': required"),
+        ("host:\n  a: {docker: 'ssh://x'}\n", "key 'host': unknown key; allowed: hosts"),
+        ("- a\n", "must hold a mapping"),
+        ("hosts:\n  a: {docker: 'ssh://x'}\n  a: {docker: 'ssh://y'}\n", "duplicate key 'a'"),
+    ],
+)
+def test_bad_hosts_file_names_file_key_and_line(tmp_path: Path, text: str, expected: str) -> None:
+    path = _hosts(tmp_path, text)
+    with pytest.raises(ScenarioError) as err:
+        fleet.load_hosts(path)
+    assert str(path) in str(err.value) and expected in str(err.value), str(err.value)
