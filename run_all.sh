@@ -11,18 +11,22 @@ ensure_venv "$VENV" requirements/host.txt "${SUITE_WORKER_REQUIREMENTS:-requirem
 
 report_args=()
 backend=auto
+fleet=0
 prev=""
 for arg in "$@"; do
   case "$prev" in --results) report_args=(--results "$arg") ;; --backend) backend=$arg ;; esac
-  case "$arg" in --results=*) report_args=("$arg") ;; --backend=*) backend=${arg#--backend=} ;; esac
+  case "$arg" in --results=*) report_args=("$arg") ;; --backend=*) backend=${arg#--backend=} ;; --hosts|--hosts=*) fleet=1 ;; esac
   prev=$arg
 done
 
 # Get the chosen backend ready before the run (the registry in suite/backends knows what each needs:
 # the Docker one builds or confirms the images this machine's runs use, so that --backend auto,
 # the default, runs in containers). Where that cannot be done, auto picks the next backend.
+# With --hosts, each host of the fleet gets its own images ready on its own engine instead.
 ready=0
-"$VENV/bin/python" -m suite backends --prepare "$backend" || ready=$?
+if [ "$fleet" -eq 0 ]; then
+  "$VENV/bin/python" -m suite backends --prepare "$backend" || ready=$?
+fi
 if [ "$ready" -eq 2 ]; then exit 2; fi  # bad input, e.g. a backend name the registry does not know
 if [ "$ready" -ne 0 ]; then
   echo "backend $backend not ready (see above); --backend auto picks the next one that can run" >&2
