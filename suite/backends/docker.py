@@ -161,23 +161,25 @@ class DockerBackend(RunSkeleton):
     def close(self) -> None:
         """Kill and remove every container of this session still on the engine (also after Ctrl-C).
 
-        When the link to the engine broke during the session, one fresh connection is tried.
+        When the link to the engine broke during the session, fresh connections are tried (twice).
         """
         if self._client is None:
             return
         mine = {"label": f"{LABEL_SESSION}={self.session}"}
         clients = [self._client]
-        for attempt in range(2):
+        for attempt in range(3):
             try:
                 for container in clients[-1].containers.list(all=True, filters=mine):
                     remove_container(container)
-                break
-            except Exception:  # noqa: BLE001 - this link is broken: one fresh connection, then give up
-                if attempt == 0:
-                    try:
-                        clients.append(engine.connect(self._docker_host, timeout=30)[0])
-                    except Exception:  # noqa: BLE001 - out of reach: the worker ends itself at its deadline
-                        break
+                if not clients[-1].containers.list(all=True, filters=mine):  # checked, not assumed
+                    break
+            except Exception:  # noqa: BLE001 - this link is broken: a fresh connection below
+                pass
+            if attempt < 2:
+                try:
+                    clients.append(engine.connect(self._docker_host, timeout=30)[0])
+                except Exception:  # noqa: BLE001 - out of reach: the worker ends itself at its deadline
+                    break
         for client in [*clients, self._stream_client]:
             try:
                 if client is not None:
