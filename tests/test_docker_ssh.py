@@ -93,14 +93,14 @@ class Sshd:
 
     def stop(self) -> None:
         """Kill the listener and every connection it forked (they start sessions of their own)."""
-        if self.proc is not None and self.proc.poll() is None:
-            for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            for pid in [*_descendants(proc.pid), proc.pid]:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            self.proc.wait()
-        self.proc = None
+            proc.wait()
 
     def client_home(self, home: Path) -> None:
         """A home whose .ssh lets paramiko reach this sshd: the key, the config, the host key."""
@@ -196,9 +196,11 @@ def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_containe
                 return
             time.sleep(0.2)
 
-    threading.Thread(target=stop_once_running, daemon=True).start()
+    stopper = threading.Thread(target=stop_once_running, daemon=True)
+    stopper.start()
     started = time.monotonic()
     result = docker_backend.run(spec)
+    stopper.join(30)  # its stop() must be over before the restart below
     assert stopped.is_set(), ("the run ended before sshd was stopped", result.message, sshd.log.read_text()[-3000:])
     assert time.monotonic() - started < 120
     assert result.status == "error", (result.status, result.message)
