@@ -30,7 +30,21 @@ def collect(docker_host: str | None = None) -> dict[str, Any]:
         facts["docker"] = {"error": f"docker backend not available: {exc}"}
     else:
         facts["docker"] = engine_facts(docker_host=docker_host)
+        if "error" not in facts["docker"]:
+            facts["engine_gpus"] = _engine_gpus(docker_host)
     return facts
+
+
+def _engine_gpus(docker_host: str | None) -> dict[str, Any]:
+    """The GPUs of the engine's host, as the Docker backend asks that engine (a remote server's own)."""
+    from suite.backends.docker import DockerBackend
+
+    backend = DockerBackend(docker_host=docker_host)
+    try:
+        inventory = backend.inventory()
+    finally:
+        backend.close()
+    return {"gpus": inventory.get("gpus", []), "note": inventory.get("gpu_note") or inventory.get("source", "")}
 
 
 def _version(dist: str) -> str:
@@ -61,4 +75,9 @@ def render(facts: dict[str, Any]) -> str:
         lines.append(f"docker:   {docker['error']}")
     else:
         lines.append("docker:   " + ", ".join(f"{k}: {v}" for k, v in docker.items()))
+    engine = facts.get("engine_gpus")
+    if engine is not None:
+        found = engine["gpus"]
+        listed = "; ".join(f"[{g.get('index')}] {g.get('name')}, {g.get('uuid')}" for g in found) or "none"
+        lines.append(f"engine's host GPUs (what --backend docker hands out): {listed} ({engine['note']})")
     return "\n".join(lines)
