@@ -210,3 +210,48 @@ def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_containe
     sshd.start()
     docker_backend.close()  # what the runner does at the end of a plan, also on Ctrl-C
     assert session_containers(client, docker_backend.session) == []
+
+
+def test_sigkilled_orchestrator_over_ssh_leaves_nothing_after_the_next_session(
+    sshd: Sshd, client: Any, test_image: str, tmp_path: Path
+) -> None:
+    import sys
+
+    from docker_fixtures import REPO
+    from test_docker_isolation import LONG_SCENARIO
+
+    from suite.backends.docker import DockerBackend
+
+    address = f"ssh://root@127.0.0.1:{sshd.port}"
+    name = f"orphan_ssh_{os.getpid()}"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(LONG_SCENARIO.format(name=name, timeout=600), encoding="utf-8")
+    cmd = [sys.executable, "-m", "suite", "run", str(path), "--backend", "docker", "--docker-host", address]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SUITE_DOCKER_IMAGE": test_image}  # HOME: the fixture's
+    proc = subprocess.Popen(
+        [*cmd, "--results", str(tmp_path / "r")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    label = f"suite.scenario={name}"
+    try:
+        deadline = time.monotonic() + 120
+        running: list[Any] = []
+        while time.monotonic() < deadline and not running and proc.poll() is None:
+            running = client.containers.list(filters={"label": label, "status": "running"})
+            time.sleep(0.2)
+        assert running, "the run's container never ran"
+        proc.kill()  # SIGKILL: no cleanup of any kind on the orchestrator's side
+        proc.wait()
+        dead_session = running[0].labels["suite.session"]
+        newcomer = DockerBackend(machine="test", docker_host=address, image=test_image)
+        newcomer._connect()  # first contact with the engine: dead sessions' containers are removed
+        newcomer.close()
+        assert session_containers(client, dead_session) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for c in client.containers.list(all=True, filters={"label": label}):
+            c.remove(force=True)
