@@ -123,6 +123,25 @@ def _ok_runs(folder: Path) -> set[tuple[str, int]]:
     return {key for key, r in results.latest_by_run([r for _, r in results.load_folder(folder)]).items() if r.ok}
 
 
+def _exit_code(code: int) -> int:
+    """A child killed by signal N (Popen says -N) as a shell would report it: 128 + N, never below 0."""
+    return 128 - code if code < 0 else code
+
+
+def _end_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the fleet dies, even by SIGKILL, so no host runs on alone.
+
+    Linux's PR_SET_PDEATHSIG; elsewhere the child is left as it is.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class _HostRun(threading.Thread):
     """One host's commands, one after the other; a signal goes to whichever is running."""
 
@@ -142,12 +161,18 @@ class _HostRun(threading.Thread):
                     return
                 # Its own session: the fleet decides who gets which signal, once.
                 self._proc = subprocess.Popen(
-                    cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True
+                    cmd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    bufsize=1,
+                    start_new_session=True,
+                    preexec_fn=_end_with_parent,
                 )
             assert self._proc.stdout is not None
             for line in self._proc.stdout:
                 self.say(f"[{self.host.name}] {line.rstrip()}")
-            code = self._proc.wait()
+            code = _exit_code(self._proc.wait())
             if cmd is self.commands[-1] or code == 2 or self.stopped.is_set():
                 self.code = code
                 return

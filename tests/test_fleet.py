@@ -60,3 +60,42 @@ def test_bad_hosts_file_names_file_key_and_line(tmp_path: Path, text: str, expec
     with pytest.raises(ScenarioError) as err:
         fleet.load_hosts(path)
     assert str(path) in str(err.value) and expected in str(err.value), str(err.value)
+
+
+def test_a_child_killed_by_a_signal_is_a_failure() -> None:
+    assert fleet._exit_code(-9) == 137 and fleet._exit_code(0) == 0 and fleet._exit_code(2) == 2
+
+
+def test_children_end_when_the_fleet_dies(tmp_path: Path) -> None:
+    # A stand-in fleet process starts one child the way the fleet does, then dies by SIGKILL.
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import subprocess, sys, time\n"
+        "from suite import fleet\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True,"
+        " preexec_fn=fleet._end_with_parent)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    import os
+
+    from conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    alive = (
+        Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    )
+    assert not alive, "the host's child outlived the fleet"
