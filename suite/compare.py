@@ -79,8 +79,8 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
         f"# {title}",
         "",
         f"Machines: {', '.join(code(m) for m in machines)}. Reference: {code(ref)}. Each cell is the "
-        "median total `fit` time in seconds; beside it, the reference's time over this machine's "
-        f"(above 1: this machine is faster): the {stats.METHOD}.",
+        "geometric mean of the total `fit` times in seconds (the mean the ratio divides); beside it, the "
+        f"reference's time over this machine's (above 1: this machine is faster): the {stats.METHOD}.",
     ]
     by_scenario: dict[str, dict[str, ScenarioView]] = {}
     for v in views:
@@ -114,14 +114,16 @@ def _table(per_machine: dict[str, ScenarioView], machines: list[str], ref: str) 
             if not fit:
                 row.append(cell(p.status if p else "not run"))
             elif m == ref or not (base and base.values(FIT_S)):
-                row.append(f"{stats.summarize(fit).median:.2f}")
+                row.append(f"{stats.geometric_mean(fit):.2f}")
             else:
                 r = stats.ratio(base.values(FIT_S), fit)
-                row.append(f"{stats.summarize(fit).median:.2f} ({r.text()})")
+                row.append(f"{stats.geometric_mean(fit):.2f} ({r.text()})")
         rows.append(row)
     smoke = [m for m in machines if m in per_machine and per_machine[m].smoke]
     table = tabulate(rows, headers=["point", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
-    note = f"\n\nSmoke size on: {', '.join(smoke)} (not comparable with full-size runs)." if smoke else ""
+    note = (
+        f"\n\nSmoke size on: {', '.join(code(m) for m in smoke)} (not comparable with full-size runs)." if smoke else ""
+    )
     return table + note
 
 

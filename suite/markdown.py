@@ -11,10 +11,13 @@ import re
 from typing import Any
 
 # CommonMark lets a backslash escape any ASCII punctuation; these are the ones that start or end
-# inline markup (emphasis, code, links, HTML, strikethrough) or split a table cell. An underscore
+# inline markup (emphasis, code, links, HTML, entities, GitHub's math, strikethrough) or split a
+# table cell. An underscore
 # between two letters or digits can neither open nor close emphasis, so names like
 # steps_per_execution stay as written.
-_SPECIAL = re.compile(r"([\\`*\[\]<>|~])|(?<![^\W_])_|_(?![^\W_])")
+_SPECIAL = re.compile(r"([\\`*\[\]<>|~&$])|(?<![^\W_])_|_(?![^\W_])")
+# What opens a block when it starts a line: a heading, a list item, a quote, a rule.
+_BLOCK_START = re.compile(r"^(#|[-+=>]|\d+[.)])")
 
 
 def one_line(value: Any) -> str:
@@ -24,6 +27,11 @@ def one_line(value: Any) -> str:
 def cell(value: Any) -> str:
     """Text shown as itself inside a Markdown table cell or a sentence: one line, markup escaped."""
     return _SPECIAL.sub(lambda m: "\\" + m.group(0), one_line(value))
+
+
+def paragraph(value: Any) -> str:
+    """User text that stands as a paragraph of its own: ``cell`` plus no heading, list or rule."""
+    return _BLOCK_START.sub(lambda m: m.group(0)[:-1] + "\\" + m.group(0)[-1], cell(value))
 
 
 def code(value: Any, in_table: bool = False) -> str:

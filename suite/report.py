@@ -16,7 +16,7 @@ import numpy as np
 from tabulate import tabulate
 
 from suite import compare, plots, stats, verdicts
-from suite.markdown import cell, code
+from suite.markdown import cell, code, paragraph
 from suite.plan import parse_device
 from suite.results import (
     ACHIEVED_FLOPS_PER_S,
@@ -217,11 +217,13 @@ def _method(views: list[ScenarioView]) -> str:
         "trained the same way (depth, activation, dropout, optimizer, data, batch, steps_per_execution, "
         "dtype policy, devices; median of 3 epochs after a first), against this model's step: the part of "
         "each step that is not arithmetic. *GFLOP/s*: steady examples/s times the FLOPs per example counted "
-        f"as {cell(flops)}. *% of peak*: against a chain of square matmuls timed in the same process, device set "
-        "and compute dtype (median of 7 batches; measured once per `suite run` for each device kind, dtype and "
-        "thread setting; float32 on NVIDIA GPUs from Ampere on may run as TF32, which the result records). "
-        f"*Speedup*: the baseline's fit time over this point's, the {cell(stats.METHOD)}; \"not significant\" "
-        "when the interval holds 1, and no difference that is not significant is called a gain."
+        f"as {cell(flops)}. *% of peak*: against one device's peak times the number of GPUs: a chain of square "
+        "matmuls in the run's compute dtype (median of 7 batches), timed inside the first run of each `suite run` "
+        "with the same backend, image, device kind, dtype and thread setting, and used for the later runs with "
+        "that key; float32 on NVIDIA GPUs from Ampere on may run as TF32, which the result records. "
+        f"*Speedup*: the baseline's fit time over this point's, the {cell(stats.METHOD)}: the geometric means, "
+        "not the medians shown (they agree under log-normal noise and part when one repetition is far off); "
+        "\"not significant\" when the interval holds 1, and no difference that is not significant is called a gain."
     )
 
 
@@ -238,7 +240,7 @@ def render_scenario(views: list[ScenarioView], plotted: frozenset[str] = frozens
         lines.append(f"- **Verdict ({cell(view.machine)}):** {cell(verdicts.verdict(view))}")
     description = spec.get("report", {}).get("description")
     if description:
-        lines += ["", cell(description)]
+        lines += ["", paragraph(description)]
     for view in views:
         rows = [_row(view, p) for p in view.points]
         lines += ["", f"## On {code(view.machine)}", "", "### Environment", "", *_environment(view)]

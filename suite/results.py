@@ -47,7 +47,13 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
         )
     if "peak" in work:
         work["peak_schema1"] = work.pop("peak")
-    return {**data, "work": work, "schema_version": 2}
+    # Version 1's step-cost probe was one hidden unit without dropout, and its share was clamped at
+    # 1: not the figure the report now describes, so set aside rather than shown under that name.
+    timing = dict(timing)
+    for key in ("step_floor_s", "overhead_share"):
+        if key in timing:
+            timing[f"{key}_schema1"] = timing.pop(key)
+    return {**data, "work": work, "timing": timing, "schema_version": 2}
 
 
 # version -> function turning a record of that version into one of version + 1.

@@ -99,6 +99,11 @@ def _bound(x: float) -> str:
     return f"{x:.6f}"
 
 
+def geometric_mean(values: list[float]) -> float:
+    """The mean a ratio divides: exp(mean(log)). Equal to the median under log-normal noise."""
+    return float(np.exp(np.mean(np.log(np.asarray(values, float)))))
+
+
 def welch_log_interval(
     log_a: np.ndarray, log_b: np.ndarray, level: float = LEVEL
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -123,7 +128,7 @@ def ratio(numerator: list[float], denominator: list[float], level: float = LEVEL
     num = np.log(np.asarray(numerator, float))
     den = np.log(np.asarray(denominator, float))
     runs = (len(num), len(den))
-    value = float(np.exp(num.mean() - den.mean()))
+    value = float(np.exp(num.mean() - den.mean()))  # geometric_mean(numerator) / geometric_mean(denominator)
     if min(runs) < MIN_RUNS_FOR_INTERVAL:
         return Ratio(value, None, None, runs)
     _, low, high = welch_log_interval(num, den, level)

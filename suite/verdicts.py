@@ -69,14 +69,25 @@ def gpu_crossover(view: ScenarioView) -> str:
     rows: list[tuple[object, stats.Ratio]] = []  # (value along the axis, CPU fit / GPU fit)
     missing: list[tuple[str, str]] = []
     gpu_points = [p for p in view.points if parse_device(p.device)[0] == "gpu"]
-    for cpu in (p for p in view.points if p.device == "cpu"):
+    gpu_device = next((p.device for p in gpu_points if parse_device(p.device)[1] == 1), "gpu")
+    cpus = [p for p in view.points if p.device == "cpu"]
+    if all(_numeric(p.coords.get(axis)) for p in cpus):
+        cpus.sort(key=lambda p: p.coords.get(axis))  # along the axis by value, whatever the YAML's order
+    paired = set()
+    for cpu in cpus:
         value = cpu.coords.get(axis)
-        gpu = view.point(**{**cpu.coords, "device": "gpu"})
+        gpu = view.point(**{**cpu.coords, "device": gpu_device})
+        paired.add(id(gpu))
         if usable(cpu) and usable(gpu):
             rows.append((value, stats.ratio(_fit(cpu), _fit(gpu))))
             continue
         why = [f"{side}: {why_unusable(p)}" for side, p in (("CPU", cpu), ("GPU", gpu)) if not usable(p)]
         missing.append((_name(axis, value), "; ".join(why)))
+    missing += [
+        (_name(axis, p.coords.get(axis)), f"GPU: no CPU point to compare with ({p.device})")
+        for p in gpu_points
+        if id(p) not in paired and parse_device(p.device)[1] == 1
+    ]
     if not rows:
         reason = _skip_reason(gpu_points) or "no CPU and GPU pair ran ok on every repetition"
         cpu_fits = [(p.coords.get(axis), p.summary(FIT_S)) for p in view.points if p.device == "cpu"]
@@ -107,6 +118,10 @@ def gpu_crossover(view: ScenarioView) -> str:
     if first == 0:
         return f"The GPU is faster at {_name(axis, value)} and beyond{exceptions}: GPU speedup {at_first.text()}.{tail}"
     return f"The GPU is faster from {_name(axis, value)} on{exceptions}: GPU speedup {at_first.text()}.{tail}"
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def device_count(device: str) -> int:
@@ -185,14 +200,16 @@ def knobs(view: ScenarioView) -> str:
     if not compared:
         why = _skip_reason(view.points) or "no setting ran ok beside its default on every repetition"
         return f"No setting could be compared on this machine ({why}).{tail}"
+    slower = [f"{label}, {r.text()}" for label, r in compared if r.significant and r.value < 1]
+    slow = f" Measurably slower: {'; '.join(slower)}." if slower else ""
     gains = [(label, r) for label, r in compared if r.faster]
     if gains:
         label, r = max(gains, key=lambda lr: lr[1].value)
-        return f"Biggest gain: {label}, {r.text()} faster than the default with everything else equal.{tail}"
+        return f"Biggest gain: {label}, {r.text()} faster than the default with everything else equal.{slow}{tail}"
     # Nothing measurably faster: name the comparison closest to a gain, significant or not.
     label, r = max(compared, key=lambda lr: lr[1].value)
-    word = "largest" if r.value > 1 else "closest"
-    return f"No setting is measurably faster than the default; {word}: {label}, {r.text()}.{tail}"
+    word = "largest" if r.value > 1 else "best"
+    return f"No setting is measurably faster than the default; {word}: {label}, {r.text()}.{slow}{tail}"
 
 
 def none(view: ScenarioView) -> str:

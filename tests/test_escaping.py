@@ -20,7 +20,7 @@ NAMES = ["spe=4 | fused", "*bold* `tick` _u_ $x$ <b>", "two\nlines ~~x~~ [l](u)"
 SCENARIO = """\
 name: escapes
 question: "Does | break * the `table`?"
-description: "a | b *c*"
+description: "# a | b *c* &amp; $y$"
 model: {hidden: [16]}
 training: {epochs: 2}
 data: {allow_synthetic: true, train_samples: 512, test_samples: 256}
@@ -89,6 +89,8 @@ def test_names_with_markdown_syntax_keep_every_table_whole(tmp_path: Path) -> No
         ):
             assert markup not in html, (page, markup)
     page = (out / "escapes.md").read_text()
+    html = md.render(page)
+    assert "<h1>a" not in html and "# a | b *c* &amp;amp; $y$" in html, "the description is one plain paragraph"
     results = next(t for t in _tables(md.parse(page)) if t[0][0] == "point")
     labels = [r[0] for r in results[1:]]
     # Rendered back to text, each label is the user's string (newline folded to a space).

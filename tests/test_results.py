@@ -79,3 +79,4 @@ def test_version_1_record_is_recounted_on_load() -> None:
     assert r.work["achieved_flops_per_s"] == pytest.approx(3_090_000 * eps)
     assert "recounted" in r.work["flops_counted"]
     assert "peak" not in r.work and r.work["peak_schema1"] == raw["work"]["peak"], "moved, not lost"
+    assert "step_floor_s" not in r.timing and r.timing["step_floor_s_schema1"] == raw["timing"]["step_floor_s"]

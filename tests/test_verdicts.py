@@ -88,6 +88,25 @@ def test_wins_then_loses_names_the_exception() -> None:
     assert text.startswith("The GPU is faster from width 750 on (except at width 2000: slower)")
 
 
+def test_crossover_follows_the_axis_by_value_not_the_yaml_order() -> None:
+    v = _width(
+        {1000: _reps(6.0), 100: _reps(1.0), 2000: _reps(20.0)},  # written out of order
+        {1000: _reps(2.0), 100: _reps(3.0), 2000: _reps(4.0)},
+    )
+    assert verdicts.verdict(v).startswith("The GPU is faster from width 1000 on: GPU speedup 3.00x")
+
+
+def test_crossover_pairs_gpu_1_and_names_a_gpu_point_without_a_cpu_one() -> None:
+    points = [
+        ({"model.hidden.0": 100, "device": "cpu"}, _reps(3.0), "ok"),
+        ({"model.hidden.0": 100, "device": "gpu:1"}, _reps(1.0), "ok"),
+        ({"model.hidden.0": 750, "device": "gpu:1"}, _reps(1.0), "ok"),
+    ]
+    text = verdicts.verdict(_view("gpu_crossover", {"device": "cpu"}, points))
+    assert text.startswith("The GPU is faster at width 100 and beyond: GPU speedup 3.00x")
+    assert "Not compared: width 750 (GPU: no CPU point to compare with (gpu:1))." in text
+
+
 def test_interval_containing_one_is_not_a_win() -> None:
     v = _width({100: [1.0, 1.2, 0.9]}, {100: [0.95, 1.15, 1.0]})
     text = verdicts.verdict(v)
@@ -170,8 +189,8 @@ def test_knobs_names_the_best_setting() -> None:
 
 def test_knobs_closest_is_the_near_tie_not_a_much_slower_setting() -> None:
     text = verdicts.verdict(_knobs({"default": _reps(10.0), "xla": _reps(30.0), "spe": [10.0, 10.4, 9.7]}))
-    assert text.startswith("No setting is measurably faster than the default; closest: variant=spe")
-    assert "not significant" in text
+    assert text.startswith("No setting is measurably faster than the default; best: variant=spe")
+    assert "not significant" in text and "Measurably slower: variant=xla" in text
 
 
 def test_knobs_tiny_insignificant_gain_is_not_a_gain() -> None:
@@ -206,7 +225,7 @@ def _gate(view: ScenarioView, rng: np.random.Generator) -> None:
 @pytest.mark.parametrize("seed", range(300))
 def test_crossover_wording_holds_over_generated_inputs(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    widths = sorted(rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist())
+    widths = rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist()  # any order
     points = []
     for w in widths:
         points.append(_random_point(rng, {"model.hidden.0": w, "device": "cpu"}, 1.0))
