@@ -100,6 +100,16 @@ def test_new_session_removes_dead_sessions_only(client: Any, test_image: str) ->
         "dead-here-exited": ({parts.LABEL_ORCHESTRATOR: f"{host}:{_dead_pid()}:1"}, False, True),
         "pid-reused": ({parts.LABEL_ORCHESTRATOR: f"{host}:{os.getpid()}:1"}, True, True),
         "live-here": ({parts.LABEL_ORCHESTRATOR: parts.orchestrator_label()}, True, False),
+        # The same hostname in another pid namespace (or on another machine of that name): its pid
+        # means nothing here, so only its own deadline can end it.
+        "same-name-other-namespace": (
+            {
+                parts.LABEL_ORCHESTRATOR: f"{host.split('~')[0]}~otherboot~1:{_dead_pid()}:1",
+                parts.LABEL_DEADLINE: f"{now + 3600:.0f}",
+            },
+            True,
+            False,
+        ),
         "elsewhere-past-deadline": (
             {parts.LABEL_ORCHESTRATOR: "other-host:1:1", parts.LABEL_DEADLINE: f"{now - 10:.0f}"},
             False,

@@ -97,6 +97,9 @@ def data_digest(files: dict[str, Path]) -> tuple[str, str]:
     return hashlib.sha256(marker.encode()).hexdigest(), marker
 
 
+DATA_PLACE_WAIT_S = 60.0  # how long a volume without its marker may be another session's placement
+
+
 def ensure_data_volume(client: Any, image_id: str, files: dict[str, Path], labels: dict[str, str]) -> dict[str, Any]:
     """A named volume holding ``files``, placed once per engine and reused while its sha256 matches.
 
@@ -111,9 +114,20 @@ def ensure_data_volume(client: Any, image_id: str, files: dict[str, Path], label
     try:
         volume = client.volumes.get(name)
         labelled = (volume.attrs.get("Labels") or {}).get(DATA_LABEL) == digest
-        if labelled and _read_marker(client, image_id, name, labels) == marker:
-            return {**facts, "placed": False}
-        volume.remove(force=True)
+        # No marker yet may mean another session is placing it right now (its marker comes last):
+        # wait for that before taking the volume for a broken one.
+        waited_until = time.monotonic() + DATA_PLACE_WAIT_S
+        while labelled:
+            found = _read_marker(client, image_id, name, labels)
+            if found == marker:
+                return {**facts, "placed": False}
+            if found or time.monotonic() > waited_until:  # a wrong marker is broken: no one is placing it
+                break
+            time.sleep(2)
+        try:
+            volume.remove(force=True)
+        except docker.errors.APIError as exc:
+            raise OSError(f"data volume {name} is incomplete and still in use by another run: {exc}") from None
     except docker.errors.NotFound:
         pass
     t = time.perf_counter()
@@ -134,7 +148,7 @@ def ensure_data_volume(client: Any, image_id: str, files: dict[str, Path], label
     finally:
         helper.remove(force=True)
     if _read_marker(client, image_id, name, labels) != marker:
-        raise OSError(f"data volume {name}: the content read back does not match its sha256")
+        raise OSError(f"data volume {name}: its marker (the files' sha256 list) did not read back as written")
     return {**facts, "placed": True, "place_s": round(time.perf_counter() - t, 3)}
 
 
@@ -176,10 +190,24 @@ def _start_ticks(pid: int) -> str:
         return ""
 
 
+def host_identity() -> str:
+    """This host and pid namespace: ``hostname~boot id~pid namespace``.
+
+    A hostname alone is not enough to judge a pid: two machines may share a name, and an
+    orchestrator in a container with the host's network has the host's name but its own pids.
+    """
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:12]
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        boot = namespace = "?"
+    return f"{socket.gethostname()}~{boot}~{namespace}"
+
+
 def orchestrator_label(pid: int | None = None) -> str:
-    """``host:pid:start``: which process on which host owns a container."""
+    """``host:pid:start``: which process, in which host and pid namespace, owns a container."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid)}"
+    return f"{host_identity()}:{pid}:{_start_ticks(pid)}"
 
 
 def session_dead(labels: dict[str, str], now: float | None = None) -> tuple[bool, str]:
@@ -189,7 +217,7 @@ def session_dead(labels: dict[str, str], now: float | None = None) -> tuple[bool
     pid_text, _, ticks = rest.partition(":")
     if not owner or not pid_text.isdigit():
         return False, "no orchestrator label"
-    if host == socket.gethostname():
+    if host == host_identity() and "?" not in host:
         pid = int(pid_text)
         try:
             os.kill(pid, 0)
