@@ -96,7 +96,12 @@ def bare_run(hidden: list[int], data_dir: Path, epochs: int) -> tuple[list[float
     cfg = json.dumps({"hidden": hidden, "samples": TRAIN_SAMPLES, "epochs": epochs, "dir": str(data_dir)})
     t = time.time()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow"}
-    out = subprocess.run([sys.executable, "-c", BARE, cfg, repr(t)], capture_output=True, text=True, env=env)
+    # A session of its own, as the local backend gives its worker: with the kernel's autogroup
+    # scheduling each session is one group, so a script left in this one would share its CPU
+    # with whatever else this shell runs while the suite's worker had a group to itself.
+    out = subprocess.run(
+        [sys.executable, "-c", BARE, cfg, repr(t)], capture_output=True, text=True, env=env, start_new_session=True
+    )
     wall = time.time() - t
     if out.returncode:
         raise SystemExit(f"bare script failed:\n{out.stderr[-3000:]}")
