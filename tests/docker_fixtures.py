@@ -117,3 +117,18 @@ def with_config(spec: RunSpec, **changes: Any) -> RunSpec:
 
 def session_containers(client: Any, session: str) -> list[Any]:
     return client.containers.list(all=True, filters={"label": f"suite.session={session}"})
+
+
+def sigkill_once_running(client: Any, label: str, proc: Any, seconds: float = 120) -> str:
+    """Wait until a container with ``label`` runs, SIGKILL the orchestrator ``proc``; its session."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    running: list[Any] = []
+    while time.monotonic() < deadline and not running and proc.poll() is None:
+        running = client.containers.list(filters={"label": label, "status": "running"})
+        time.sleep(0.2)
+    assert running, "the run's container never ran"
+    proc.kill()  # SIGKILL: no cleanup of any kind on the orchestrator's side
+    proc.wait()
+    return running[0].labels["suite.session"]

@@ -22,6 +22,7 @@ from docker_fixtures import (  # noqa: F401 - fixtures
     engine_client,
     image_fixture,
     session_containers,
+    sigkill_once_running,
     small_specs,
 )
 
@@ -201,15 +202,7 @@ def test_sigkilled_orchestrator_leaves_nothing_after_the_next_session(
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     label = f"suite.scenario={name}"
     try:
-        deadline = time.monotonic() + 120
-        running: list[Any] = []
-        while time.monotonic() < deadline and not running and proc.poll() is None:
-            running = client.containers.list(filters={"label": label, "status": "running"})
-            time.sleep(0.2)
-        assert running, "the run's container never ran"
-        proc.kill()  # SIGKILL: no cleanup of any kind on the orchestrator's side
-        proc.wait()
-        dead_session = running[0].labels["suite.session"]
+        dead_session = sigkill_once_running(client, label, proc)
         newcomer = DockerBackend(machine="test", image=test_image)
         newcomer._connect()
         newcomer.close()

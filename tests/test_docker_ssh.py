@@ -26,6 +26,7 @@ from docker_fixtures import (  # noqa: F401 - fixtures
     engine_client,
     image_fixture,
     session_containers,
+    sigkill_once_running,
     small_specs,
     with_config,
 )
@@ -237,15 +238,7 @@ def test_sigkilled_orchestrator_over_ssh_leaves_nothing_after_the_next_session(
     )
     label = f"suite.scenario={name}"
     try:
-        deadline = time.monotonic() + 120
-        running: list[Any] = []
-        while time.monotonic() < deadline and not running and proc.poll() is None:
-            running = client.containers.list(filters={"label": label, "status": "running"})
-            time.sleep(0.2)
-        assert running, "the run's container never ran"
-        proc.kill()  # SIGKILL: no cleanup of any kind on the orchestrator's side
-        proc.wait()
-        dead_session = running[0].labels["suite.session"]
+        dead_session = sigkill_once_running(client, label, proc)
         newcomer = DockerBackend(machine="test", docker_host=address, image=test_image)
         newcomer._connect()  # first contact with the engine: dead sessions' containers are removed
         newcomer.close()
