@@ -182,7 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
     """``run --hosts``: the same plan on every host of the file at once, one child ``suite run`` each."""
-    from suite import fleet
+    from suite import engine, fleet
 
     for flag in ("machine", "docker_host", "gpus"):
         if getattr(args, flag):
@@ -198,7 +198,7 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
         run_args += ["--repeats", str(args.repeats)]
     names = ", ".join(h.name for h in hosts)
     print(f"{len(specs)} runs on each of {len(hosts)} hosts ({names}), results in {args.results}")
-    return fleet.run_fleet(hosts, run_args, args.results, specs, probe=fleet.why_not_answering)
+    return fleet.run_fleet(hosts, run_args, args.results, specs, probe=engine.why_not_answering)
 
 
 def _check_writable(folder: Path) -> None:

@@ -85,18 +85,24 @@ def connect(docker_host: str | None = None, timeout: float | None = HTTP_TIMEOUT
     return client, where
 
 
-def engine_answers(docker_host: str | None = None) -> bool:
-    """True when a Docker engine answers at the explicit address (used by ``--backend auto``)."""
+def why_not_answering(docker_host: str | None = None) -> str | None:
+    """None when a Docker engine answers at the explicit address; else what went wrong, in a line."""
     try:
         client, _ = connect(docker_host, timeout=10)
-    except Exception:  # noqa: BLE001 - no SDK, no socket, refused, TLS: all mean "no engine"
-        return False
+    except Exception as exc:  # noqa: BLE001 - no SDK, no socket, refused, ssh or TLS: each is the cause to say
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
     try:
-        return bool(client.ping())
-    except Exception:  # noqa: BLE001
-        return False
+        client.ping()
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"[:300]
     finally:
         client.close()
+
+
+def engine_answers(docker_host: str | None = None) -> bool:
+    """True when a Docker engine answers at the explicit address (used by ``--backend auto``)."""
+    return why_not_answering(docker_host) is None
 
 
 def engine_facts(docker_host: str | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import results
+from suite.runner import previous_runs
 from suite.scenario import ScenarioError, read_yaml
 from suite.settings import Checker
 
@@ -103,7 +104,7 @@ def record_unreachable(specs: list[Any], host: Host, results_dir: Path, cause: s
     """Each run of a host whose engine does not answer, recorded as ``error`` with the cause."""
     from suite.backends.base import now_iso
 
-    previous = _ok_runs(results_dir / host.name)
+    previous = {key for key, r in previous_runs(results_dir / host.name).items() if r.ok}
     written = 0
     for spec in specs:
         if (spec.fingerprint, spec.repetition) in previous:
@@ -115,12 +116,6 @@ def record_unreachable(specs: list[Any], host: Host, results_dir: Path, cause: s
         results.save(result, results_dir / host.name / spec.scenario, spec.run_id)
         written += 1
     return written
-
-
-def _ok_runs(folder: Path) -> set[tuple[str, int]]:
-    if not folder.is_dir():
-        return set()
-    return {key for key, r in results.latest_by_run([r for _, r in results.load_folder(folder)]).items() if r.ok}
 
 
 def _exit_code(code: int) -> int:
@@ -231,20 +226,3 @@ def run_fleet(
     interrupted = any(r.stopped.is_set() for r in runs)
     worst = max(codes.values(), default=0)
     return 130 if interrupted and worst != 2 else worst
-
-
-def why_not_answering(address: str) -> str | None:
-    """None when a Docker engine answers at ``address``; else what went wrong, in a line."""
-    from suite import engine
-
-    try:
-        client, _ = engine.connect(address, timeout=10)
-    except Exception as exc:  # noqa: BLE001 - SDK missing, refused, ssh or TLS failure: each is the cause to record
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    try:
-        client.ping()
-        return None
-    except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        client.close()
