@@ -1,4 +1,4 @@
-"""``python -m suite``: run, check, report, env, images, compare, backends.
+"""``python -m suite``: run, check, report, data, env, images, compare, backends.
 
 Exit codes: 0 everything ran (skips included), 1 some run failed (the failure is recorded and
 reported), 2 bad input (scenario, results or arguments), 130 interrupted.
@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from suite import backends, hostinfo, plan, results, runner
+from suite import backends, datasets, hostinfo, plan, results, runner
 from suite.scenario import ScenarioError, load_all
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -29,9 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, results.ResultError, UsageError, backends.BackendUnavailable, runner.FolderBusy) as exc:
+    except (
+        ScenarioError,
+        results.ResultError,
+        UsageError,
+        backends.BackendUnavailable,
+        runner.FolderBusy,
+        datasets.BadSource,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except datasets.FetchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; results written so far are kept", file=sys.stderr)
         return 130
@@ -57,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--gpus",
         help="comma-separated host GPU indices or UUIDs the suite may hand out (default: every GPU the host has)",
+    )
+    r.add_argument(
+        "--allow-synthetic",
+        action="store_true",
+        help="let a full-size run train on synthetic digits where MNIST is not cached (smoke runs may anyway)",
     )
     r.set_defaults(func=cmd_run)
 
@@ -88,6 +103,19 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--prepare", choices=backends.names(), metavar="NAME", help="get NAME ready; auto: every backend")
     b.add_argument("--docker-host")
     b.set_defaults(func=cmd_backends, results=DEFAULT_RESULTS, machine=None)
+
+    d = sub.add_parser("data", help="MNIST on this machine: fetch it once into the Keras cache, show what is there")
+    d.add_argument("action", choices=("fetch", "show"))
+    d.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        metavar="PATH",
+        help="fetch: no download; take Keras' mnist.npz or a folder of the four MNIST IDX files (.gz or not)",
+    )
+    d.add_argument("--url", help=f"fetch: download from here (default: ${datasets.URL_ENV} or {datasets.MNIST_URL})")
+    d.add_argument("--timeout", type=float, default=datasets.TIMEOUT_S, help="fetch: seconds without progress")
+    d.set_defaults(func=cmd_data)
 
     e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
     e.add_argument("--docker-host")
@@ -166,6 +194,10 @@ def make_backend(name: str, args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     specs = _load_plan(args)
+    # Before anything runs: a full-size plan on synthetic digits would be published as if on MNIST.
+    problems = datasets.plan_problems(specs, smoke=args.smoke, allow_synthetic=args.allow_synthetic)
+    if problems:
+        raise UsageError("\n".join(problems))
     if args.hosts is not None:
         return _run_fleet(args, specs)
     machine = args.machine or hostinfo.machine_name()
@@ -194,6 +226,7 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
         _check_writable(runner.machine_dir(args.results, host.name))
     run_args = [str(_display_path(f)) for f in args.scenarios]
     run_args += ["--smoke"] * args.smoke + ["--fresh"] * args.fresh + ["--wait"] * args.wait
+    run_args += ["--allow-synthetic"] * args.allow_synthetic
     if args.repeats is not None:
         run_args += ["--repeats", str(args.repeats)]
     names = ", ".join(h.name for h in hosts)
@@ -219,6 +252,24 @@ def cmd_backends(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     for name, entry in backends.BACKENDS.items():
         print(name if args.names else f"{name}: {entry.about}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        if args.source or args.url:
+            raise UsageError("--from and --url belong to `data fetch`")
+        for line in datasets.describe():
+            print(line)
+        return 0
+    if args.source and args.url:
+        raise UsageError("--from PATH takes the data from PATH; drop --url")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout}: must be > 0 seconds")
+    if args.source:
+        datasets.import_from(args.source)
+    else:
+        datasets.fetch(args.url, timeout=args.timeout)
     return 0
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from suite import datasets
 from suite.settings import Scenario, apply_overrides
 from suite.worker.devices import parse_device  # one definition, shared with the worker
 
-__all__ = ["RunSpec", "axis_name", "expand", "fingerprint_of", "interleave", "parse_device"]
+__all__ = ["RunSpec", "axis_name", "expand", "fingerprint_of", "interleave", "parse_device", "with_data"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class RunSpec:
     point_label: str
     repetition: int
     smoke: bool
-    config: dict[str, Any]  # model, training, data, device, backend, threads, timeout_s, image
+    config: dict[str, Any]  # model, training, data (with the host's data.identity), device, backend, ...
     order: int = 0  # position in the interleaved plan
     report: dict[str, Any] = field(default_factory=dict)  # verdict kind, baseline: how to read it
     calibrate_peak: bool = False  # the host asks for a peak measurement when none is cached
@@ -71,8 +73,16 @@ class RunSpec:
 
 
 def fingerprint_of(spec: RunSpec) -> str:
-    """SHA-256 of what changes the measurement: scenario, size (smoke or not), resolved config."""
-    payload = {"scenario": spec.scenario, "smoke": spec.smoke, "config": spec.config}
+    """SHA-256 of what changes the measurement: scenario, size (smoke or not), resolved config.
+
+    The config includes the data's identity (source and sha256), but not its note: that says where
+    the file lies or why the data is synthetic, which differs between machines with the same data.
+    """
+    config = spec.config
+    identity = (config.get("data") or {}).get("identity")
+    if identity is not None:
+        config = {**config, "data": {**config["data"], "identity": datasets.fingerprinted(identity)}}
+    payload = {"scenario": spec.scenario, "smoke": spec.smoke, "config": config}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -92,19 +102,30 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def expand(scenario: Scenario, *, smoke: bool = False, repeats: int | None = None) -> list[RunSpec]:
+DataResolver = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def expand(
+    scenario: Scenario, *, smoke: bool = False, repeats: int | None = None, data: DataResolver | None = None
+) -> list[RunSpec]:
     """Cartesian product of variants x matrix, smoke overrides last, one spec per repetition.
 
     Runs come out interleaved (repetition-major: every point once, then every point again) so
     that slow drift on the machine spreads evenly over the points instead of favouring one.
+    ``data`` maps a point's ``data`` section to the identity of the data it will use (default:
+    what this host has, ``datasets.identity_for``); it becomes ``config.data.identity``.
     """
     reps = repeats if repeats is not None else (1 if smoke else scenario.repeats)
-    points = _points(scenario)
+    resolve = data or datasets.identity_for
+    points = []
+    for point, config in _points(scenario):
+        if smoke:
+            config = apply_overrides(config, scenario.smoke, scenario.source, "smoke")
+        # After the smoke overrides, which may change the data section (data_dir, sample counts).
+        points.append((point, with_data(config, resolve)))
     specs: list[RunSpec] = []
     for rep in range(reps):
         for point, config in points:
-            if smoke:
-                config = apply_overrides(config, scenario.smoke, scenario.source, "smoke")
             spec = RunSpec(
                 scenario=scenario.name,
                 scenario_file=scenario.source,
@@ -123,6 +144,18 @@ def expand(scenario: Scenario, *, smoke: bool = False, repeats: int | None = Non
             )
             specs.append(_with_fingerprint(spec))
     return specs
+
+
+def with_data(config: dict[str, Any], resolve: DataResolver | None = None) -> dict[str, Any]:
+    """``config`` with ``data.identity`` set to what ``resolve`` (default: this host) says it uses."""
+    plain = _without_data(config)
+    identity = (resolve or datasets.identity_for)(plain["data"])
+    return {**plain, "data": {**plain["data"], "identity": identity}}
+
+
+def _without_data(config: dict[str, Any]) -> dict[str, Any]:
+    data = {k: v for k, v in config["data"].items() if k != "identity"}
+    return {**config, "data": data}
 
 
 def _with_fingerprint(spec: RunSpec) -> RunSpec:

@@ -1,4 +1,4 @@
-"""The worker's data sources: IDX files, the Keras cache checked by SHA-256, synthetic as a marked fallback."""
+"""The worker's data: exactly what the host resolved, checked by SHA-256; synthetic only when told, and marked."""
 
 from __future__ import annotations
 
@@ -9,62 +9,111 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suite import datasets
 from suite.worker import data
 
 CFG = {"train_samples": None, "test_samples": None, "allow_synthetic": True, "data_dir": None, "shuffle_labels": False}
 
 
-def test_cache_with_wrong_hash_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "datasets").mkdir()
-    fake = tmp_path / "datasets" / "mnist.npz"
-    zeros = np.zeros((4, 28, 28), np.uint8)
-    np.savez(fake, x_train=zeros, y_train=np.zeros(4, np.uint8), x_test=zeros, y_test=np.zeros(4, np.uint8))
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
-    ds = data.load({**CFG, "train_samples": 64, "test_samples": 16}, seed=1)
-    assert ds.source in ("synthetic", "download")
-    if ds.synthetic:
-        assert "expected 731c5ac60275" in ds.detail, ds.detail
-        assert ds.x_train.shape == (64, 784) and ds.x_test.shape == (16, 784)
-
-
-def test_no_data_and_no_synthetic_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
-    try:
-        ds = data.load({**CFG, "allow_synthetic": False, "train_samples": 8, "test_samples": 8}, seed=1)
-    except data.DataUnavailable as exc:
-        assert "data.allow_synthetic: true" in str(exc) and "mnist.npz" in str(exc)
-    else:
-        assert ds.source == "download", "only a real download may stand in"
-
-
-def test_download_uses_the_arrays_keras_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Keras may store its download anywhere (its cache_dir, a read-only fallback, a new layout),
-    # so the loader must take what load_data() returns rather than look for a file.
+def _npz(path: Path, n_train: int = 6, n_test: int = 3) -> Path:
     rng = np.random.default_rng(0)
-    x_train, x_test = rng.integers(0, 256, (6, 28, 28), np.uint8), rng.integers(0, 256, (3, 28, 28), np.uint8)
-    y_train, y_test = np.arange(6, dtype=np.uint8), np.arange(3, dtype=np.uint8)
-    # A stand-in module: no network, and no TensorFlow import just for this.
-    fake_keras = types.ModuleType("keras")
-    fake_keras.datasets = types.SimpleNamespace(  # type: ignore[attr-defined]
-        mnist=types.SimpleNamespace(load_data=lambda: ((x_train, y_train), (x_test, y_test)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (n_train, 28, 28), np.uint8),
+        y_train=np.arange(n_train, dtype=np.uint8) % 10,
+        x_test=rng.integers(0, 256, (n_test, 28, 28), np.uint8),
+        y_test=np.arange(n_test, dtype=np.uint8) % 10,
     )
-    monkeypatch.setitem(sys.modules, "keras", fake_keras)
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
-    ds = data.load({**CFG, "allow_synthetic": False}, seed=1)
-    assert ds.source == "download", ds.detail
-    np.testing.assert_array_equal(ds.x_train, x_train.reshape(6, 784).astype("float32") / 255.0)
-    np.testing.assert_array_equal(ds.x_test, x_test.reshape(3, 784).astype("float32") / 255.0)
-    np.testing.assert_array_equal(ds.y_train, y_train)
-    np.testing.assert_array_equal(ds.y_test, y_test)
-    assert ds.x_train.dtype == np.float32
+    return path
 
 
-def test_idx_split_trains_and_tests_on_disjoint_digits(mnist_dir: Path) -> None:
-    ds = data.load({**CFG, "data_dir": str(mnist_dir), "test_samples": 2000}, seed=1)
+@pytest.fixture
+def no_keras_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keras whose download fails the test: the worker must never reach for it."""
+
+    def refuse() -> None:
+        raise AssertionError("the worker called keras.datasets.mnist.load_data()")
+
+    fake = types.ModuleType("keras")
+    fake.datasets = types.SimpleNamespace(mnist=types.SimpleNamespace(load_data=refuse))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "keras", fake)
+
+
+def test_reads_the_file_it_was_told_and_checks_its_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _npz(tmp_path / "elsewhere" / "mnist.npz")
+    monkeypatch.setenv(data.PATH_ENV, str(path))
+    identity = {"source": "mnist.npz", "sha256": data.sha256_of(path)}
+    ds = data.load({**CFG, "identity": identity}, seed=1)
+    assert ds.source == "mnist.npz" and not ds.synthetic
+    with np.load(path) as f:
+        np.testing.assert_array_equal(ds.x_train, f["x_train"].reshape(6, 784).astype("float32") / 255.0)
+        np.testing.assert_array_equal(ds.y_test, f["y_test"])
+    assert identity["sha256"] in ds.detail
+
+
+def test_a_file_that_differs_from_the_planned_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _npz(tmp_path / "mnist.npz")
+    monkeypatch.setenv(data.PATH_ENV, str(path))
+    planned = "0" * 64
+    with pytest.raises(data.DataUnavailable) as err:
+        data.load({**CFG, "identity": {"source": "mnist.npz", "sha256": planned}}, seed=1)
+    text = str(err.value)
+    assert data.sha256_of(path) in text and planned in text and "changed after planning" in text
+
+
+def test_never_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_keras_download: None) -> None:
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))  # an empty cache
+    monkeypatch.delenv(data.PATH_ENV, raising=False)
+    told = {"source": "mnist.npz", "sha256": data.MNIST_NPZ_SHA256}
+    with pytest.raises(data.DataUnavailable, match="no such file"):
+        data.load({**CFG, "identity": told}, seed=1)
+    note = "MNIST is not on this machine (no x); run `python -m suite data fetch`"
+    with pytest.raises(data.DataUnavailable, match="data fetch"):
+        data.load({**CFG, "allow_synthetic": False, "identity": {"source": "missing", "note": note}}, seed=1)
+
+
+def test_a_spec_without_an_identity_is_refused() -> None:
+    with pytest.raises(data.DataUnavailable, match="config.data.identity"):
+        data.load(dict(CFG), seed=1)
+
+
+def test_synthetic_is_marked_with_the_hosts_reason() -> None:
+    cfg = {**CFG, "train_samples": 64, "test_samples": 16, "identity": {"source": "synthetic", "note": "no mnist.npz"}}
+    ds = data.load(cfg, seed=1)
+    assert ds.synthetic and ds.source == "synthetic"
+    assert "no mnist.npz" in ds.detail and ds.x_train.shape == (64, 784) and ds.x_test.shape == (16, 784)
+
+
+def test_idx_split_trains_and_tests_on_disjoint_digits(mnist_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(data.PATH_ENV, raising=False)
+    cfg = {**CFG, "data_dir": str(mnist_dir), "test_samples": 2000}
+    identity = datasets.identity_for(cfg)
+    assert identity["source"] == "idx" and len(identity["sha256"]) == 64
+    ds = data.load({**cfg, "identity": identity}, seed=1)
     assert ds.source == "idx-t10k-split"
     assert ds.x_train.shape == (8000, 784) and ds.x_test.shape == (2000, 784)
     assert list(ds.y_train[:10]) == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9], "the published first labels"
     assert 0.0 <= ds.x_train.min() and ds.x_train.max() <= 1.0
+
+
+def test_idx_identity_is_the_content_gzipped_or_not(mnist_dir: Path, tmp_path: Path) -> None:
+    import gzip
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for gz in mnist_dir.glob("t10k-*.gz"):
+        (plain / gz.name[:-3]).write_bytes(gzip.decompress(gz.read_bytes()))
+    zipped, unzipped = (datasets.identity_for({**CFG, "data_dir": str(d)}) for d in (mnist_dir, plain))
+    assert zipped["sha256"] == unzipped["sha256"]
+    (plain / "t10k-labels-idx1-ubyte").write_bytes(b"\0\0\x08\x01\0\0\0\x01\x07")  # one label: other data
+    assert datasets.identity_for({**CFG, "data_dir": str(plain)})["sha256"] != zipped["sha256"]
+
+
+def test_data_dir_with_a_stale_identity_is_refused(mnist_dir: Path) -> None:
+    cfg = {**CFG, "data_dir": str(mnist_dir), "identity": {"source": "synthetic", "note": "planned before"}}
+    with pytest.raises(data.DataUnavailable, match="changed after planning"):
+        data.load(cfg, seed=1)
 
 
 def test_synthetic_looks_like_mnist_in_density() -> None:
@@ -75,6 +124,7 @@ def test_synthetic_looks_like_mnist_in_density() -> None:
 
 def test_shuffled_labels_control_permutes(mnist_dir: Path) -> None:
     cfg = {**CFG, "data_dir": str(mnist_dir), "test_samples": 2000}
+    cfg["identity"] = datasets.identity_for(cfg)
     plain, shuffled = data.load(cfg, seed=1), data.load({**cfg, "shuffle_labels": True}, seed=1)
     assert sorted(plain.y_train) == sorted(shuffled.y_train)
     assert (plain.y_train != shuffled.y_train).mean() > 0.8

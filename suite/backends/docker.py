@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from suite import engine, hostinfo, images
+from suite import datasets, engine, hostinfo, images
 from suite.backends import docker_parts as parts
 from suite.backends.base import (
     WORKER_DEADLINE_GRACE_S,
@@ -46,6 +46,7 @@ from suite.backends.docker_run import (
 )
 from suite.engine import engine_answers, engine_facts
 from suite.plan import RunSpec, parse_device
+from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
 __all__ = ["DockerBackend", "auto_choice", "engine_answers", "engine_facts"]
 
@@ -87,8 +88,8 @@ class DockerBackend(RunSkeleton):
         mem_limit: a container memory limit (``"8g"``); none by default, as on the host.
         network_mode: "none" by default: a run needs no network, and a missing dataset then fails
             fast instead of waiting for DNS.
-        keras_home: the Keras cache whose ``datasets/mnist.npz`` is placed on the engine; default
-            $KERAS_HOME or ~/.keras.
+        keras_home: the Keras cache whose ``datasets/mnist.npz`` (or imported ``mnist-idx/``) is placed on
+            the engine when the host resolved a run's data to it; default $KERAS_HOME or ~/.keras.
         inventory: GPUs to hand out instead of asking the engine.
         gpus: the engine host's GPUs (indices or UUIDs) the suite may hand out; None: all of them.
         """
@@ -248,30 +249,37 @@ class DockerBackend(RunSkeleton):
         return kwargs
 
     def _data(self, client: Any, spec: RunSpec, image_id: str) -> tuple[list[Any], dict[str, str], list[dict]]:
-        """Read-only mounts of the data volumes a spec reads, the environment that points at them."""
+        """The read-only mount of the data the host resolved for this spec, and the path the worker reads.
+
+        Keras' mnist.npz and imported IDX files are placed as they lie in the Keras cache, under
+        KERAS_DIR; a scenario's data_dir at the path the worker resolves it to. Each set of files is
+        a volume keyed by its sha256, placed once per engine; the worker checks the spec's sha256.
+        """
         from docker.types import Mount
 
-        mounts, env, facts = [], {}, []
-        sources: list[tuple[str, dict[str, Path]]] = []
-        data_dir = (spec.config.get("data") or {}).get("data_dir")
+        data_cfg = spec.config.get("data") or {}
+        host = datasets.locate(data_cfg, self.keras_home)
+        if host is None:  # synthetic, or no data at all: the worker says which
+            return [], {}, []
+        data_dir = data_cfg.get("data_dir")
         if data_dir:
-            host = Path(data_dir) if os.path.isabs(data_dir) else (parts.SUITE_PACKAGE.parent / data_dir).resolve()
-            if host.is_dir():
-                sources.append((container_data_dir(str(data_dir)), parts.data_files(host)))
-        cached = parts.data_files(self.keras_home, ("datasets/mnist.npz",)) if self.keras_home.is_dir() else {}
-        if cached:
-            sources.append((KERAS_DIR, cached))
-            env["KERAS_HOME"] = KERAS_DIR
-        for target, files in sources:
-            if not files:
-                continue
-            key = "|".join(f"{k}={v}" for k, v in sorted(files.items()))
-            if key not in self._volumes:  # verified once per session; placed once per engine
-                self._volumes[key] = parts.ensure_data_volume(client, image_id, files, self.labels())
-            placed = self._volumes[key]
-            mounts.append(Mount(target, placed["volume"], type="volume", read_only=True))
-            facts.append({**placed, "target": target})
-        return mounts, env, facts
+            target = container_data_dir(str(data_dir))
+            files, worker_path = (parts.data_files(host) if host.is_dir() else {}), target
+        elif host.is_dir():
+            rel = posixpath.join("datasets", host.name)
+            files = {posixpath.join(rel, name): p for name, p in parts.data_files(host).items()}
+            target, worker_path = KERAS_DIR, posixpath.join(KERAS_DIR, rel)
+        else:
+            files = {"datasets/mnist.npz": host} if host.is_file() else {}
+            target, worker_path = KERAS_DIR, posixpath.join(KERAS_DIR, "datasets/mnist.npz")
+        env = {DATA_PATH_ENV: worker_path}
+        if not files:  # gone since planning: the worker reports the path it was told
+            return [], env, []
+        key = "|".join(f"{k}={v}" for k, v in sorted(files.items()))
+        if key not in self._volumes:  # verified once per session; placed once per engine
+            self._volumes[key] = parts.ensure_data_volume(client, image_id, files, self.labels())
+        placed = self._volumes[key]
+        return [Mount(target, placed["volume"], type="volume", read_only=True)], env, [{**placed, "target": target}]
 
     # -- the engine -----------------------------------------------------------------------------
 
@@ -420,4 +428,4 @@ def _image_from_env(value: str) -> str | dict[str, str] | None:
 
 
 def _default_keras_home() -> Path:
-    return Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
+    return datasets.cache_dir().parent  # where the host resolves the data: one definition

@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from suite import hostinfo
+from suite import datasets, hostinfo
 from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_ids, host_inventory, restrict_gpus
 from suite.plan import RunSpec
+from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,6 +71,12 @@ class LocalBackend(RunSkeleton):
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
             "SUITE_LAUNCH_UNIX": repr(time.time()),
         }
+        # The file or folder the host resolved for this spec (its sha256 is in the spec): the worker
+        # reads exactly that, whatever KERAS_HOME or working folder it inherits.
+        data_path = datasets.locate(spec.config["data"])
+        full_env.pop(DATA_PATH_ENV, None)
+        if data_path is not None:
+            full_env[DATA_PATH_ENV] = str(data_path)
         cmd = [self.python, "-m", "suite.worker", str(spec_file), str(result_file)]
         try:
             proc = subprocess.Popen(

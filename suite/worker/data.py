@@ -1,9 +1,12 @@
-"""MNIST for the worker: the Keras cache (checked by SHA-256), a download, IDX files, or synthetic.
+"""MNIST for the worker: exactly the data the host resolved, checked by SHA-256, or marked synthetic.
 
-Order of preference: ``data_dir`` (IDX files) when the spec names one; else ``mnist.npz`` in the
-Keras cache (``$KERAS_HOME/datasets``) with a matching hash; else a download through Keras where
-the network allows; else, only if the scenario allows it, synthetic data of the same shape,
-always marked as such so no report can pass it off as MNIST.
+The host decides which data a run uses before anything runs (``suite.datasets``) and writes that
+decision into the spec as ``config.data.identity``: ``{"source": "mnist.npz" | "idx", "sha256": ...}``,
+``{"source": "synthetic", "note": why}`` or ``{"source": "missing", "note": why}``. The worker
+never looks for data on its own and never downloads: it opens the file or folder it was given
+(``SUITE_DATA_PATH``, else where the identity lives by default), checks the sha256 it was told,
+and fails clearly when they differ. Synthetic data is always marked as such, so no report can pass
+it off as MNIST.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ MNIST_NPZ_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b6
 TRAIN_SIZE, TEST_SIZE, CLASSES, PIXELS = 60000, 10000, 10, 784
 IDX_TRAIN = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 IDX_TEST = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_FOLDER = "mnist-idx"  # in the Keras cache's datasets/: IDX files imported with `suite data fetch --from`
+PATH_ENV = "SUITE_DATA_PATH"  # where the backend put the data the identity names, as the worker sees it
 
 
 class DataUnavailable(Exception):
@@ -33,7 +38,7 @@ class Dataset:
     y_train: np.ndarray  # int labels, (n,)
     x_test: np.ndarray
     y_test: np.ndarray
-    source: str  # mnist.npz | download | idx | idx-t10k-split | synthetic
+    source: str  # mnist.npz | idx | idx-t10k-split | synthetic
     detail: str
 
     @property
@@ -53,20 +58,39 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def read_idx_files(folder: Path) -> dict[str, bytes]:
+    """The four MNIST IDX files a folder holds (``.gz`` or not), by stem, decompressed."""
+    found = {}
+    for stem in IDX_TRAIN + IDX_TEST:
+        for name, opener in ((stem + ".gz", gzip.open), (stem, open)):
+            path = folder / name
+            if path.is_file():
+                with opener(path, "rb") as fh:
+                    found[stem] = fh.read()
+                break
+    return found
+
+
+def idx_digest(raw: dict[str, bytes]) -> str:
+    """sha256 over the decompressed IDX files: the same digits give the same identity, gzipped or not."""
+    lines = "".join(f"{hashlib.sha256(raw[stem]).hexdigest()}  {stem}\n" for stem in sorted(raw))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def parse_idx(raw: bytes, what: str) -> np.ndarray:
+    magic = int.from_bytes(raw[:4], "big")
+    ndim = magic & 0xFF
+    if magic >> 8 != 0x08 or len(raw) < 4 + 4 * ndim:  # 0x08: unsigned bytes
+        raise DataUnavailable(f"{what}: not an IDX file of unsigned bytes (magic {magic:#x})")
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(dims)):
+        raise DataUnavailable(f"{what}: header says {dims}, the file holds {body.size} values")
+    return body.reshape(dims)
+
+
 def load(data_cfg: dict[str, Any], seed: int) -> Dataset:
-    if data_cfg.get("data_dir"):
-        ds = _from_idx_dir(Path(data_cfg["data_dir"]), data_cfg)
-    else:
-        ds, problems = _from_cache_or_download()
-        if ds is None and data_cfg.get("allow_synthetic"):
-            # Only as many samples as the run uses: generating all 70,000 takes seconds.
-            n_train, n_test = data_cfg.get("train_samples") or TRAIN_SIZE, data_cfg.get("test_samples") or TEST_SIZE
-            ds = _synthetic(seed, "; ".join(problems), min(n_train, TRAIN_SIZE), min(n_test, TEST_SIZE))
-        elif ds is None:
-            raise DataUnavailable(
-                "MNIST is not available: " + "; ".join(problems) + ". Put mnist.npz (sha256 "
-                f"{MNIST_NPZ_SHA256}) in $KERAS_HOME/datasets/, or set data.allow_synthetic: true"
-            )
+    ds = _resolved(data_cfg, seed)
     ds = _subset(ds, data_cfg)
     if data_cfg.get("shuffle_labels"):
         # A control: labels permuted, so no real signal is left to learn.
@@ -75,28 +99,59 @@ def load(data_cfg: dict[str, Any], seed: int) -> Dataset:
     return ds
 
 
-def _from_cache_or_download() -> tuple[Dataset | None, list[str]]:
-    cached = keras_home() / "datasets" / "mnist.npz"
-    problems = []
-    if cached.is_file():
-        digest = sha256_of(cached)
-        if digest == MNIST_NPZ_SHA256:
-            return _from_npz(cached, "mnist.npz", f"{cached} (sha256 verified)"), []
-        problems.append(f"{cached} has sha256 {digest[:12]}..., expected {MNIST_NPZ_SHA256[:12]}...")
-    else:
-        problems.append(f"no {cached}")
-    try:
-        # Keras checks the same hash; a read-only cache (as mounted in containers) makes this fail
-        # cleanly, which lands in the message below. Its returned arrays are used as they are:
-        # where Keras stores the file depends on its version and settings, not only on KERAS_HOME.
-        import keras
+def _resolved(data_cfg: dict[str, Any], seed: int) -> Dataset:
+    told = data_cfg.get("identity")
+    if not isinstance(told, dict) or "source" not in told:
+        raise DataUnavailable(
+            "the spec names no resolved data (config.data.identity); the host resolves it when it plans "
+            "(python -m suite run / check), the worker does not look for data itself"
+        )
+    source = told["source"]
+    if data_cfg.get("data_dir") and source not in ("idx", "missing"):
+        raise DataUnavailable(
+            f"data.data_dir {data_cfg['data_dir']} is set, but the host resolved {source} data for this run: "
+            "the spec was changed after planning (plan.with_data resolves it again)"
+        )
+    if source == "synthetic":
+        # Only as many samples as the run uses: generating all 70,000 takes seconds.
+        n_train = min(data_cfg.get("train_samples") or TRAIN_SIZE, TRAIN_SIZE)
+        n_test = min(data_cfg.get("test_samples") or TEST_SIZE, TEST_SIZE)
+        return _synthetic(seed, str(told.get("note") or "no MNIST on the host"), n_train, n_test)
+    if source == "missing":
+        raise DataUnavailable(str(told.get("note") or "the host found no data for this run"))
+    if source not in ("mnist.npz", "idx"):
+        raise DataUnavailable(f"config.data.identity.source {source!r}: expected mnist.npz, idx, synthetic or missing")
+    path = _told_path(data_cfg, source)
+    expected = str(told.get("sha256") or "")
+    if source == "mnist.npz":
+        if not path.is_file():
+            raise DataUnavailable(f"{path}: no such file (the host resolved mnist.npz sha256 {expected})")
+        digest = sha256_of(path)
+        _check_digest(path, digest, expected)
+        return _from_npz(path, "mnist.npz", f"{path} (sha256 {digest} verified)")
+    if not path.is_dir():
+        raise DataUnavailable(
+            f"data.data_dir {path} is not a folder" if data_cfg.get("data_dir") else f"{path}: no such folder"
+        )
+    raw = read_idx_files(path)
+    _check_digest(path, idx_digest(raw), expected)
+    return _from_idx(path, raw, data_cfg)
 
-        (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data()
-    except Exception as exc:  # noqa: BLE001 - any failure here means "not available", reported
-        problems.append(f"download failed: {type(exc).__name__}: {str(exc)[:200]}")
-        return None, problems
-    detail = "keras.datasets.mnist.load_data() (downloaded or from its own cache)"
-    return Dataset(_scale(x_train), y_train, _scale(x_test), y_test, "download", detail), []
+
+def _told_path(data_cfg: dict[str, Any], source: str) -> Path:
+    if os.environ.get(PATH_ENV):
+        return Path(os.environ[PATH_ENV])
+    if data_cfg.get("data_dir"):
+        return Path(data_cfg["data_dir"])
+    return keras_home() / "datasets" / ("mnist.npz" if source == "mnist.npz" else IDX_FOLDER)
+
+
+def _check_digest(path: Path, digest: str, expected: str) -> None:
+    if digest != expected:
+        raise DataUnavailable(
+            f"{path} has sha256 {digest}, but the host resolved {expected or 'no hash'} for this run: "
+            "the data changed after planning; run again so the host resolves it anew"
+        )
 
 
 def _from_npz(path: Path, source: str, detail: str) -> Dataset:
@@ -108,30 +163,14 @@ def _scale(images: np.ndarray) -> np.ndarray:
     return images.reshape(len(images), PIXELS).astype("float32") / 255.0
 
 
-def _read_idx(folder: Path, stem: str) -> np.ndarray | None:
-    for name, opener in ((stem + ".gz", gzip.open), (stem, open)):
-        path = folder / name
-        if path.is_file():
-            with opener(path, "rb") as fh:
-                raw = fh.read()
-            magic = int.from_bytes(raw[:4], "big")
-            ndim = magic & 0xFF
-            if magic >> 8 != 0x08:  # 0x08: unsigned bytes
-                raise DataUnavailable(f"{path}: not an IDX file of unsigned bytes (magic {magic:#x})")
-            dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-            return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-    return None
-
-
-def _from_idx_dir(folder: Path, data_cfg: dict[str, Any]) -> Dataset:
-    if not folder.is_dir():
-        raise DataUnavailable(f"data.data_dir {folder} is not a folder")
-    test_x, test_y = (_read_idx(folder, s) for s in IDX_TEST)
-    train_x, train_y = (_read_idx(folder, s) for s in IDX_TRAIN)
-    if train_x is not None and train_y is not None and test_x is not None and test_y is not None:
-        return Dataset(_scale(train_x), train_y, _scale(test_x), test_y, "idx", str(folder))
+def _from_idx(folder: Path, raw: dict[str, bytes], data_cfg: dict[str, Any]) -> Dataset:
+    arrays = {stem: parse_idx(blob, f"{folder}/{stem}") for stem, blob in raw.items()}
+    test_x, test_y = (arrays.get(s) for s in IDX_TEST)
+    train_x, train_y = (arrays.get(s) for s in IDX_TRAIN)
     if test_x is None or test_y is None:
-        raise DataUnavailable(f"{folder} holds neither train-* nor t10k-* IDX files (optionally .gz)")
+        raise DataUnavailable(f"data.data_dir {folder} holds neither train-* nor t10k-* IDX files (optionally .gz)")
+    if train_x is not None and train_y is not None:
+        return Dataset(_scale(train_x), train_y, _scale(test_x), test_y, "idx", str(folder))
     # Only the 10,000-digit test set: train on its head, test on its tail, never overlapping.
     n_test = data_cfg.get("test_samples") or 2000
     cut = len(test_x) - n_test

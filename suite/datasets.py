@@ -1,0 +1,344 @@
+"""MNIST on the host: the cache, the download, imports for machines without internet, and the data's identity.
+
+The cache is the Keras one, ``$KERAS_HOME/datasets`` (default ``~/.keras/datasets``): Keras itself
+keeps ``mnist.npz`` there, so a copy a user already has counts, and both backends already know
+the folder. It holds at most
+
+- ``mnist.npz``: Keras' file, byte for byte (sha256 ``MNIST_NPZ_SHA256``), downloaded once by
+  ``python -m suite data fetch`` or copied from a file with ``--from FILE.npz``;
+- ``mnist-idx/``: the four IDX files of LeCun's distribution, imported with ``--from FOLDER``.
+  They hold the same digits as ``mnist.npz`` but are other bytes, so they get an identity of
+  their own instead of being passed off as Keras' file.
+
+Before planning, the host resolves which data each run will use and writes that into the spec
+(``config.data.identity``), so the fingerprint covers it: a result on synthetic digits is never
+"done" for a run on real ones. The identity names no host path, so fingerprints match across
+machines; the ``note`` beside it (why synthetic, where the file is) is left out of the fingerprint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from suite.worker import data as wdata  # one definition of the digests, shared with the worker
+
+MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"  # Keras' own origin
+URL_ENV = "SUITE_MNIST_URL"
+# The expected sha256 of mnist.npz, replaceable so that tests can serve small files of their own
+# (the real 11 MB file cannot be shipped with the tests). The identity records the hash actually
+# found, so a run on any other file never shares a fingerprint with a run on Keras' file.
+SHA_ENV = "SUITE_MNIST_SHA256"
+FETCH_COMMAND = "python -m suite data fetch"
+TIMEOUT_S = 60.0
+SHAPES = {  # what --from FOLDER must hold: all of MNIST, not a part of it
+    "train-images-idx3-ubyte": (60000, 28, 28),
+    "train-labels-idx1-ubyte": (60000,),
+    "t10k-images-idx3-ubyte": (10000, 28, 28),
+    "t10k-labels-idx1-ubyte": (10000,),
+}
+IDENTITY_KEYS = ("source", "sha256")  # what the fingerprint sees of an identity
+
+
+class FetchError(Exception):
+    """The download or import did not produce a verified file; nothing was left in the cache."""
+
+
+class BadSource(Exception):
+    """``--from PATH`` names something that is not MNIST as the suite takes it (bad input)."""
+
+
+def cache_dir() -> Path:
+    return wdata.keras_home() / "datasets"
+
+
+def npz_path() -> Path:
+    return cache_dir() / "mnist.npz"
+
+
+def idx_path() -> Path:
+    return cache_dir() / wdata.IDX_FOLDER
+
+
+def expected_sha256() -> str:
+    return (os.environ.get(SHA_ENV) or wdata.MNIST_NPZ_SHA256).strip().lower()
+
+
+# --------------------------------------------------------------------------- fetch and import
+
+
+def fetch(url: str | None = None, *, timeout: float = TIMEOUT_S, say: Callable[[str], None] = print) -> Path:
+    """Download mnist.npz into the cache once; a cached file with the right sha256 is kept as it is.
+
+    The bytes go to a temporary file in the cache folder, are hashed as they arrive, and are renamed
+    onto ``mnist.npz`` only when complete and verified: a corrupt or cut-off download leaves nothing.
+    """
+    target, expected = npz_path(), expected_sha256()
+    if target.is_file() and _sha256_cached(target) == expected:
+        say(f"{target}: already cached (sha256 {expected} verified)")
+        return target
+    url = url or os.environ.get(URL_ENV) or MNIST_URL
+    target.parent.mkdir(parents=True, exist_ok=True)
+    say(f"downloading {url} -> {target}")
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".mnist.npz.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            received, announced = _download(url, out, timeout)
+            out.flush()
+            os.fsync(out.fileno())
+        if announced is not None and received != announced:
+            raise FetchError(f"download of {url} interrupted: {received} of {announced} bytes arrived")
+        digest = wdata.sha256_of(tmp)
+        if digest != expected:
+            raise FetchError(
+                f"download of {url} ({received} bytes) has sha256 {digest}, expected {expected}: "
+                "not Keras' mnist.npz (corrupt, or a different file); nothing was cached"
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    say(f"{target}: sha256 {expected} verified")
+    return target
+
+
+def _download(url: str, out: Any, timeout: float) -> tuple[int, int | None]:
+    """Copy the body of ``url`` into ``out``; (bytes received, Content-Length or None)."""
+    import http.client
+
+    received = 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the user's URL, http(s) only
+            length = resp.headers.get("Content-Length")
+            announced = int(length) if length and length.isdigit() else None
+            while True:
+                chunk = resp.read(1 << 20)
+                if not chunk:
+                    break
+                out.write(chunk)
+                received += len(chunk)
+    except http.client.IncompleteRead as exc:
+        got = received + len(exc.partial)
+        expected = f" of {received + len(exc.partial) + exc.expected}" if exc.expected is not None else ""
+        raise FetchError(f"download of {url} interrupted: the server closed after {got}{expected} bytes") from None
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"download of {url} failed: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise FetchError(f"download of {url} failed after {received} bytes: {reason}") from None
+    except ValueError as exc:  # urlopen's word for a malformed URL
+        raise FetchError(f"--url {url}: {exc}") from None
+    return received, announced
+
+
+def import_from(source: Path, *, say: Callable[[str], None] = print) -> Path:
+    """``data fetch --from PATH``: Keras' mnist.npz (checked by sha256), or a folder of the four IDX files."""
+    if source.is_dir():
+        return _import_idx(source, say)
+    if not source.is_file():
+        raise BadSource(f"--from {source}: no such file or folder")
+    if source.suffix != ".npz":
+        raise BadSource(f"--from {source}: expected Keras' mnist.npz or a folder of the four MNIST IDX files")
+    digest, expected = wdata.sha256_of(source), expected_sha256()
+    if digest != expected:
+        raise BadSource(
+            f"--from {source}: sha256 {digest}, expected {expected} (Keras' mnist.npz); for other copies "
+            "of MNIST give the folder of its four IDX files"
+        )
+    target = npz_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".mnist.npz.", suffix=".part")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp_name)
+        if wdata.sha256_of(Path(tmp_name)) != expected:
+            raise FetchError(f"copying {source} to {target} changed its bytes; nothing was cached")
+        os.replace(tmp_name, target)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    say(f"{target}: copied from {source} (sha256 {expected} verified)")
+    return target
+
+
+def _import_idx(folder: Path, say: Callable[[str], None]) -> Path:
+    raw = wdata.read_idx_files(folder)
+    missing = [stem for stem in SHAPES if stem not in raw]
+    if missing:
+        has = ", ".join(sorted(raw)) or "no MNIST IDX files"
+        hint = (
+            " It holds only the t10k test set: for that alone, name the folder in a scenario's data.data_dir"
+            if set(raw) == set(wdata.IDX_TEST)
+            else ""
+        )
+        raise BadSource(f"--from {folder}: missing {', '.join(missing)} (each optionally .gz); it has {has}.{hint}")
+    for stem, shape in SHAPES.items():
+        array = wdata.parse_idx(raw[stem], f"{folder}/{stem}")
+        if array.shape != shape:
+            raise BadSource(f"--from {folder}: {stem} has shape {array.shape}, MNIST's is {shape}")
+        if "labels" in stem and array.max() >= wdata.CLASSES:
+            raise BadSource(f"--from {folder}: {stem} holds label {int(array.max())}; MNIST's are 0-9")
+    target = idx_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".mnist-idx.", suffix=".part"))
+    old = target.with_name(target.name + ".old")
+    try:
+        for stem in SHAPES:  # stored decompressed: the worker then reads them without gunzip
+            (staging / stem).write_bytes(raw[stem])
+        if wdata.idx_digest(wdata.read_idx_files(staging)) != wdata.idx_digest(raw):
+            raise FetchError(f"copying {folder} to {target} changed its bytes; nothing was cached")
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    say(f"{target}: the four IDX files of {folder} (sha256 over their contents {wdata.idx_digest(raw)})")
+    return target
+
+
+# --------------------------------------------------------------------------- identity
+
+
+_digests: dict[tuple[str, int, int], str] = {}
+_idx_digests: dict[tuple[str, tuple], tuple[str, list[str]]] = {}
+
+
+def _sha256_cached(path: Path) -> str:
+    """sha256 of a file, computed once per process while its size and mtime stay the same."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _digests:
+        _digests[key] = wdata.sha256_of(path)
+    return _digests[key]
+
+
+def _idx_digest_cached(folder: Path) -> tuple[str, list[str]]:
+    """(sha256 over the IDX contents, the stems found), once per process while the files stay the same."""
+    stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
+    key = (str(folder.resolve()), stamp)
+    if key not in _idx_digests:
+        raw = wdata.read_idx_files(folder)
+        _idx_digests[key] = (wdata.idx_digest(raw) if raw else "", sorted(raw))
+    return _idx_digests[key]
+
+
+def resolve_data_dir(data_dir: str) -> Path:
+    """A scenario's data.data_dir on the host: absolute, or relative to the repository (where the worker runs)."""
+    path = Path(data_dir)
+    return path if path.is_absolute() else (Path(__file__).resolve().parents[1] / path).resolve()
+
+
+def identity_for(data_cfg: dict[str, Any]) -> dict[str, Any]:
+    """Which data a run with this ``data`` section uses here: ``{"source", "sha256"}`` plus a ``note``.
+
+    Sources: ``mnist.npz`` (Keras' file), ``idx`` (IDX files: a scenario's data_dir or an imported
+    folder), ``synthetic`` (only where the scenario allows it), ``missing`` (the run cannot have data;
+    the plan is refused, or for a data_dir the run fails with the note).
+    """
+    if data_cfg.get("data_dir"):
+        folder = resolve_data_dir(str(data_cfg["data_dir"]))
+        if not folder.is_dir():
+            return {"source": "missing", "note": f"data.data_dir {data_cfg['data_dir']} is not a folder"}
+        digest, stems = _idx_digest_cached(folder)
+        if not set(wdata.IDX_TEST) <= set(stems):
+            note = f"data.data_dir {data_cfg['data_dir']} holds no t10k-* IDX files (optionally .gz)"
+            return {"source": "missing", "note": note}
+        return {"source": "idx", "sha256": digest, "note": f"IDX files in {folder} ({', '.join(stems)})"}
+    problems = []
+    npz, expected = npz_path(), expected_sha256()
+    if npz.is_file():
+        digest = _sha256_cached(npz)
+        if digest == expected:
+            return {"source": "mnist.npz", "sha256": digest, "note": f"{npz}"}
+        problems.append(f"{npz} has sha256 {digest[:12]}..., expected {expected[:12]}...")
+    else:
+        problems.append(f"no {npz}")
+    folder = idx_path()
+    if folder.is_dir():
+        digest, stems = _idx_digest_cached(folder)
+        if set(stems) == set(SHAPES):
+            return {"source": "idx", "sha256": digest, "note": f"IDX files imported into {folder}"}
+        problems.append(f"{folder} is incomplete ({', '.join(stems) or 'empty'})")
+    why = "; ".join(problems)
+    if data_cfg.get("allow_synthetic"):
+        return {"source": "synthetic", "note": why}
+    return {
+        "source": "missing",
+        "note": f"MNIST is not on this machine ({why}) and the scenario does not "
+        f"allow synthetic data: run `{FETCH_COMMAND}`",
+    }
+
+
+def fingerprinted(identity: dict[str, Any]) -> dict[str, Any]:
+    """The part of an identity a fingerprint covers: what the data is, not where it lies or why."""
+    return {k: identity[k] for k in IDENTITY_KEYS if k in identity}
+
+
+def locate(data_cfg: dict[str, Any], keras_home: Path | None = None) -> Path | None:
+    """The file or folder on this host that a spec's identity names (None: synthetic or missing)."""
+    source = (data_cfg.get("identity") or {}).get("source")
+    if data_cfg.get("data_dir") and source == "idx":
+        return resolve_data_dir(str(data_cfg["data_dir"]))
+    home = (keras_home / "datasets") if keras_home is not None else cache_dir()
+    if source == "mnist.npz":
+        return home / "mnist.npz"
+    if source == "idx":
+        return home / wdata.IDX_FOLDER
+    return None
+
+
+# --------------------------------------------------------------------------- the plan's data
+
+
+def plan_problems(specs: list[Any], *, smoke: bool, allow_synthetic: bool) -> list[str]:
+    """Why a plan must not start for want of data (empty: it may). One line per kind of problem."""
+    missing = [s for s in specs if _identity(s).get("source") == "missing" and not s.config["data"].get("data_dir")]
+    synthetic = [s for s in specs if _identity(s).get("source") == "synthetic"]
+    problems = []
+    how = f"fetch MNIST first: `{FETCH_COMMAND}` (without internet: `{FETCH_COMMAND} --from PATH`)"
+    if missing:
+        names = sorted({s.scenario for s in missing})
+        problems.append(f"{len(missing)} runs ({', '.join(names)}) have no data: {_identity(missing[0])['note']}")
+    if synthetic and not smoke and not allow_synthetic:
+        names = sorted({s.scenario for s in synthetic})
+        why = _identity(synthetic[0]).get("note", "")
+        problems.append(
+            f"{len(synthetic)} full-size runs ({', '.join(names)}) would train on synthetic digits, not MNIST "
+            f"({why}). {how}; or accept synthetic data with --allow-synthetic"
+        )
+    elif missing:
+        problems.append(how)
+    return problems
+
+
+def _identity(spec: Any) -> dict[str, Any]:
+    return spec.config.get("data", {}).get("identity") or {}
+
+
+def describe() -> list[str]:
+    """``data show``: what the cache holds and the identity a run would get from it."""
+    lines = [f"cache: {cache_dir()}"]
+    npz, expected = npz_path(), expected_sha256()
+    if npz.is_file():
+        digest = _sha256_cached(npz)
+        state = "verified" if digest == expected else f"WRONG, expected {expected}; not used"
+        lines.append(f"mnist.npz: sha256 {digest} ({state})")
+    else:
+        lines.append("mnist.npz: not cached")
+    folder = idx_path()
+    if folder.is_dir():
+        digest, stems = _idx_digest_cached(folder)
+        lines.append(f"{wdata.IDX_FOLDER}/: {', '.join(stems) or 'no IDX files'} (sha256 over contents {digest})")
+    identity = identity_for({"allow_synthetic": True})
+    shown = fingerprinted(identity)
+    lines.append(f"a run uses: {shown}" + (f" ({identity['note']})" if identity["source"] == "synthetic" else ""))
+    if identity["source"] == "synthetic":
+        lines.append(f"to train on MNIST: {FETCH_COMMAND} (or {FETCH_COMMAND} --from PATH without internet)")
+    return lines
