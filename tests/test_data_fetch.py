@@ -1,0 +1,286 @@
+"""`suite data fetch` over real HTTP, `--from` for machines without internet, and the data's identity in a plan.
+
+The server is a real ``http.server`` on 127.0.0.1 that each test starts in a thread. Keras' real
+mnist.npz (11 MB, sha256 731c5ac6...) cannot be had here: there is no internet on this machine.
+The tests therefore serve a small file of their own and name its sha256 as the expected one
+(``SUITE_MNIST_SHA256``); the code path, the hashing and the atomic rename are the real ones.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import suite_cli, write_scenario
+
+from suite import cli, datasets, plan, results, scenario
+from suite.worker import data as wdata
+
+PAYLOAD = os.urandom(300_000)  # stands in for mnist.npz: big enough to arrive in several reads
+PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        type(self).hits.append(self.path)
+        if self.path == "/mnist.npz":
+            self._send(PAYLOAD)
+        elif self.path == "/corrupt.npz":
+            self._send(PAYLOAD[:-1] + bytes([PAYLOAD[-1] ^ 0xFF]))  # one bit off: same size, other hash
+        elif self.path == "/cut.npz":
+            # Announces the whole file, sends half, then closes: a dropped connection mid-download.
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(PAYLOAD)))
+            self.end_headers()
+            self.wfile.write(PAYLOAD[: len(PAYLOAD) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        elif self.path == "/stall.npz":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(PAYLOAD)))
+            self.end_headers()
+            self.wfile.write(PAYLOAD[:1000])
+            self.wfile.flush()
+            time.sleep(3)  # longer than the client's timeout
+        else:
+            self.send_error(404, "no such file")
+
+    def _send(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    _Handler.hits = []
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Keras cache, and the test payload's sha256 as the expected one."""
+    home = tmp_path / "keras"
+    monkeypatch.setenv("KERAS_HOME", str(home))
+    monkeypatch.setenv(datasets.SHA_ENV, PAYLOAD_SHA)
+    return home / "datasets"
+
+
+def _left(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def test_fetch_downloads_verifies_and_keeps_one_copy(server: str, cache: Path) -> None:
+    path = datasets.fetch(f"{server}/mnist.npz", say=lambda _: None)
+    assert path == cache / "mnist.npz" and path.read_bytes() == PAYLOAD
+    assert _left(cache) == ["mnist.npz"], "no temporary file left beside it"
+    datasets.fetch(f"{server}/mnist.npz", say=lambda _: None)
+    assert _Handler.hits == ["/mnist.npz"], "a verified copy is not downloaded again"
+
+
+def test_corrupt_download_is_refused_and_leaves_nothing(server: str, cache: Path) -> None:
+    with pytest.raises(datasets.FetchError) as err:
+        datasets.fetch(f"{server}/corrupt.npz", say=lambda _: None)
+    assert f"expected {PAYLOAD_SHA}" in str(err.value) and "nothing was cached" in str(err.value)
+    assert _left(cache) == []
+
+
+def test_interrupted_download_is_refused_and_leaves_nothing(server: str, cache: Path) -> None:
+    with pytest.raises(datasets.FetchError) as err:
+        datasets.fetch(f"{server}/cut.npz", say=lambda _: None)
+    assert "interrupted" in str(err.value) and str(len(PAYLOAD)) in str(err.value), err.value
+    assert _left(cache) == []
+
+
+def test_stalled_download_times_out(server: str, cache: Path) -> None:
+    t = time.monotonic()
+    with pytest.raises(datasets.FetchError, match="timed out"):
+        datasets.fetch(f"{server}/stall.npz", timeout=0.5, say=lambda _: None)
+    assert time.monotonic() - t < 2.5
+    assert _left(cache) == []
+
+
+def test_http_error_is_named(server: str, cache: Path) -> None:
+    with pytest.raises(datasets.FetchError, match="HTTP 404"):
+        datasets.fetch(f"{server}/nothing.npz", say=lambda _: None)
+    assert _left(cache) == []
+
+
+def test_cli_fetch_by_url_variable_and_by_flag(server: str, cache: Path, tmp_path: Path) -> None:
+    env = {"KERAS_HOME": str(cache.parent), datasets.SHA_ENV: PAYLOAD_SHA, datasets.URL_ENV: f"{server}/corrupt.npz"}
+    bad = suite_cli("data", "fetch", env=env)
+    assert bad.returncode == 1 and "nothing was cached" in bad.stderr and "Traceback" not in bad.stderr
+    assert _left(cache) == []
+    good = suite_cli("data", "fetch", "--url", f"{server}/mnist.npz", env=env)
+    assert good.returncode == 0, good.stderr
+    assert (cache / "mnist.npz").read_bytes() == PAYLOAD
+    shown = suite_cli("data", "show", env=env)
+    assert shown.returncode == 0 and f"'sha256': '{PAYLOAD_SHA}'" in shown.stdout and "verified" in shown.stdout
+
+
+# -- --from: machines without internet -------------------------------------------------------------
+
+
+def test_from_the_test_set_alone_is_refused_with_what_is_missing(mnist_dir: Path, cache: Path) -> None:
+    proc = suite_cli("data", "fetch", "--from", mnist_dir, env={"KERAS_HOME": str(cache.parent)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "train-images-idx3-ubyte" in proc.stderr and "train-labels-idx1-ubyte" in proc.stderr
+    assert "data.data_dir" in proc.stderr and "Traceback" not in proc.stderr
+    assert _left(cache) == []
+
+
+def _idx(shape: tuple[int, ...], values: np.ndarray) -> bytes:
+    header = bytes([0, 0, 0x08, len(shape)]) + b"".join(d.to_bytes(4, "big") for d in shape)
+    return header + values.astype(np.uint8).tobytes()
+
+
+def _full_idx_folder(folder: Path, mnist_dir: Path, n_train: int = 60000) -> Path:
+    """MNIST's four files: the real t10k set, and a training set of its digits repeated (shapes are what count)."""
+    folder.mkdir()
+    t10k_x = wdata.parse_idx(gzip.decompress((mnist_dir / "t10k-images-idx3-ubyte.gz").read_bytes()), "x")
+    t10k_y = wdata.parse_idx(gzip.decompress((mnist_dir / "t10k-labels-idx1-ubyte.gz").read_bytes()), "y")
+    reps = -(-n_train // len(t10k_x))
+    train_x, train_y = np.tile(t10k_x, (reps, 1, 1))[:n_train], np.tile(t10k_y, reps)[:n_train]
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx(train_x.shape, train_x), 1))
+    (folder / "train-labels-idx1-ubyte").write_bytes(_idx(train_y.shape, train_y))
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (folder / name).write_bytes((mnist_dir / name).read_bytes())
+    return folder
+
+
+def test_from_an_idx_folder_imports_it_under_its_own_identity(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
+    folder = _full_idx_folder(tmp_path / "lecun", mnist_dir)
+    stored = datasets.import_from(folder, say=lambda _: None)
+    assert stored == cache / wdata.IDX_FOLDER and _left(cache) == [wdata.IDX_FOLDER]
+    identity = datasets.identity_for({"allow_synthetic": False})
+    assert identity["source"] == "idx", "not passed off as Keras' mnist.npz"
+    assert identity["sha256"] == wdata.idx_digest(wdata.read_idx_files(folder))
+    told = {"train_samples": 100, "test_samples": 50, "identity": identity}
+    ds = wdata.load(told, seed=1)  # the worker, from the imported copy
+    assert ds.source == "idx" and ds.x_train.shape == (100, 784) and list(ds.y_test[:4]) == [7, 2, 1, 0]
+
+
+def test_from_an_idx_folder_with_wrong_shapes_is_refused(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
+    folder = _full_idx_folder(tmp_path / "short", mnist_dir, n_train=1000)
+    with pytest.raises(datasets.BadSource, match=r"train-images-idx3-ubyte has shape \(1000, 28, 28\)"):
+        datasets.import_from(folder, say=lambda _: None)
+    assert _left(cache) == []
+
+
+def test_from_an_npz_is_checked_by_sha256(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "copy.npz"
+    src.write_bytes(PAYLOAD)
+    assert datasets.import_from(src, say=lambda _: None).read_bytes() == PAYLOAD
+    assert _left(cache) == ["mnist.npz"]
+    monkeypatch.setenv(datasets.SHA_ENV, wdata.MNIST_NPZ_SHA256)  # the real expectation: this file is not it
+    (cache / "mnist.npz").unlink()
+    with pytest.raises(datasets.BadSource, match=f"sha256 {PAYLOAD_SHA}, expected {wdata.MNIST_NPZ_SHA256}"):
+        datasets.import_from(src, say=lambda _: None)
+    assert _left(cache) == []
+
+
+# -- the identity in the plan ----------------------------------------------------------------------
+
+SMALL = """\
+name: tiny
+question: Does a tiny run refuse synthetic data at full size?
+model: {hidden: [16]}
+training: {epochs: 1, batch_size: 64}
+data: {allow_synthetic: SYN, train_samples: 256, test_samples: 64}
+repeats: 1
+measure: {step_overhead: false}
+"""
+
+
+def _specs(path: Path) -> list[plan.RunSpec]:
+    return plan.expand(scenario.load(path))
+
+
+def test_identity_changes_the_fingerprint_and_host_paths_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_scenario(tmp_path, "tiny", SMALL.replace("SYN", "true"))
+    monkeypatch.setenv(datasets.SHA_ENV, PAYLOAD_SHA)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "empty"))
+    synthetic = _specs(path)[0]
+    assert synthetic.config["data"]["identity"]["source"] == "synthetic"
+    homes = []
+    for name in ("a", "b"):
+        home = tmp_path / name
+        (home / "datasets").mkdir(parents=True)
+        (home / "datasets" / "mnist.npz").write_bytes(PAYLOAD)
+        monkeypatch.setenv("KERAS_HOME", str(home))
+        homes.append(_specs(path)[0])
+    assert homes[0].config["data"]["identity"]["sha256"] == PAYLOAD_SHA
+    assert homes[0].config["data"]["identity"]["note"] != homes[1].config["data"]["identity"]["note"]
+    assert homes[0].fingerprint == homes[1].fingerprint, "the same data in another folder is the same run"
+    assert synthetic.fingerprint != homes[0].fingerprint, "a synthetic result is not done for a real-data run"
+
+
+def test_full_size_run_on_synthetic_data_is_refused_up_front(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny", SMALL.replace("SYN", "true"))
+    env = {"KERAS_HOME": str(tmp_path / "empty")}
+    res = tmp_path / "res"
+    proc = suite_cli("run", path, "--backend", "local", "--results", res, "--machine", "m", env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "python -m suite data fetch" in proc.stderr and "--allow-synthetic" in proc.stderr
+    assert "Traceback" not in proc.stderr and not list(res.rglob("*.json")), "nothing ran"
+
+    ok = suite_cli("run", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic", env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    ((_, result),) = results.load_folder(res)
+    assert result.quality["synthetic"] is True and result.quality["data_source"] == "synthetic"
+    assert result.spec["config"]["data"]["identity"]["source"] == "synthetic"
+
+
+def test_no_data_and_no_synthetic_allowed_is_refused_even_in_smoke(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny", SMALL.replace("SYN", "false"))
+    proc = suite_cli("check", path, env={"KERAS_HOME": str(tmp_path / "empty")})
+    assert proc.returncode == 0, "check prints the plan"
+    for extra in ([], ["--smoke"], ["--allow-synthetic"]):
+        run = suite_cli(
+            "run", path, "--backend", "local", "--results", tmp_path / "res", *extra, env={"KERAS_HOME": str(tmp_path)}
+        )
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "does not allow synthetic" in run.stderr and "python -m suite data fetch" in run.stderr
+
+
+def test_fleet_passes_allow_synthetic_to_each_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from suite import fleet
+
+    path = write_scenario(tmp_path, "tiny", SMALL.replace("SYN", "true"))
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text('hosts:\n  one: {docker: "tcp://127.0.0.1:9"}\n', encoding="utf-8")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "empty"))
+    seen: list[list[str]] = []
+    monkeypatch.setattr(fleet, "run_fleet", lambda hosts, run_args, *a, **k: seen.append(run_args) or 0)
+    argv = ["run", str(path), "--hosts", str(hosts), "--results", str(tmp_path / "res")]
+    assert cli.main(argv) == 2, "full size on synthetic data: refused before any host starts"
+    assert seen == []
+    assert cli.main([*argv, "--allow-synthetic"]) == 0
+    assert "--allow-synthetic" in seen[0]
+    run = fleet.child_commands(fleet.Host("one", "tcp://127.0.0.1:9"), seen[0], tmp_path / "res")[-1]
+    assert "--allow-synthetic" in run
