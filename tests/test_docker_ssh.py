@@ -228,6 +228,7 @@ def test_sigkilled_orchestrator_over_ssh_leaves_nothing_after_the_next_session(
     path = tmp_path / f"{name}.yaml"
     path.write_text(LONG_SCENARIO.format(name=name, timeout=600), encoding="utf-8")
     cmd = [sys.executable, "-m", "suite", "run", str(path), "--backend", "docker", "--docker-host", address]
+    cmd += ["--allow-synthetic"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "SUITE_DOCKER_IMAGE": test_image}  # HOME: the fixture's
     proc = subprocess.Popen(
         [*cmd, "--results", str(tmp_path / "r")],

@@ -63,7 +63,7 @@ def _md() -> MarkdownIt:
 def test_names_with_markdown_syntax_keep_every_table_whole(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "escapes", SCENARIO)
     res, out = tmp_path / "res", tmp_path / "reports"
-    run = suite_cli("run", path, "--backend", "local", "--results", res, "--machine", "box|1 *a*")
+    run = suite_cli("run", path, "--backend", "local", "--results", res, "--machine", "box|1 *a*", "--allow-synthetic")
     assert run.returncode == 0, run.stdout + run.stderr
     rep = suite_cli("report", "--results", res, "--out", out)
     assert rep.returncode == 0, rep.stdout + rep.stderr

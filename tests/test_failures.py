@@ -40,7 +40,9 @@ variants:
 
 def test_timeout_error_and_nan_each_get_their_status_and_the_plan_goes_on(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "failures", FAILING)
-    proc = suite_cli("run", path, "--backend", "local", "--results", tmp_path / "res", "--machine", "m")
+    proc = suite_cli(
+        "run", path, "--backend", "local", "--results", tmp_path / "res", "--machine", "m", "--allow-synthetic"
+    )
     assert proc.returncode == 1, "some runs failed"
     assert "some runs failed" in proc.stdout
     by_variant = {r.spec["point"]["variant"]: r for _, r in results.load_folder(tmp_path / "res")}
@@ -74,7 +76,7 @@ def test_sigkill_mid_plan_then_rerun_loses_nothing(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "killed", SLOW_PLAN)
     res = tmp_path / "res"
     cmd = [sys.executable, "-m", "suite", "run", str(path), "--backend", "local", "--results", str(res)]
-    cmd += ["--machine", "m"]
+    cmd += ["--machine", "m", "--allow-synthetic"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     folder = res / "m" / "killed"
     deadline = time.monotonic() + 300
@@ -86,7 +88,7 @@ def test_sigkill_mid_plan_then_rerun_loses_nothing(tmp_path: Path) -> None:
     assert 2 <= len(survivors) < 4, "killed mid-plan"
     assert all(results.load(p).ok for p in survivors), "every result on disk is whole"
 
-    again = suite_cli("run", path, "--backend", "local", "--results", res, "--machine", "m")
+    again = suite_cli("run", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count(": already done (") == len(survivors)
     final = [results.load(p) for p in sorted(folder.glob("*.json"))]

@@ -54,6 +54,7 @@ def test_two_hosts_and_a_dead_one_in_one_command(
         "suite",
         "run",
         str(tmp_path / "fleet_small.yaml"),
+        "--allow-synthetic",
         "--hosts",
         str(tmp_path / "hosts.yaml"),
     ]
@@ -109,6 +110,7 @@ def test_sigterm_stops_every_host_and_leaves_no_container(
         "suite",
         "run",
         str(tmp_path / "fleet_slow.yaml"),
+        "--allow-synthetic",
         "--hosts",
         str(tmp_path / "hosts.yaml"),
     ]

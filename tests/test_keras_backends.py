@@ -31,7 +31,9 @@ def test_scenario_runs_on_another_keras_backend(tmp_path: Path, backend: str) ->
         pytest.skip(f"{backend} is not installed here (requirements/dev.txt installs jax only)")
     spe = 1 if backend == "torch" else 4  # Keras: steps_per_execution is not supported with torch
     path = write_scenario(tmp_path, f"backend_{backend}", TEXT.format(backend=backend, spe=spe))
-    proc = suite_cli("run", path, "--backend", "local", "--results", tmp_path / "res", "--machine", "m")
+    proc = suite_cli(
+        "run", path, "--backend", "local", "--results", tmp_path / "res", "--machine", "m", "--allow-synthetic"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = [r for _, r in results.load_folder(tmp_path / "res")]
     assert len(runs) == 2 and all(r.ok for r in runs)
@@ -47,7 +49,9 @@ def test_backend_not_installed_is_skipped_with_reason(tmp_path: Path) -> None:
     if missing is None:
         pytest.skip("every Keras backend is installed here")
     path = write_scenario(tmp_path, "nobackend", TEXT.format(backend=missing, spe=1))
-    proc = suite_cli("run", path, "--backend", "local", "--results", tmp_path / "res", "--machine", "m")
+    proc = suite_cli(
+        "run", path, "--backend", "local", "--results", tmp_path / "res", "--machine", "m", "--allow-synthetic"
+    )
     assert proc.returncode == 0
     runs = [r for _, r in results.load_folder(tmp_path / "res")]
     assert all(r.status == "skipped" and f"Keras backend {missing!r} is not installed" in r.message for r in runs)
