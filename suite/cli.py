@@ -194,22 +194,31 @@ def make_backend(name: str, args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     specs = _load_plan(args)
-    # Before anything runs: a full-size plan on synthetic digits would be published as if on MNIST.
-    problems = datasets.plan_problems(specs, smoke=args.smoke, allow_synthetic=args.allow_synthetic)
-    if problems:
-        raise UsageError("\n".join(problems))
     if args.hosts is not None:
+        _refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
     machine = args.machine or hostinfo.machine_name()
     folder = runner.machine_dir(args.results, machine)
     _check_writable(folder)
     with runner.hold_folder(folder, wait=args.wait):
         backend = make_backend(args.backend, args)
+        try:  # runs this backend skips (a GPU point without a GPU) need no data
+            _refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
+        except UsageError:
+            backend.close()
+            raise
         print(f"{len(specs)} runs on backend {backend.name}, results in {folder}")
         summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty())
     for line in summary.lines():
         print(line)
     return 1 if summary.failed else 0
+
+
+def _refuse_without_data(specs: list[plan.RunSpec], args: argparse.Namespace) -> None:
+    """Before anything runs: a full-size plan on synthetic digits would be published as if on MNIST."""
+    problems = datasets.plan_problems(specs, smoke=args.smoke, allow_synthetic=args.allow_synthetic)
+    if problems:
+        raise UsageError("\n".join(problems))
 
 
 def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
