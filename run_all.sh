@@ -32,6 +32,14 @@ if [ "$ready" -ne 0 ]; then
   echo "backend $backend not ready (see above); --backend auto picks the next one that can run" >&2
 fi
 
+# MNIST once into the Keras cache (~/.keras/datasets), checked by sha256; runs read it from there
+# (containers get it read-only). Without internet this fails: a warning, then the full-size run is
+# refused unless --allow-synthetic, and a smoke run trains on synthetic digits, marked as such.
+# On a machine without internet: python -m suite data fetch --from PATH (mnist.npz or IDX files).
+if ! "$VENV/bin/python" -m suite data fetch; then
+  echo "warning: MNIST could not be fetched (see above); a full-size run needs it, or --allow-synthetic" >&2
+fi
+
 status=0
 "$VENV/bin/python" -m suite run "$@" || status=$?
 if [ "$status" -le 1 ]; then
