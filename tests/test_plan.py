@@ -81,3 +81,31 @@ def test_interleave_across_scenarios() -> None:
 def test_spec_round_trips_through_json(tmp_path: Path) -> None:
     spec = _specs(tmp_path)[3]
     assert plan.RunSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_every_spec_carries_the_data_identity_its_data_section_resolves_to(tmp_path: Path) -> None:
+    seen: list[dict] = []
+
+    def resolve(data: dict) -> dict:
+        seen.append(data)
+        return {"source": "idx", "sha256": "ab" * 32, "note": f"for {data.get('data_dir')}"}
+
+    path = write_scenario(tmp_path, "grid", TEXT + "  data.data_dir: /smoke/digits\n")
+    specs = plan.expand(scenario.load(path), smoke=True, data=resolve)
+    assert all(s.config["data"]["identity"]["sha256"] == "ab" * 32 for s in specs)
+    assert {d["data_dir"] for d in seen} == {"/smoke/digits"}, "resolved after the smoke overrides"
+    assert all("identity" not in d for d in seen), "the resolver sees the scenario's data section only"
+
+
+def test_fingerprint_covers_the_identity_but_not_its_note(tmp_path: Path) -> None:
+    def fixed(identity: dict):
+        return lambda data: dict(identity)
+
+    load = scenario.load(write_scenario(tmp_path, "grid", TEXT))
+    real_a = plan.expand(load, data=fixed({"source": "mnist.npz", "sha256": "1" * 64, "note": "/home/a"}))[0]
+    real_b = plan.expand(load, data=fixed({"source": "mnist.npz", "sha256": "1" * 64, "note": "/home/b"}))[0]
+    other = plan.expand(load, data=fixed({"source": "mnist.npz", "sha256": "2" * 64, "note": "/home/a"}))[0]
+    synthetic = plan.expand(load, data=fixed({"source": "synthetic", "note": "no mnist.npz"}))[0]
+    assert real_a.fingerprint == real_b.fingerprint
+    assert len({real_a.fingerprint, other.fingerprint, synthetic.fingerprint}) == 3
+    assert plan.RunSpec.from_dict(real_a.to_dict()) == real_a

@@ -8,6 +8,7 @@ import pytest
 from conftest import suite_cli, write_scenario
 
 from suite import results
+from suite.worker import data
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +33,10 @@ def test_accuracy_gate_passes_on_real_labels_and_fails_on_shuffled(tmp_path: Pat
     by_variant = {r.spec["point"]["variant"]: r for _, r in results.load_folder(tmp_path / "res")}
     real, shuffled = by_variant["true labels"], by_variant["shuffled labels"]
     assert real.quality["data_source"] == "idx-t10k-split"
+    # The host resolved the folder's digits by content, and the worker trained on exactly those.
+    identity = real.spec["config"]["data"]["identity"]
+    expected = data.idx_digest(data.read_idx_files(mnist_dir))
+    assert identity["source"] == "idx" and identity["sha256"] == expected
     assert real.quality["train_samples"] == 8000 and real.quality["test_samples"] == 2000
     assert real.quality["test_accuracy"] >= 0.90, real.quality
     assert shuffled.quality["test_accuracy"] < 0.5, shuffled.quality

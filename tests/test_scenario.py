@@ -170,3 +170,10 @@ def test_cli_check_prints_plan() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "width=2000, device=gpu" in proc.stdout
     assert "12 points, 60 runs" in proc.stdout  # 5 repetitions each
+
+
+def test_a_scenario_cannot_state_the_data_identity_itself(tmp_path: Path) -> None:
+    # The host resolves config.data.identity from what it has; a file that names one would forge it.
+    text = GOOD + "data:\n  identity: {source: mnist.npz, sha256: abc}\n"
+    (problem,) = _problems(tmp_path, text)
+    assert "key 'data.identity': unknown key" in problem and "allow_synthetic" in problem
