@@ -170,6 +170,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         tabulate(list(rows.values()), headers=["scenario", "point", "device", "reps", "fingerprint"], tablefmt="github")
     )
     print(f"\n{len(rows)} points, {len(specs)} runs")
+    data: dict[str, tuple[int, str]] = {}
+    for s in specs:
+        identity = s.config["data"]["identity"]
+        key = ", ".join(f"{k} {v}" for k, v in datasets.fingerprinted(identity).items())
+        data[key] = (data.get(key, (0, ""))[0] + 1, identity.get("note", ""))
+    for key, (n, note) in data.items():
+        print(f"data for {n} runs: {key} ({note})")
     return 0
 
 

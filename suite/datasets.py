@@ -337,8 +337,9 @@ def describe() -> list[str]:
         digest, stems = _idx_digest_cached(folder)
         lines.append(f"{wdata.IDX_FOLDER}/: {', '.join(stems) or 'no IDX files'} (sha256 over contents {digest})")
     identity = identity_for({"allow_synthetic": True})
-    shown = fingerprinted(identity)
-    lines.append(f"a run uses: {shown}" + (f" ({identity['note']})" if identity["source"] == "synthetic" else ""))
     if identity["source"] == "synthetic":
-        lines.append(f"to train on MNIST: {FETCH_COMMAND} (or {FETCH_COMMAND} --from PATH without internet)")
+        lines.append(f"runs get: no MNIST ({identity['note']}); synthetic digits where a scenario allows them")
+        lines.append(f"to train on MNIST: {FETCH_COMMAND} (without internet: {FETCH_COMMAND} --from PATH)")
+    else:
+        lines.append(f"runs get: {fingerprinted(identity)}")
     return lines
