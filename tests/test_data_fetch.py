@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import suite_cli, write_scenario
+from docker_fixtures import SMALL_SCENARIO, backend_factory, engine_client, image_fixture  # noqa: F401 - fixtures
 
 from suite import cli, datasets, plan, results, scenario
 from suite.worker import data as wdata
@@ -284,3 +285,36 @@ def test_fleet_passes_allow_synthetic_to_each_host(tmp_path: Path, monkeypatch: 
     assert "--allow-synthetic" in seen[0]
     run = fleet.child_commands(fleet.Host("one", "tcp://127.0.0.1:9"), seen[0], tmp_path / "res")[-1]
     assert "--allow-synthetic" in run
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_container_reads_the_cached_file_read_only_and_checks_it(
+    backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "keras"
+    rng = np.random.default_rng(5)
+    images = lambda n: rng.integers(0, 256, (n, 28, 28), np.uint8)  # noqa: E731
+    labels = lambda n: rng.integers(0, 10, n).astype(np.uint8)  # noqa: E731
+    npz = home / "datasets" / "mnist.npz"
+    npz.parent.mkdir(parents=True)
+    np.savez(npz, x_train=images(1100), y_train=labels(1100), x_test=images(300), y_test=labels(300))
+    monkeypatch.setenv("KERAS_HOME", str(home))
+    monkeypatch.setenv(datasets.SHA_ENV, wdata.sha256_of(npz))  # this small file stands in for Keras' one
+    path = tmp_path / "docker_data.yaml"
+    path.write_text(SMALL_SCENARIO.format(name=f"docker_data_{os.getpid()}", widths="[16]"), encoding="utf-8")
+    (spec,) = plan.expand(scenario.load(path), smoke=True)
+    assert spec.config["data"]["identity"]["source"] == "mnist.npz"
+
+    docker_backend = backend(keras_home=home)
+    result = docker_backend.run(spec)
+    assert result.status == "ok", (result.message, result.log_tail)
+    assert result.quality["data_source"] == "mnist.npz" and result.quality["synthetic"] is False
+    (placed,) = result.run["data_volumes"]
+    mounts = {m["target"]: m for m in result.run["isolation"]["mounts"]}
+    assert mounts[placed["target"]]["read_only"] is True
+
+    # The cache changes after planning: the container gets the new file and refuses it.
+    np.savez(npz, x_train=images(1100), y_train=labels(1100), x_test=images(300), y_test=labels(300))
+    changed = backend(keras_home=home).run(spec)
+    assert changed.status == "error" and "changed after planning" in changed.message, changed.message
