@@ -49,6 +49,10 @@ class LocalBackend(RunSkeleton):
         backend = spec.config["backend"]
         if importlib.util.find_spec(backend) is None:
             return f"Keras backend {backend!r} is not installed in {self.python}"
+        # Keras feeds a tf.data pipeline to every backend, but only where TensorFlow is installed.
+        tf_data = spec.config["training"]["input_pipeline"] == "tf_data"
+        if tf_data and backend != "tensorflow" and importlib.util.find_spec("tensorflow") is None:
+            return f"training.input_pipeline tf_data needs TensorFlow (tf.data), not installed in {self.python}"
         reason = device_skip_reason(spec, self.inventory())
         if reason is None and spec.device.startswith("gpu") and backend == "tensorflow" and _cpu_only_tensorflow():
             reason = (

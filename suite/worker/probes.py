@@ -15,6 +15,8 @@ MATMUL_N = {"cpu": 2048, "gpu": 8192}
 BATCH_SECONDS = 0.2  # each timed batch of chained matmuls lasts about this long
 BATCHES = 7  # timed batches; the figure is their median
 MAX_CHAIN = 512
+# jax_default_matmul_precision values that keep float32 matmuls in full float32 (no TF32 passes).
+JAX_FULL_FLOAT32 = ("float32", "highest", "precision.highest", "f32_f32_f32", "f64_f64_f64")
 FLOOR_EPOCHS = 4  # the step-cost probe trains this many epochs; the first (tracing) is left out
 
 
@@ -62,12 +64,26 @@ def peak_flops(keras: Any, kind: str, dtype: str) -> dict[str, Any]:
 
 
 def _tf32(keras: Any) -> bool | None:
-    """Whether float32 matmuls may run as TF32 on Ampere and later GPUs (TensorFlow's default: on)."""
-    if keras.config.backend() != "tensorflow":
-        return None
-    import tensorflow as tf
+    """Whether float32 matmuls may run as TF32 on Ampere and later GPUs, as the backend is set.
 
-    return bool(tf.config.experimental.is_tensor_float_32_execution_enabled())
+    TensorFlow: on by default. JAX: its default matmul precision lets XLA use TF32 for float32 on
+    those GPUs; only "float32"/"highest" forbid it. PyTorch: off by default for matmuls.
+    """
+    backend = keras.config.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.experimental.is_tensor_float_32_execution_enabled())
+    if backend == "jax":
+        import jax
+
+        precision = jax.config.jax_default_matmul_precision
+        return str(precision).lower() not in JAX_FULL_FLOAT32
+    if backend == "torch":
+        import torch
+
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    return None
 
 
 def floor_config(model_cfg: dict[str, Any]) -> dict[str, Any]:

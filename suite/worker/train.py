@@ -22,6 +22,10 @@ class DeviceMismatch(Exception):
     """The framework sees other devices than the spec asks for: never a number."""
 
 
+class NeedsTensorFlow(Exception):
+    """A setting that only TensorFlow provides (tf.data, MirroredStrategy), asked of a run without it."""
+
+
 def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
     cfg = spec["config"]
     backend, training = cfg["backend"], cfg["training"]
@@ -189,6 +193,11 @@ def _strategy(backend: str, device_names: list[str]) -> Any:
     """No strategy for one device (as a plain script runs); MirroredStrategy for several."""
     if len(device_names) == 1:
         return None
+    if backend != "tensorflow":
+        raise NeedsTensorFlow(
+            f"{len(device_names)} devices need tf.distribute.MirroredStrategy, which the suite uses with "
+            f"backend tensorflow only (this run: backend {backend})"
+        )
     import tensorflow as tf
 
     return tf.distribute.MirroredStrategy(devices=device_names)
@@ -206,7 +215,14 @@ def _labels(keras: Any, ds: data_mod.Dataset, loss: str) -> tuple[Any, Any]:
 def _fit_inputs(x: Any, y: Any, global_batch: int, training: dict[str, Any]) -> dict[str, Any]:
     if training["input_pipeline"] == "numpy":
         return {"xy": (x, y), "kw": {"batch_size": global_batch, "shuffle": training["shuffle"]}}
-    import tensorflow as tf
+    try:
+        import tensorflow as tf
+    except ImportError:
+        # Keras feeds a tf.data pipeline to any backend, but only where TensorFlow is installed.
+        raise NeedsTensorFlow(
+            "training.input_pipeline tf_data builds a tf.data pipeline, which needs TensorFlow; it is not "
+            "installed here (use input_pipeline: numpy, or install TensorFlow)"
+        ) from None
 
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     if training["shuffle"]:
