@@ -16,13 +16,14 @@ import json
 import os
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from suite import hostinfo
+from suite import hostinfo, telemetry
 from suite.plan import RunSpec, parse_device
 from suite.results import RunResult
 
@@ -124,6 +125,7 @@ class RunSkeleton:
         return skipped_result(spec, reason, self.run_info())
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
+        started = time.monotonic()  # telemetry's time zero
         info = {**self.run_info(), "started_at": now_iso()}
         env = worker_env(spec)
         try:
@@ -133,21 +135,25 @@ class RunSkeleton:
             return RunResult(status=exc.status, spec=spec.to_dict(), message=str(exc), run=run)
         info.update(self.run_info())  # what launching learnt (the engine's version)
         deadline = Deadline(spec.timeout_s)
-        pump = LogPump(execution.lines(), on_event)
+        recorder = start_telemetry(execution, started)
+        pump = LogPump(execution.lines(), recorder.sink(on_event))
         try:
             deadline.arm(execution.kill)
             pump.start()
             try:
                 ended = execution.wait()
+                sampled = recorder.stop()  # before cleanup: a removed container has no stats
                 timed_out = deadline.disarm()  # waits out a kill in flight, so its verdict is final
                 pump.join(LOG_DRAIN_S)
                 record = execution.result()
             except RunLost as exc:
+                sampled = recorder.stop()
                 deadline.disarm()
                 pump.join(1.0)
                 execution.cleanup()
                 info.update(execution.facts, finished_at=now_iso())
-                return merge_result(spec, None, pump.text(), info, "error", str(exc))
+                lost = merge_result(spec, None, pump.text(), info, "error", str(exc))
+                return replace(lost, telemetry=sampled)
             execution.cleanup()  # before the facts are taken: its cost is one of them
             info.update(execution.facts, exit_code=ended.code, finished_at=now_iso())
             status, message = classify_exit(
@@ -160,7 +166,8 @@ class RunSkeleton:
                 memory_limit=self.memory_limit,
                 what=self.what,
             )
-            return merge_result(spec, record, pump.text(), info, status, message)
+            merged = merge_result(spec, record, pump.text(), info, status, message)
+            return replace(merged, telemetry=sampled)
         except BaseException:
             # Ctrl-C or SIGTERM of the orchestrator: the worker must not outlive it.
             try:
@@ -169,6 +176,7 @@ class RunSkeleton:
                 pass
             raise
         finally:
+            recorder.stop()
             deadline.disarm()
             execution.cleanup()
 
@@ -410,3 +418,18 @@ def merge_result(
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+def start_telemetry(execution: Execution, t0: float) -> telemetry.Recorder:
+    """Start the samplers an execution offers (its optional ``telemetry_sources()``: a list of
+    ``suite.telemetry.Sampler``); none when it offers none. A sampler that cannot be made is recorded
+    in the section as an error; it never stops the run."""
+    sources = getattr(execution, "telemetry_sources", None)
+    samplers: list[telemetry.Sampler] = []
+    if sources is not None:
+        try:
+            samplers = list(sources())
+        except Exception as exc:  # noqa: BLE001 - telemetry never fails a run
+            broken = telemetry.Sampler()
+            broken.error = f"no telemetry: {type(exc).__name__}: {exc}"
+            samplers = [broken]
+    return telemetry.Recorder(samplers, t0).start()

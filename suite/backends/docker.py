@@ -32,7 +32,9 @@ from suite.backends.base import (
     RunSkeleton,
     Unavailable,
     device_skip_reason,
+    gpu_env,
     gpus_for,
+    inherit_pool,
     restrict_gpus,
 )
 from suite.backends.docker_run import (
@@ -117,8 +119,18 @@ class DockerBackend(RunSkeleton):
 
     def inventory(self) -> dict[str, Any]:
         if self._inventory is None:
-            self._inventory = restrict_gpus(self._ask_engine(), self.allowed_gpus)
+            self._inventory = restrict_gpus(self._engine_pool(self._ask_engine()), self.allowed_gpus)
         return self._inventory
+
+    def _engine_pool(self, found: dict[str, Any]) -> dict[str, Any]:
+        """The engine host's GPUs the suite may use: on a local engine the orchestrator's inherited
+        CUDA_VISIBLE_DEVICES (a scheduler's allocation on this machine) limits them, as for local
+        runs; on a remote one it names this machine's GPUs, not the engine's, and is not applied."""
+        if self.daemon.address.startswith(("unix://", "npipe://")):
+            return inherit_pool(found)
+        why = "every GPU of the engine's host (a CUDA_VISIBLE_DEVICES here names this machine's GPUs)"
+        pool = {"source": why, "cuda_visible_devices": None, "uuids": [g.get("uuid") for g in found.get("gpus", [])]}
+        return {**found, "pool": pool, "outside_pool": []}
 
     def skip_reason(self, spec: RunSpec) -> str | None:
         if spec.config["backend"] != "tensorflow":
@@ -145,6 +157,7 @@ class DockerBackend(RunSkeleton):
         facts: dict[str, Any] = {"image": ref, **images.image_record(image)}
         gpus = gpus_for(spec, self.inventory())
         facts.update(gpu_ids=[str(g["index"]) for g in gpus], gpu_uuids=[g.get("uuid") for g in gpus])
+        facts["gpu_pool"] = self.inventory().get("pool")
         try:
             mounts, data_env, data_facts = self._data(client, spec, image.id)
         except Exception as exc:  # noqa: BLE001 - the engine refused the data volume: a status, not a crash
@@ -152,7 +165,8 @@ class DockerBackend(RunSkeleton):
                 "error", f"could not place the data on the engine at {self.daemon.address}: {exc}"
             ) from None
         facts["data_volumes"] = data_facts
-        kwargs = self._container_kwargs(spec, image, {**env, **data_env}, mounts, [g["uuid"] for g in gpus])
+        run_env = {**env, **data_env, **gpu_env(spec, self.inventory())}
+        kwargs = self._container_kwargs(spec, image, run_env, mounts, [g["uuid"] for g in gpus])
         facts["cuda_visible_devices"] = kwargs["environment"].get("CUDA_VISIBLE_DEVICES")
         if self._code is None:
             self._code = parts.code_files()
@@ -226,6 +240,8 @@ class DockerBackend(RunSkeleton):
         environment.update(env, PYTHONPATH=WORK_DIR, PYTHONDONTWRITEBYTECODE="1", HOME="/tmp")
         if kind == "cpu":
             environment["CUDA_VISIBLE_DEVICES"] = ""  # the worker's device check then proves no GPU is seen
+        # GPU runs: CUDA_VISIBLE_DEVICES holds the same UUIDs as the device request (a container
+        # sees the host's UUIDs and bus ids), and SUITE_GPUS tells the worker which GPUs to confirm.
         python = (image.labels or {}).get("suite.python", "python3")
         kwargs: dict[str, Any] = {
             "image": image.id,  # the ID, not the tag: the record names exactly what ran

@@ -2,7 +2,8 @@
 
 Each repetition is a fresh process in its own process group, so a timeout kills the worker and
 anything it started. GPUs are chosen with CUDA_VISIBLE_DEVICES: an empty string for CPU runs,
-the inventory's first N indices for GPU runs. The run itself is ``RunSkeleton``'s; this module
+the UUIDs of the pool's first N GPUs for GPU runs (the pool: the host's GPUs, as far as an
+inherited CUDA_VISIBLE_DEVICES and ``--gpus`` allow). The run itself is ``RunSkeleton``'s; this module
 only starts, reads, kills and cleans up a process.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import datasets, hostinfo
-from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_ids, host_inventory, restrict_gpus
+from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_env, host_inventory, restrict_gpus
 from suite.plan import RunSpec
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
@@ -71,7 +72,7 @@ class LocalBackend(RunSkeleton):
         full_env = {
             **os.environ,
             **env,
-            "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids(spec, self.inventory())),
+            **gpu_env(spec, self.inventory()),  # by UUID; replaces the inherited CUDA_VISIBLE_DEVICES
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
             "SUITE_LAUNCH_UNIX": repr(time.time()),
         }
@@ -97,6 +98,7 @@ class LocalBackend(RunSkeleton):
             raise
         process = _Process(proc, folder, result_file, self)
         process.facts["cuda_visible_devices"] = full_env["CUDA_VISIBLE_DEVICES"]
+        process.facts["gpu_pool"] = self.inventory().get("pool")
         self._current = process
         return process
 

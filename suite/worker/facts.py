@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import platform
+import re
 import socket
 import subprocess
 from typing import Any
 
 _ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "SUITE_GPUS",
     "NVIDIA_VISIBLE_DEVICES",
     "KERAS_BACKEND",
     "TF_XLA_FLAGS",
@@ -44,26 +49,143 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# nvidia-smi --query-gpu fields (``nvidia-smi --help-query-gpu``) -> the record's keys. Asked with
+# ``--format=csv,nounits`` and read by the header, so a recording with other columns still parses.
+QUERY_FIELDS = {
+    "index": "index",
+    "uuid": "uuid",
+    "name": "name",
+    "pci.bus_id": "pci_bus_id",
+    "memory.total": "memory_mib",
+    "driver_version": "driver",
+    "vbios_version": "vbios",
+    "power.limit": "power_limit_w",
+    "persistence_mode": "persistence_mode",
+    "clocks.applications.graphics": "app_clock_graphics_mhz",
+    "clocks.applications.memory": "app_clock_memory_mhz",
+    "compute_mode": "compute_mode",
+}
+BASE_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")  # valid on every driver
+_ALIASES = {  # other names nvidia-smi accepts for the same fields
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+    "gpu_bus_id": "pci.bus_id",
+    "clocks.applications.gr": "clocks.applications.graphics",
+    "clocks.applications.mem": "clocks.applications.memory",
+}
+_NUMBERS = {"memory_mib": int, "power_limit_w": float, "app_clock_graphics_mhz": int, "app_clock_memory_mhz": int}
+# nvidia-smi's words for a value it cannot give: recorded as null.
+_NO_VALUE = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]"}
+
+
 def collect_nvidia_smi() -> tuple[list[dict[str, Any]], str]:
-    """(GPUs as the driver lists them: index, UUID, name, memory, driver; problem or "")."""
-    fields = "index,uuid,name,memory.total,driver_version"
+    """(GPUs as the driver lists them, in its index order; problem or "").
+
+    Each GPU: index, uuid, name, pci_bus_id (as nvidia-smi prints it), memory_mib, driver, vbios,
+    power_limit_w, persistence_mode (bool), app_clock_graphics_mhz, app_clock_memory_mhz,
+    compute_mode and the CUDA driver version (from ``nvidia-smi -q``'s header). A value the driver
+    cannot give is None. An older driver that refuses a field is asked again for the base fields.
+    """
+    out, problem = _nvidia_smi(f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,nounits")
+    note = ""
+    if problem and "not a valid field" in problem:
+        note = f"this nvidia-smi lacks some fields ({problem}); recorded: {', '.join(BASE_FIELDS)}"
+        out, problem = _nvidia_smi(f"--query-gpu={','.join(BASE_FIELDS)}", "--format=csv,nounits")
+    if problem:
+        return [], problem
+    gpus = parse_query_csv(out)
+    header, _ = _nvidia_smi("-q", "-d", "COMPUTE")
+    cuda = parse_cuda_version(header)
+    for gpu in gpus:
+        gpu["cuda_driver_version"] = cuda
+    return gpus, note
+
+
+def collect_gpus(asked: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """``collect_nvidia_smi``'s facts for the GPUs a run was given (matched by UUID or PCI bus id).
+
+    nvidia-smi lists every GPU of the machine whatever CUDA_VISIBLE_DEVICES says; a run records
+    those it was given. When it was given none (a CPU run), or not all of them are found, every GPU
+    is recorded, each marked ``given`` or not, so nothing is dropped silently.
+    """
+    from suite.worker.identity import normalise_bus_id, normalise_uuid
+
+    gpus, _ = collect_nvidia_smi()
+    if not asked:
+        return gpus
+    uuids = {a.get("uuid") for a in asked} - {None}
+    buses = {a.get("pci_bus_id") for a in asked} - {None}
+    for gpu in gpus:
+        gpu["given"] = normalise_uuid(gpu.get("uuid")) in uuids or normalise_bus_id(gpu.get("pci_bus_id")) in buses
+    mine = [g for g in gpus if g["given"]]
+    if len(mine) == len(asked):
+        for gpu in mine:
+            del gpu["given"]
+        return mine
+    return gpus
+
+
+def _nvidia_smi(*args: str) -> tuple[str, str]:
+    """(stdout, problem or "")."""
     try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
-        return [], "no NVIDIA driver found (no nvidia-smi)"
+        return "", "no NVIDIA driver found (no nvidia-smi)"
     except (OSError, subprocess.SubprocessError) as exc:
-        return [], f"nvidia-smi failed: {exc}"
+        return "", f"nvidia-smi failed: {exc}"
+    if done.returncode != 0:
+        said = (done.stdout.strip() or done.stderr.strip())[:300]
+        return "", f"nvidia-smi exited with code {done.returncode}: {said}"
+    return done.stdout, ""
+
+
+def parse_query_csv(text: str) -> list[dict[str, Any]]:
+    """GPUs from ``nvidia-smi --query-gpu=... --format=csv`` output (with its header; units or not).
+
+    Columns are found by the header's field names (``memory.total [MiB]`` is ``memory.total``);
+    fields the output lacks are absent from the record. Without an index column, a GPU's index is
+    its row: nvidia-smi lists GPUs in index order.
+    """
+    rows = [r for r in csv.reader(io.StringIO(text.strip()), skipinitialspace=True) if r]
+    if not rows:
+        return []
+    names = [re.sub(r"\s*\[.*\]$", "", h.strip()) for h in rows[0]]
+    names = [_ALIASES.get(n, n) for n in names]
     gpus = []
-    for line in out.strip().splitlines():
-        index, uuid, name, mem, driver = (p.strip() for p in line.split(","))
-        gpus.append({"index": int(index), "uuid": uuid, "name": name, "memory_mib": int(float(mem)), "driver": driver})
-    return gpus, ""
+    for row_number, row in enumerate(rows[1:]):
+        gpu: dict[str, Any] = {}
+        for name, raw in zip(names, row, strict=False):  # a short row lacks its last fields
+            key = QUERY_FIELDS.get(name)
+            if key is not None:
+                gpu[key] = _value(key, raw)
+        gpu.setdefault("index", row_number)
+        if gpu["index"] is None:
+            gpu["index"] = row_number
+        gpus.append(gpu)
+    return gpus
+
+
+def _value(key: str, raw: str) -> Any:
+    text = raw.strip()
+    if text.lower() in _NO_VALUE:
+        return None
+    if key == "index":
+        return int(text)
+    if key == "persistence_mode":
+        return {"enabled": True, "disabled": False}.get(text.lower())
+    if key in _NUMBERS:
+        number = re.match(r"[-+]?\d+(?:\.\d+)?", text)  # "300.00 W" with units, "300.00" without
+        if number is None:
+            return None
+        value = float(number.group())
+        return int(value) if _NUMBERS[key] is int else value
+    return text
+
+
+def parse_cuda_version(text: str) -> str | None:
+    """The CUDA version the driver supports, from the header of ``nvidia-smi -q`` or plain ``nvidia-smi``."""
+    match = re.search(r"CUDA Version\s*:\s*([0-9][0-9.]*)", text or "")
+    return match.group(1) if match else None
 
 
 def collect_versions(backend: str) -> dict[str, Any]:

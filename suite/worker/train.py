@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from suite.worker import data as data_mod
-from suite.worker import facts, probes
+from suite.worker import facts, identity, probes
 from suite.worker import model as model_mod
 from suite.worker import timing as timing_mod
 from suite.worker.devices import parse_device
@@ -34,8 +34,8 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
     os.environ["KERAS_BACKEND"] = backend  # before keras is imported anywhere
 
     env["host"] = facts.collect_host()
-    env["gpus_driver"] = facts.collect_nvidia_smi()[0]
-    device_names = _setup_devices(backend, kind, count, cfg["threads"])
+    env["gpus_driver"] = facts.collect_gpus(identity.asked_from_env(os.environ))
+    device_names, env["gpu_identity"] = _setup_devices(backend, kind, count, cfg["threads"])
     import keras
 
     env["versions"] = facts.collect_versions(backend)
@@ -144,7 +144,11 @@ def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int, glo
     )
 
 
-def _setup_devices(backend: str, kind: str, count: int, threads: dict[str, int]) -> list[str]:
+def _setup_devices(
+    backend: str, kind: str, count: int, threads: dict[str, int]
+) -> tuple[list[str], dict[str, Any] | None]:
+    """(device names to train on, how their identity was confirmed); DeviceMismatch when they are
+    not the GPUs asked for. Each framework reports its GPUs' UUID or PCI bus id as far as it can."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
     if backend == "tensorflow":
         return _setup_tf(kind, count, threads, visible)
@@ -153,6 +157,15 @@ def _setup_devices(backend: str, kind: str, count: int, threads: dict[str, int])
 
         gpus = [d for d in jax.devices() if d.platform == "gpu"]
         seen = [str(d) for d in jax.devices()]
+        # JAX names no UUID or bus id: its GPU's local_hardware_id is the CUDA ordinal, which the
+        # CUDA driver in this same process describes.
+        driver = identity.cuda_driver_devices() if gpus else []
+        found = [
+            driver[d.local_hardware_id]
+            if driver and isinstance(getattr(d, "local_hardware_id", None), int) and d.local_hardware_id < len(driver)
+            else identity.identity()
+            for d in gpus
+        ]
     else:
         import torch
 
@@ -160,11 +173,18 @@ def _setup_devices(backend: str, kind: str, count: int, threads: dict[str, int])
         seen = [f"cuda:{i}" for i in gpus] or ["cpu"]
         if threads["intra_op"]:
             torch.set_num_threads(threads["intra_op"])
-    _verify(kind, count, len(gpus), visible)
-    return seen if kind == "gpu" else ["cpu"]
+        found = []
+        for i in gpus:
+            props = torch.cuda.get_device_properties(i)  # uuid and pci_* fields in recent versions
+            bus = None
+            if all(hasattr(props, f) for f in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+                bus = f"{props.pci_domain_id:x}:{props.pci_bus_id:x}:{props.pci_device_id:x}.0"
+            found.append(identity.identity(getattr(props, "uuid", None), bus))
+    checked = _verify(kind, count, found, visible)
+    return (seen if kind == "gpu" else ["cpu"]), checked
 
 
-def _setup_tf(kind: str, count: int, threads: dict[str, int], visible: str) -> list[str]:
+def _setup_tf(kind: str, count: int, threads: dict[str, int], visible: str) -> tuple[list[str], dict | None]:
     import tensorflow as tf
 
     if threads["intra_op"]:
@@ -172,21 +192,42 @@ def _setup_tf(kind: str, count: int, threads: dict[str, int], visible: str) -> l
     if threads["inter_op"]:
         tf.config.threading.set_inter_op_parallelism_threads(threads["inter_op"])
     gpus = tf.config.list_physical_devices("GPU")
-    _verify(kind, count, len(gpus), visible)
+    found = [identity.identity() for _ in gpus]
+    if kind == "gpu" and gpus:
+        from tensorflow.python.client import device_lib
+
+        # TensorFlow's own description of each GPU it made a device of: "device: 0, name: ...,
+        # pci bus id: 0000:3b:00.0, compute capability: 9.0". The GPU allocators it creates are
+        # the process-wide ones training uses next, with the same (default) options.
+        described = [d.physical_device_desc for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+        found = [identity.identity(pci_bus_id=identity.bus_id_from_description(t), description=t) for t in described]
+    checked = _verify(kind, count, found, visible)
     if kind == "cpu" and count > 1:
         # Several logical CPU devices: MirroredStrategy's multi-replica path without GPUs.
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
-    return [f"/{kind}:{i}" for i in range(count)]
+    return [f"/{kind}:{i}" for i in range(count)], checked
 
 
-def _verify(kind: str, count: int, n_gpus: int, visible: str) -> None:
+def _verify(kind: str, count: int, found: list[dict[str, Any]], visible: str) -> dict[str, Any] | None:
+    """Raise DeviceMismatch unless the framework's GPUs are those asked for: their number, then
+    (for GPU runs the host described in SUITE_GPUS) their UUIDs or PCI bus ids."""
+    n_gpus = len(found)
     if kind == "cpu" and n_gpus:
         raise DeviceMismatch(
             f"asked for the CPU only, but the framework sees {n_gpus} GPU(s) (CUDA_VISIBLE_DEVICES={visible})"
         )
     if kind == "gpu" and n_gpus != count:
         raise DeviceMismatch(f"asked for {count} GPU(s), the framework sees {n_gpus} (CUDA_VISIBLE_DEVICES={visible})")
+    if kind != "gpu":
+        return None
+    asked = identity.asked_from_env(os.environ)
+    if asked is None:
+        return {"status": "unconfirmed", "message": f"the host named no GPUs ({identity.ASKED_ENV} unset)"}
+    checked = identity.compare(asked, found)
+    if checked["status"] == "mismatch":
+        raise DeviceMismatch(f"{checked['message']} (CUDA_VISIBLE_DEVICES={visible})")
+    return checked
 
 
 def _strategy(backend: str, device_names: list[str]) -> Any:
