@@ -11,6 +11,17 @@ meaning or moves; adding an optional field does not need a bump):
   chain decayed to zeros); ``timing.overhead_share`` is no longer clamped at 1. The migration
   recounts the FLOPs from the spec and moves a version-1 peak to ``work.peak_schema1``, which no
   report divides by.
+
+Optional sections added without a bump (older records simply lack them):
+
+- ``telemetry``: what the machine did during the run, sampled at 5 Hz on the machine the worker ran
+  on (``suite.telemetry``, whose docstring defines the layout): CPU (% of one core) and memory of the
+  worker's process tree or container, and per GPU its utilization, memory used, SM clock, power,
+  temperature and clock event reasons. Each metric has a summary (mean, p95, max, n) over the whole
+  run, the timed ``fit`` and its ``steady`` part after the first epoch, and its series (seconds from
+  the run's start, at most 600 points: longer series are averaged in equal-count buckets). Each
+  source says the rate it achieved, its sample count, and its error if it had one. Reports read it
+  through ``gpu_busy_percent``, ``peak_memory_bytes`` and ``peak_gpu_memory_bytes`` below.
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from suite import telemetry as tm
 
 SCHEMA_VERSION = 2
 
@@ -75,6 +88,7 @@ class RunResult:
     quality: dict[str, Any] = field(default_factory=dict)
     work: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] = field(default_factory=dict)  # suite.telemetry: what the machine did during the run
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -101,6 +115,7 @@ class RunResult:
             "quality": self.quality,
             "work": self.work,
             "environment": self.environment,
+            "telemetry": self.telemetry,
         }
 
     @classmethod
@@ -147,6 +162,37 @@ FINISHED_AT = Field("run", "finished_at")  # ISO time; the newest attempt of a r
 ENV_HOST = Field("environment", "host")
 ENV_VERSIONS = Field("environment", "versions")
 ENV_GPUS = Field("environment", "gpus_driver")
+
+
+# telemetry: the windows and statistics reports use (suite.telemetry names the metrics)
+BUSY_WINDOWS = ("steady", "fit", "run")  # "busy" is about the steps: the steady epochs where recorded
+
+
+def gpu_busy_percent(result: RunResult) -> float | None:
+    """Mean GPU utilization over the steady epochs (else the fit, else the whole run), averaged over
+    the run's GPUs; None when no GPU was sampled."""
+    values = [tm.window_stat(e, "mean", BUSY_WINDOWS) for e in tm.metric_entries(result.telemetry, tm.GPU_UTIL_PERCENT)]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def peak_memory_bytes(result: RunResult) -> float | None:
+    """The run's peak host memory: the largest of the sampled peak (process tree RSS or container
+    usage) and the largest per-process kernel high-water mark; None when not sampled."""
+    peaks = [
+        tm.window_stat(e, "max", ("run",))
+        for name in (tm.MEMORY_BYTES, tm.PROCESS_HWM_BYTES)
+        for e in tm.metric_entries(result.telemetry, name)
+    ]
+    peaks = [p for p in peaks if p is not None]
+    return max(peaks) if peaks else None
+
+
+def peak_gpu_memory_bytes(result: RunResult) -> float | None:
+    """The largest memory used on any one of the run's GPUs (the device as a whole, other processes included)."""
+    peaks = [tm.window_stat(e, "max", ("run",)) for e in tm.metric_entries(result.telemetry, tm.GPU_MEMORY_BYTES)]
+    peaks = [p for p in peaks if p is not None]
+    return max(peaks) if peaks else None
 
 
 def finished_at(result: RunResult) -> str:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from suite import telemetry
 from suite.backends import docker_parts as parts
 from suite.backends.base import Exit, RunLost, Unavailable, split_lines
 from suite.engine import Daemon
@@ -97,6 +98,19 @@ class ContainerRun:
                     remove_container(container)
                 raise
 
+    def telemetry_sources(self) -> list[telemetry.Sampler]:
+        """Container stats from the engine; the container's GPUs through NVML when the engine runs on
+        this machine (a unix socket), else through nvidia-smi inside the container."""
+        stats = telemetry.DockerStatsSampler(self.backend.stream_client, self.container.id)
+        samplers: list[telemetry.Sampler] = [stats]
+        uuids = [u for r in self.facts.get("engine_device_requests") or [] for u in r.get("DeviceIDs") or []]
+        if uuids:
+            if engine_is_local(self.backend.daemon.address):
+                samplers.append(telemetry.NvmlSampler(uuids))
+            else:
+                samplers.append(telemetry.SmiSampler(self.backend.stream_client, self.container.id))
+        return samplers
+
     def lines(self) -> Iterator[str]:
         client = self.backend.stream_client()  # in the reading thread: a failure ends the log, not the run
         yield from split_lines(client.api.logs(self.container.id, stdout=True, stderr=True, stream=True, follow=True))
@@ -147,6 +161,11 @@ class ContainerRun:
         t = time.perf_counter()
         remove_container(self.container)
         self.phases["remove"] = time.perf_counter() - t
+
+
+def engine_is_local(address: str) -> bool:
+    """An engine on this machine: reached through a unix socket or a named pipe (its GPUs are this host's)."""
+    return address.startswith(("unix://", "npipe://")) or address.startswith("/")
 
 
 def _isolation(attrs: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, hostinfo
+from suite import datasets, hostinfo, telemetry
 from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_env, host_inventory, restrict_gpus
 from suite.plan import RunSpec
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
@@ -113,6 +113,15 @@ class _Process:
     def __init__(self, proc: subprocess.Popen, folder: Path, result_file: Path, owner: LocalBackend):
         self.proc, self.folder, self.result_file, self.owner = proc, folder, result_file, owner
         self.facts: dict[str, Any] = {}
+
+    def telemetry_sources(self) -> list[telemetry.Sampler]:
+        """The worker's process tree from /proc; NVML for the GPUs it was given, by their UUIDs."""
+        samplers: list[telemetry.Sampler] = [telemetry.ProcSampler(self.proc.pid)]
+        given = [i for i in str(self.facts.get("cuda_visible_devices") or "").split(",") if i]
+        if given:
+            by_index = {str(g.get("index")): g.get("uuid") for g in self.owner.inventory().get("gpus", [])}
+            samplers.append(telemetry.NvmlSampler([by_index.get(i) or i for i in given]))
+        return samplers
 
     def lines(self) -> Iterator[str]:
         assert self.proc.stdout is not None
