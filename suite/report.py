@@ -51,6 +51,8 @@ HEADERS = [
     "first-epoch overhead (s)",
     "fixed cost per step (ms)",
     "GFLOP/s (% of peak)",
+    "GPU busy %",
+    "peak memory",
     "speedup vs baseline",
     "test accuracy",
     "notes",
@@ -95,6 +97,8 @@ def _row(view: ScenarioView, p: Point) -> list[str]:
         _first_epoch(first),
         _step_overhead(p),
         _flops(p),
+        _gpu_busy(p),
+        _peak_memory(p),
         speed,
         _num(p.accuracy, ".3f"),
         "; ".join(notes),
@@ -141,6 +145,32 @@ def _flops(p: Point) -> str:
     share = achieved.median / float(np.median(peaks))
     flag = ": above the measured peak, check the calibration" if share > 1 else ""
     return f"{text} ({share:.1%}{flag})"
+
+
+NOT_MEASURED = "not measured"
+
+
+def _gpu_busy(p: Point) -> str:
+    """The mean GPU utilization over the steady epochs; "not measured" for CPU points and old results."""
+    if not p.ok_runs:
+        return "-"
+    busy = p.gpu_busy
+    return NOT_MEASURED if busy is None else f"{busy:.0f}%"
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB"
+
+
+def _peak_memory(p: Point) -> str:
+    """Peak host memory of the run (process tree or container), and of one GPU where sampled."""
+    if not p.ok_runs:
+        return "-"
+    host, gpu = p.peak_memory, p.peak_gpu_memory
+    if host is None and gpu is None:
+        return NOT_MEASURED
+    text = gib(host) if host is not None else NOT_MEASURED
+    return text + (f" (GPU {gib(gpu)})" if gpu is not None else "")
 
 
 def _environment(view: ScenarioView) -> list[str]:
@@ -223,7 +253,17 @@ def _method(views: list[ScenarioView]) -> str:
         "that key; float32 on NVIDIA GPUs from Ampere on may run as TF32, which the result records. "
         f"*Speedup*: the baseline's fit time over this point's, the {cell(stats.METHOD)}: the geometric means, "
         "not the medians shown (they agree under log-normal noise and part when one repetition is far off); "
-        "\"not significant\" when the interval holds 1, and no difference that is not significant is called a gain."
+        '"not significant" when the interval holds 1, and no difference that is not significant is called a gain. '
+        "*GPU busy %*: the share of time the run's GPUs were executing a kernel (NVML's utilization, sampled at "
+        "5 Hz on the machine the GPUs are in, through NVML or nvidia-smi), averaged over the steady epochs (the "
+        "fit after its first epoch, as the worker's progress lines mark it) and over the run's GPUs, then the "
+        "plain mean across repetitions (a share of time: equal runs weigh equally); busy is not the same as "
+        "fully used, a single small kernel counts. *Peak memory*: the largest over repetitions of each run's "
+        "peak host memory: for a local run the worker's process tree (summed resident memory sampled at 5 Hz, "
+        "or the kernel's high-water mark of its largest process if higher), for a container the engine's "
+        "memory usage less inactive file cache, as `docker stats` shows it (the engine reports about once a "
+        'second); in brackets the most memory used on one GPU, the device as a whole. "not measured": the '
+        "result has no such samples (a CPU point for GPU busy, a result recorded before telemetry)."
     )
 
 

@@ -5,7 +5,9 @@ sentence keeps, tested over generated inputs in tests/test_verdicts.py:
 
 - a difference is called a gain, a win or "faster" only when its interval excludes 1
   (``Ratio.faster``); otherwise the sentence says there is no measurable difference;
-- every point that could not be compared is named, with the reason.
+- every point that could not be compared is named, with the reason;
+- how busy the GPU was is said only where the results carry GPU telemetry, and a GPU busy less than
+  ``FED_BUSY_PERCENT`` of the time is called too little work to keep it fed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from suite import stats
 from suite.plan import axis_name, parse_device
 from suite.results import FIT_S, STATUS_SKIPPED
 from suite.views import ACCURACY_GATE, Point, ScenarioView
+
+# Below this share of time executing kernels, the GPU waits on the host more than it works: the
+# step (or each GPU's share of it) is too small to keep it fed.
+FED_BUSY_PERCENT = 50.0
 
 
 def usable(p: Point | None) -> bool:
@@ -67,6 +73,7 @@ def gpu_crossover(view: ScenarioView) -> str:
     """Along the size axis (matrix order): from which point the GPU trains measurably faster."""
     axis = view.size_axis
     rows: list[tuple[object, stats.Ratio]] = []  # (value along the axis, CPU fit / GPU fit)
+    busy: list[tuple[object, float | None]] = []  # (value along the axis, GPU busy % of that row's GPU point)
     missing: list[tuple[str, str]] = []
     gpu_points = [p for p in view.points if parse_device(p.device)[0] == "gpu"]
     gpu_device = next((p.device for p in gpu_points if parse_device(p.device)[1] == 1), "gpu")
@@ -80,6 +87,7 @@ def gpu_crossover(view: ScenarioView) -> str:
         paired.add(id(gpu))
         if usable(cpu) and usable(gpu):
             rows.append((value, stats.ratio(_fit(cpu), _fit(gpu))))
+            busy.append((value, gpu.gpu_busy if gpu is not None else None))
             continue
         why = [f"{side}: {why_unusable(p)}" for side, p in (("CPU", cpu), ("GPU", gpu)) if not usable(p)]
         missing.append((_name(axis, value), "; ".join(why)))
@@ -99,7 +107,7 @@ def gpu_crossover(view: ScenarioView) -> str:
             else ""
         )
         return f"No CPU-GPU comparison on this machine ({reason}).{span}{_not_compared(missing)}"
-    tail = _not_compared(missing)
+    tail = _busy_along(axis, busy) + _not_compared(missing)
     wins = [i for i, (_, r) in enumerate(rows) if r.faster]
     if not wins:
         value, best = max(rows, key=lambda vr: vr[1].value)
@@ -118,6 +126,21 @@ def gpu_crossover(view: ScenarioView) -> str:
     if first == 0:
         return f"The GPU is faster at {_name(axis, value)} and beyond{exceptions}: GPU speedup {at_first.text()}.{tail}"
     return f"The GPU is faster from {_name(axis, value)} on{exceptions}: GPU speedup {at_first.text()}.{tail}"
+
+
+def _busy_text(percent: float, where: str, what: str = "the step is") -> str:
+    fed = f": {what} too small to keep it fed" if percent < FED_BUSY_PERCENT else ""
+    return f"{percent:.0f}% of the time {where}{fed}"
+
+
+def _busy_along(axis: str | None, busy: list[tuple[object, float | None]]) -> str:
+    """' GPU busy 18% of the time at width 100: ...; 85% of the time at width 2000.' for the first and
+    last compared points that carry GPU telemetry; '' when none does."""
+    measured = [(v, b) for v, b in busy if b is not None]
+    if not measured:
+        return ""
+    ends = [measured[0]] if len(measured) == 1 else [measured[0], measured[-1]]
+    return " GPU busy " + "; ".join(_busy_text(b, f"at {_name(axis, v)}") for v, b in ends) + "."
 
 
 def _numeric(value: object) -> bool:
@@ -140,7 +163,7 @@ def scaling(view: ScenarioView) -> str:
             why = why_unusable(one)
             missing += [(p.label, why if p is one else f"baseline {why}") for p in same_mode]
             continue
-        items = []
+        items, compared = [], []
         for p in same_mode:
             if p is one:
                 continue
@@ -150,10 +173,11 @@ def scaling(view: ScenarioView) -> str:
             n = device_count(p.device) / device_count(base_device)
             r = stats.ratio(_fit(one), _fit(p))
             items.append(f"{p.device} {r.text()}, efficiency {r.value / n:.0%}")
+            compared.append(p)
         batch = one.runs[0].spec["config"]["training"]["batch_size"]
         label = {"global": f"batch {batch} split across devices", "per_replica": f"{batch} per device"}.get(mode, mode)
         if items:
-            parts.append(f"{label}: " + "; ".join(items))
+            parts.append(f"{label}: " + "; ".join(items) + _busy_across([one, *compared]))
     if not parts:
         base_points = [p for p in view.points if parse_device(p.device)[0] == base_kind]
         why = _skip_reason(base_points) or "fewer than two device counts ran ok on every repetition"
@@ -165,6 +189,19 @@ def scaling(view: ScenarioView) -> str:
         + _batch_mode_effect(view)
         + _not_compared(missing)
     )
+
+
+def _busy_across(points: list[Point]) -> str:
+    """' (GPU busy 85% of the time on gpu:1; 20% of the time on gpu:4: ...)' for the device sets with GPU
+    telemetry (each the mean over its GPUs); '' when none has any."""
+    measured = [(p.device, b) for p in points if (b := p.gpu_busy) is not None]
+    if not measured:
+        return ""
+    texts = [
+        _busy_text(b, f"on {device}", "each GPU's share of the step is" if device_count(device) > 1 else "the step is")
+        for device, b in measured
+    ]
+    return " (GPU busy " + "; ".join(texts) + ")"
 
 
 def _batch_mode_effect(view: ScenarioView) -> str:

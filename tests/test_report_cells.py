@@ -129,3 +129,38 @@ def test_crossover_plot_places_points_by_value() -> None:
         assert ax.get_xscale() == "log"
     finally:
         plt.close(fig)
+
+
+def _telemetry(
+    busy: float | None, memory: float | None, hwm: float | None = None, gpu_mem: float | None = None
+) -> dict:
+    metrics = []
+    if busy is not None:
+        metrics.append({"name": "gpu_util_percent", "device": "GPU-a", "summary": {"steady": {"mean": busy}}})
+    for name, value in (("memory_bytes", memory), ("process_hwm_bytes", hwm), ("gpu_memory_used_bytes", gpu_mem)):
+        if value is not None:
+            metrics.append({"name": name, "device": None, "summary": {"run": {"max": value}}})
+    return {"metrics": metrics}
+
+
+def test_gpu_busy_is_the_plain_mean_over_repetitions_and_peak_memory_the_largest() -> None:
+    view, p, _ = _point({"fit_s": 1.0})
+    for r, busy, mem in zip(p.runs, (10.0, 20.0, 60.0), (2**30, 3 * 2**30, 2 * 2**30), strict=True):
+        r.telemetry.update(_telemetry(busy, mem, hwm=mem / 2, gpu_mem=2**29))
+    row = dict(zip(report.HEADERS, report._row(view, p), strict=True))
+    assert row["GPU busy %"] == "30%"
+    assert row["peak memory"] == "3.00 GiB (GPU 0.50 GiB)"
+
+
+def test_kernel_high_water_mark_wins_when_higher_than_the_sampled_peak() -> None:
+    view, p, _ = _point({"fit_s": 1.0}, device="cpu")
+    for r in p.runs:
+        r.telemetry.update(_telemetry(None, 2**30, hwm=1.5 * 2**30))
+    row = dict(zip(report.HEADERS, report._row(view, p), strict=True))
+    assert row["peak memory"] == "1.50 GiB"
+    assert row["GPU busy %"] == "not measured", "a CPU point has no GPU to be busy"
+
+
+def test_results_without_telemetry_say_not_measured() -> None:
+    _, _, row = _point({"fit_s": 1.0})
+    assert row["GPU busy %"] == "not measured" and row["peak memory"] == "not measured"

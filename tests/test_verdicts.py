@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from suite import stats, verdicts
+from suite import stats, telemetry, verdicts
 from suite.results import FIT_S, RunResult
 from suite.views import Point, ScenarioView
 
@@ -283,3 +283,92 @@ def test_knobs_wording_holds_over_generated_inputs(seed: int) -> None:
         if ratios:
             closest = max(ratios, key=lambda k: ratios[k].value)
             assert f": {closest}, {ratios[closest].text()}" in text, text
+
+
+# GPU busy: said only where GPU telemetry exists, and then for the right points
+
+
+def _with_busy(view: ScenarioView, busy: dict[str, list[float]]) -> ScenarioView:
+    """Give each repetition of the points labelled in ``busy`` a telemetry section with that GPU utilization."""
+    for p in view.points:
+        for r, pct in zip(p.runs, busy.get(p.label, []), strict=False):
+            metric = {"name": telemetry.GPU_UTIL_PERCENT, "device": "GPU-a", "summary": {"steady": {"mean": pct}}}
+            r.telemetry.update(metrics=[metric])
+    return view
+
+
+def test_crossover_says_how_busy_the_gpu_was() -> None:
+    v = _width({100: _reps(1.0), 2000: _reps(20.0)}, {100: _reps(3.0), 2000: _reps(4.0)})
+    _with_busy(v, {"model.hidden.0=100, device=gpu": [17.0, 18.0, 19.0], "model.hidden.0=2000, device=gpu": [85.0] * 3})
+    text = verdicts.verdict(v)
+    assert text.startswith("The GPU is faster from width 2000 on: GPU speedup 5.00x (95% CI")
+    assert text.endswith(
+        " GPU busy 18% of the time at width 100: the step is too small to keep it fed; 85% of the time at width 2000."
+    )
+
+
+def test_crossover_without_telemetry_says_nothing_about_busy() -> None:
+    v = _width({100: _reps(1.0), 2000: _reps(20.0)}, {100: _reps(3.0), 2000: _reps(4.0)})
+    assert "busy" not in verdicts.verdict(v)
+
+
+def test_crossover_busy_only_for_compared_points() -> None:
+    points = [
+        ({"model.hidden.0": 100, "device": "cpu"}, _reps(1.0), "ok"),
+        ({"model.hidden.0": 100, "device": "gpu"}, _reps(3.0), "ok"),
+        ({"model.hidden.0": 2000, "device": "cpu"}, _reps(20.0), "ok"),
+        ({"model.hidden.0": 2000, "device": "gpu"}, _reps(4.0), ["ok", "ok", "timeout"]),
+    ]
+    v = _view("gpu_crossover", {"device": "cpu"}, points)
+    _with_busy(v, {"model.hidden.0=100, device=gpu": [30.0] * 3, "model.hidden.0=2000, device=gpu": [90.0] * 3})
+    text = verdicts.verdict(v)
+    assert " GPU busy 30% of the time at width 100: the step is too small to keep it fed." in text
+    assert "width 2000" not in text.split("GPU busy")[1].split("Not compared")[0]
+
+
+def test_scaling_says_how_busy_each_device_set_was() -> None:
+    pts = [({"device": f"gpu:{n}"}, _reps(f), "ok") for n, f in ((1, 10.0), (4, 20.0))]
+    v = _with_busy(_view("scaling", {"device": "gpu:1"}, pts), {"device=gpu:1": [80.0] * 3, "device=gpu:4": [20.0] * 3})
+    text = verdicts.verdict(v)
+    assert (
+        "gpu:4 0.50x (95% CI" in text
+        and "efficiency 13% (GPU busy 80% of the time on gpu:1; 20% of the time on gpu:4: each GPU's share of "
+        "the step is too small to keep it fed)."
+        in text
+    ), text
+    no_telemetry = _view("scaling", {"device": "gpu:1"}, pts)
+    assert "busy" not in verdicts.verdict(no_telemetry)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_busy_wording_holds_over_generated_inputs(seed: int) -> None:
+    rng = np.random.default_rng(5000 + seed)
+    widths = sorted(rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist())
+    points = []
+    for w in widths:
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "cpu"}, 1.0))
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "gpu"}, float(rng.choice([0.3, 1, 3]))))
+    view = _view("gpu_crossover", {"device": "cpu"}, points)
+    _gate(view, rng)
+    busy = {}
+    for p in view.points:
+        if p.device == "gpu" and rng.random() < 0.7:
+            busy[p.label] = [float(rng.uniform(0, 100)) for _ in p.runs]
+    _with_busy(view, busy)
+    text = verdicts.verdict(view)
+    compared = [
+        view.point(**{"model.hidden.0": w, "device": "gpu"})
+        for w in widths
+        if verdicts.usable(view.point(**{"model.hidden.0": w, "device": "cpu"}))
+        and verdicts.usable(view.point(**{"model.hidden.0": w, "device": "gpu"}))
+    ]
+    measured = [p for p in compared if p.gpu_busy is not None]
+    if not measured:
+        assert "busy" not in text, text
+        return
+    for p in {id(q): q for q in (measured[0], measured[-1])}.values():
+        said = f"{p.gpu_busy:.0f}% of the time at width {p.coords['model.hidden.0']}"
+        assert said in text, (said, text)
+        fed = f"{said}: the step is too small to keep it fed"
+        assert (fed in text) == (p.gpu_busy < verdicts.FED_BUSY_PERCENT), text
+    assert text.count("% of the time") == len({id(measured[0]), id(measured[-1])})
