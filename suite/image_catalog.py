@@ -154,11 +154,15 @@ def plan_build(
     name: str,
     lock: Mapping[str, Mapping[str, str]] | None = None,
     base_override: Mapping[str, str] | None = None,
+    debian_base: str | None = None,
 ) -> BuildPlan:
     """Resolve one image's build: args, context, labels, tag.
 
     ``base_override`` replaces build args (e.g. ``{"BASE_IMAGE": ..., "INSTALL": "0"}`` for a base
     built offline). Such a build is tagged ``NAME-x<hash>`` so it never stands in for the real one.
+    ``debian_base``: the tag of the image's own base made from Debian packages (``suite.debian_base``,
+    its requirements already installed) where the catalog's base cannot be pulled. That build is the
+    real image, tagged ``NAME``: the same requirements and pins, on another base.
     """
     d = catalog.get(name)
     lock = load_lock() if lock is None else lock
@@ -174,6 +178,10 @@ def plan_build(
     if unknown:
         raise ImageError(f"unknown build arg(s) {sorted(unknown)}; allowed: {', '.join(sorted(args))}")
     args.update(base_override or {})
+    if debian_base:
+        if base_override:
+            raise ImageError("a build takes either a base override or a Debian base, not both")
+        args.update(BASE_IMAGE=debian_base, INSTALL="0")
     files = {
         "Dockerfile": (DOCKER_DIR / d.dockerfile).read_bytes(),
         d.constraints: (DOCKER_DIR / d.constraints).read_bytes(),
@@ -189,14 +197,28 @@ def plan_build(
     labels = {
         "suite.image": name,
         "suite.context_hash": context_hash,
-        "suite.base.ref": base_ref if base_override else d.base,
+        "suite.base.ref": base_ref if base_override or debian_base else d.base,
         "suite.base.digest": base_ref.split("@", 1)[1] if "@" in base_ref else "",
         "suite.tensorflow": d.tensorflow,
         "suite.gpu": "true" if d.gpu else "false",
         "suite.cuda": d.cuda or "",
         "suite.python": d.python,
     }
+    if not base_override:  # an override's base says itself how it was made (its own labels)
+        labels["suite.base.source"] = "debian" if debian_base else "registry"
     return BuildPlan(name, tag, args, files, labels, context_hash)
+
+
+def label_instruction(labels: Mapping[str, str]) -> str:
+    """One Dockerfile ``LABEL`` instruction setting every label: one build step, not one per label.
+
+    Values are double-quoted with backslash, quote and ``$`` escaped, so none is substituted.
+    """
+    quoted = (
+        f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+        for key, value in sorted(labels.items())
+    )
+    return "LABEL " + " ".join(quoted)
 
 
 def write_lock(path: Path, lock: Mapping[str, Mapping[str, str]]) -> None:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from suite import debian_base
 from suite.image_catalog import (
     CATALOG,
     DOCKER_DIR,
@@ -33,6 +34,7 @@ from suite.image_catalog import (
     ImageDef,
     ImageError,
     UnknownImage,
+    label_instruction,
     load_catalog,
     load_lock,
     pinned_base,
@@ -76,15 +78,19 @@ def needed_images(has_gpus: bool | None = None) -> list[str]:
 
 
 def list_images(client: Any = None, docker_host: str | None = None) -> list[dict[str, Any]]:
-    """One row per catalog image, with its state on the engine (``built``, ``stale``, ``missing``)."""
+    """One row per catalog image, with its state on the engine (``built``, ``stale``, ``missing``).
+
+    ``built`` means built by one of its recipes as they stand: on the catalog's base, or on the
+    Debian base made where that cannot be pulled (the row's ``built_on`` says which).
+    """
     catalog, lock = load_catalog(), load_lock()
     client, problem = _client_or_problem(client, docker_host)
     rows = []
     for name, d in catalog.images.items():
-        plan = plan_build(catalog, name, lock)
+        plans = _routes(catalog, d, lock, None, None)
         row = {
             "name": name,
-            "tag": plan.tag,
+            "tag": plans[0].tag,
             "tensorflow": d.tensorflow,
             "gpu": d.gpu,
             "cuda": d.cuda or "-",
@@ -92,20 +98,25 @@ def list_images(client: Any = None, docker_host: str | None = None) -> list[dict
             "base_digest": (lock.get(d.base) or {}).get("digest", "not locked"),
             "default_for": ",".join(k for k, v in catalog.defaults.items() if v == name) or "-",
         }
-        row.update(_engine_state(client, plan) if client else {"state": f"unknown ({problem})", "image_id": "-"})
+        if client:
+            row.update(_engine_state(client, plans))
+        else:
+            row.update({"state": f"unknown ({problem})", "image_id": "-", "built_on": "-"})
         rows.append(row)
     return rows
 
 
-def _engine_state(client: Any, plan: BuildPlan) -> dict[str, Any]:
+def _engine_state(client: Any, plans: list[BuildPlan]) -> dict[str, Any]:
     import docker
 
     try:
-        image = client.images.get(plan.tag)
+        image = client.images.get(plans[0].tag)
     except docker.errors.ImageNotFound:
-        return {"state": "missing", "image_id": "-"}
-    same = (image.labels or {}).get("suite.context_hash") == plan.context_hash
-    return {"state": "built" if same else "stale (recipe changed; rebuild)", "image_id": image.id}
+        return {"state": "missing", "image_id": "-", "built_on": "-"}
+    found = _matching(client, plans)
+    if found is None:
+        return {"state": "stale (recipe changed; rebuild)", "image_id": image.id, "built_on": "-"}
+    return {"state": "built", "image_id": image.id, "built_on": f"{_source(found[0])} base"}
 
 
 def build_images(
@@ -116,40 +127,99 @@ def build_images(
     client: Any = None,
     docker_host: str | None = None,
     force: bool = False,
+    from_debian: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Build the named images (all when None), skipping those whose recipe label still matches.
 
-    Returns one row per image: name, tag, image_id, context_hash, action (built | up to date).
-    Raises ImageError with the build's last lines when a build fails.
+    from_debian: None (the default) builds on the catalog's base, pulled when the engine lacks it,
+    and where the engine says the pull failed, on a base made from Debian packages instead
+    (``suite.debian_base``); True: on the Debian base without asking a registry; False: never on it.
+    An image built either way is up to date under None; under True or False only one built that way.
+
+    Returns one row per image: name, tag, image_id, context_hash, base (registry | debian | override),
+    action (built | up to date). Raises ImageError with the build's last lines when a build fails.
     """
     catalog, lock = load_catalog(), load_lock()
     # Every name is checked before connecting: a typo is reported as such, engine or not.
-    plans = [plan_build(catalog, name, lock, base_override) for name in names or list(catalog.images)]
+    defs = [catalog.get(name) for name in names or list(catalog.images)]
+    routes = [_routes(catalog, d, lock, base_override, from_debian) for d in defs]
     client = client or _connect(docker_host)
     rows = []
-    for plan in plans:
-        name = plan.name
-        image_id = None if force else _matching_image(client, plan)
-        action = "up to date"
-        if image_id is None:
-            progress(f"building {plan.tag} (FROM {plan.buildargs['BASE_IMAGE']}, {plan.buildargs['TF_REQUIREMENT']})")
-            image_id = _build(client, plan, {**plan.labels, **_base_labels(client, plan, progress)}, progress)
+    for d, plans in zip(defs, routes, strict=True):
+        found = None if force else _matching(client, plans)
+        if found is None:
+            plan, image_id = _build_one(client, d, plans, progress)
             action = "built"
-        progress(f"{plan.tag}: {action} ({image_id[:19]})")
+        else:
+            plan, image_id = found
+            action = "up to date"
+        progress(f"{plan.tag}: {action} on a {_source(plan)} base ({image_id[:19]})")
         rows.append(
-            {"name": name, "tag": plan.tag, "image_id": image_id, "context_hash": plan.context_hash, "action": action}
+            {
+                "name": d.name,
+                "tag": plan.tag,
+                "image_id": image_id,
+                "context_hash": plan.context_hash,
+                "base": _source(plan),
+                "action": action,
+            }
         )
     return rows
 
 
-def _matching_image(client: Any, plan: BuildPlan) -> str | None:
+def _routes(
+    catalog: Catalog,
+    d: ImageDef,
+    lock: Mapping[str, Mapping[str, str]],
+    base_override: Mapping[str, str] | None,
+    from_debian: bool | None,
+) -> list[BuildPlan]:
+    """The recipes an image may be built by, in the order they are tried."""
+    if base_override:
+        return [plan_build(catalog, d.name, lock, base_override)]
+    plans = []
+    if from_debian is not True:
+        plans.append(plan_build(catalog, d.name, lock))
+    if from_debian is not False:
+        plans.append(plan_build(catalog, d.name, lock, debian_base=debian_base.recipe_for(d).tag()))
+    return plans
+
+
+def _source(plan: BuildPlan) -> str:
+    return plan.labels.get("suite.base.source", "override")
+
+
+def _build_one(
+    client: Any, d: ImageDef, plans: list[BuildPlan], progress: Callable[[str], None]
+) -> tuple[BuildPlan, str]:
+    """Build by the first recipe whose base can be had; a registry base that cannot be pulled passes to the next."""
+    for i, plan in enumerate(plans):
+        last = i == len(plans) - 1
+        if _source(plan) == "debian":
+            progress(f"building {plan.tag} on a base made from Debian packages, not pulled from a registry")
+            debian_base.ensure(client, debian_base.recipe_for(d), progress)
+        try:
+            labels = _base_labels(client, plan, progress)
+        except BasePullFailed as exc:
+            if last:
+                raise
+            progress(f"{exc}; building the base from Debian packages instead")
+            continue
+        progress(f"building {plan.tag} (FROM {plan.buildargs['BASE_IMAGE']}, {plan.buildargs['TF_REQUIREMENT']})")
+        return plan, _build(client, plan, {**plan.labels, **labels}, progress)
+    raise AssertionError("an image has at least one recipe")
+
+
+def _matching(client: Any, plans: list[BuildPlan]) -> tuple[BuildPlan, str] | None:
+    """The recipe an image on the engine was built by, with its ID, when it is one of ``plans``."""
     import docker
 
     try:
-        image = client.images.get(plan.tag)
+        image = client.images.get(plans[0].tag)
     except docker.errors.ImageNotFound:
         return None
-    return image.id if (image.labels or {}).get("suite.context_hash") == plan.context_hash else None
+    built = (image.labels or {}).get("suite.context_hash")
+    return next(((plan, image.id) for plan in plans if plan.context_hash == built), None)
 
 
 def _base_labels(client: Any, plan: BuildPlan, progress: Callable[[str], None]) -> dict[str, str]:
@@ -173,6 +243,10 @@ def _base_labels(client: Any, plan: BuildPlan, progress: Callable[[str], None]) 
     return labels
 
 
+class BasePullFailed(ImageError):
+    """The engine answered a pull of a base image with an error: no registry, or it refused."""
+
+
 def _pull(client: Any, ref: str, progress: Callable[[str], None]) -> Any:
     import docker
 
@@ -180,19 +254,22 @@ def _pull(client: Any, ref: str, progress: Callable[[str], None]) -> Any:
     try:
         for event in client.api.pull(ref, stream=True, decode=True):
             if "error" in event:
-                raise ImageError(f"cannot pull base image {ref}: {event['error']}")
+                raise BasePullFailed(f"the engine cannot pull base image {ref}: {event['error']}")
         return client.images.get(ref)
     except docker.errors.APIError as exc:
-        raise ImageError(
-            f"cannot pull base image {ref}: {exc.explanation or exc}; build where the registry "
-            "answers, or load the base with `docker load` first"
+        raise BasePullFailed(
+            f"the engine cannot pull base image {ref}: {exc.explanation or exc}; build where the registry "
+            "answers, load the base with `docker load` first, or build on a Debian base"
         ) from None
 
 
 def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Callable[[str], None]) -> str:
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
-        for arcname, data in sorted(plan.files.items()):
+        # The labels go in as one instruction at the end of the Dockerfile: the API's ``labels``
+        # makes a build step (a container and a commit) per label.
+        files = {**plan.files, "Dockerfile": plan.files["Dockerfile"] + f"\n{label_instruction(labels)}\n".encode()}
+        for arcname, data in sorted(files.items()):
             info = tarfile.TarInfo(arcname)
             info.size, info.mode, info.mtime = len(data), 0o644, 0  # fixed metadata: same bytes, same cache
             tar.addfile(info, io.BytesIO(data))
@@ -203,7 +280,6 @@ def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Calla
         custom_context=True,
         tag=plan.tag,
         buildargs=plan.buildargs,
-        labels=labels,
         rm=True,
         forcerm=True,
         pull=False,
