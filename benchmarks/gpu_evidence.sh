@@ -4,7 +4,12 @@
 # apply under JAX, on the Keras JAX backend and the local backend, then the reports.
 #
 #   benchmarks/gpu_evidence.sh --prepare-wheels        # here, with internet: fill benchmarks/wheels/
-#   benchmarks/gpu_evidence.sh --machine h200          # there: run, then report
+#   benchmarks/gpu_evidence.sh --machine h200          # there: check, install, run, report
+#
+# benchmarks/wheels/ is git-ignored (about 37 MiB of binary wheels for CPython 3.12, plus MNIST's
+# test set): copy it along with the working tree to the GPU machine. Every result is written as
+# soon as its run ends, and a second call with the same flags runs only what is not done yet (bring
+# <results>/<machine>/ back first when the machine starts bare).
 #
 # What it writes
 #   <results>/<machine>/                 one result file per run (default results: reports/results)
@@ -38,13 +43,15 @@
 # with that interpreter's own site folders, so its JAX with CUDA is the one used). NumPy, SciPy and
 # JAX are never installed: the ones JAX was built with are used.
 #
-# How long: --budget-s (default 540 s) bounds the whole run; the width scenario runs first, the
-# knobs with the time left, and the reports are always written (a run cut at the budget is recorded
-# as missing, and the exit code is 4). Estimate for the defaults on a 16-core host with an H200 (from
-# runs on a 2-core machine: 10-25 s of fixed cost per run there for process start, JAX start,
-# synthetic data, compilation, evaluation and the step-floor probe; the width-2000 CPU fit about 10
-# s on 16 cores): about 20-25 s per run, 3 widths x 2 devices x 3 repetitions = 18 runs, 5-7 min,
-# then the knobs (4 variants that run at batch 128, 3 repetitions) with what is left.
+# How long: --budget-s (default 540 s, counted from the script's start) bounds everything; the
+# width scenario runs first, the knobs with the time left, and the reports are always written in the
+# last 45 s (runs cut at the budget are missing from them, and the exit code is 4). Estimate for the
+# defaults on a 16-core host with an H200, from runs measured on a 2-core machine (fixed cost per run
+# 20-30 s there: Python and JAX start, 60,000 synthetic digits, compilation, evaluation, the
+# step-floor probe; a width-2000 CPU epoch 5.5-8 s there, about 1 s expected on 16 cores) and an
+# expected 0.3-1 ms per GPU step: 15-25 s per run, so the 18 width runs (3 widths x 2 devices x 3
+# repetitions) take 5-7 min and the knobs (5 variants that run at batch 128, 3 repetitions each)
+# get the rest; repetitions are interleaved, so a cut leaves every point with its first ones.
 #
 # Exit codes: 0 done; 1 some run failed (recorded, see the reports); 2 a precondition or a flag is
 # wrong (the message says which); 4 the budget ended the runs early (what ran is reported).
@@ -72,7 +79,7 @@ Options (defaults in brackets):
   --knob-batches LIST     batch sizes for the knobs [128]; --no-knobs leaves them out
   --data synthetic|t10k   [synthetic]       --mnist DIR   IDX folder for --data t10k
   --run-timeout S         limit of one run [300]
-  --budget-s S            limit of all runs together [540]
+  --budget-s S            limit of the whole script, reports included [540]
   --allow-no-gpu          run without an NVIDIA GPU (a CPU machine): GPU points are recorded as skipped
   --jax-preallocate       keep JAX's default of taking 75% of GPU memory at start (peak memory then
                           shows the pool, not the use) [off: XLA_PYTHON_CLIENT_PREALLOCATE=false]
@@ -266,21 +273,21 @@ mkdir -p "$MDIR/scenarios" || die "cannot create $MDIR"
 LOG="$MDIR/gpu_evidence.log"
 
 main() {
-echo "== gpu_evidence $(date -u +%Y-%m-%dT%H:%M:%SZ) machine=$MACHINE python=$RUNPY"
-[ "$ALLOW_NO_GPU" -eq 1 ] || echo "GPUs: $(nvidia-smi -L | tr '\n' ' ')"
-echo "JAX sees $jax_gpus GPU(s); TensorFlow: $("$RUNPY" -c 'import importlib.util as u; print("installed" if u.find_spec("tensorflow") else "not installed (tf.data variants are skipped)")')"
-[ "$PREALLOCATE" -eq 1 ] || echo "XLA_PYTHON_CLIENT_PREALLOCATE=false: JAX allocates GPU memory as it needs it"
+  echo "== gpu_evidence $(date -u +%Y-%m-%dT%H:%M:%SZ) machine=$MACHINE python=$RUNPY"
+  [ "$ALLOW_NO_GPU" -eq 1 ] || echo "GPUs: $(nvidia-smi -L | tr '\n' ' ')"
+  echo "JAX sees $jax_gpus GPU(s); TensorFlow: $("$RUNPY" -c 'import importlib.util as u; print("installed" if u.find_spec("tensorflow") else "not installed (tf.data variants are skipped)")')"
+  [ "$PREALLOCATE" -eq 1 ] || echo "XLA_PYTHON_CLIENT_PREALLOCATE=false: JAX allocates GPU memory as it needs it"
 
-if [ "$DATA" = t10k ]; then
-  MNIST=${MNIST:-$WHEELS/mnist}
-  [ -f "$MNIST/t10k-images-idx3-ubyte.gz" ] || [ -f "$MNIST/t10k-images-idx3-ubyte" ] \
-    || die "--data t10k: no t10k-images-idx3-ubyte(.gz) in $MNIST; pass --mnist DIR"
-  MNIST=$(cd "$MNIST" && pwd)
-fi
+  if [ "$DATA" = t10k ]; then
+    MNIST=${MNIST:-$WHEELS/mnist}
+    [ -f "$MNIST/t10k-images-idx3-ubyte.gz" ] || [ -f "$MNIST/t10k-images-idx3-ubyte" ] \
+      || die "--data t10k: no t10k-images-idx3-ubyte(.gz) in $MNIST; pass --mnist DIR"
+    MNIST=$(cd "$MNIST" && pwd)
+  fi
 
-# ------------------------------------------------------------------ derived JAX scenarios
-"$RUNPY" - "$MDIR/scenarios" "$WIDTHS" "$EPOCHS" "$REPEATS" "${TRAIN_SAMPLES:-0}" "${TEST_SAMPLES:-0}" \
-  "$KNOB_BATCHES" "$DATA" "${MNIST:-}" "$RUN_TIMEOUT" <<'PYEOF' || die "deriving the JAX scenarios failed (see above)"
+  # ------------------------------------------------------------------ derived JAX scenarios
+  "$RUNPY" - "$MDIR/scenarios" "$WIDTHS" "$EPOCHS" "$REPEATS" "${TRAIN_SAMPLES:-0}" "${TEST_SAMPLES:-0}" \
+    "$KNOB_BATCHES" "$DATA" "${MNIST:-}" "$RUN_TIMEOUT" <<'PYEOF' || die "deriving the JAX scenarios failed (see above)"
 import copy
 import sys
 from pathlib import Path
@@ -347,57 +354,59 @@ for doc in (width, knobs):
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
     print(f"derived {path}")
 PYEOF
-SCEN_WIDTH="$MDIR/scenarios/mnist_mlp_width_jax.yaml"
-SCEN_KNOBS="$MDIR/scenarios/gpu_knobs_jax.yaml"
-scen=("$SCEN_WIDTH")
-[ "$KNOBS" -eq 0 ] || scen+=("$SCEN_KNOBS")
-"$RUNPY" -m suite check "${scen[@]}" || die "the derived scenarios do not validate (see above)"
+  SCEN_WIDTH="$MDIR/scenarios/mnist_mlp_width_jax.yaml"
+  SCEN_KNOBS="$MDIR/scenarios/gpu_knobs_jax.yaml"
+  scen=("$SCEN_WIDTH")
+  [ "$KNOBS" -eq 0 ] || scen+=("$SCEN_KNOBS")
+  "$RUNPY" -m suite check "${scen[@]}" || die "the derived scenarios do not validate (see above)"
 
-run_args=(--backend local --results "$RESULTS" --machine "$MACHINE")
-if [ "$DATA" = synthetic ] && "$RUNPY" -m suite run --help 2>/dev/null | grep -q -- '--allow-synthetic'; then
-  run_args+=(--allow-synthetic)  # full size on synthetic digits, knowingly; the reports mark it
-fi
-
-# ------------------------------------------------------------------ runs, within the budget
-START=$SECONDS
-REPORT_RESERVE=30
-cut=0
-failed=0
-for file in "${scen[@]}"; do
-  left=$((BUDGET - (SECONDS - START) - REPORT_RESERVE))
-  if [ "$left" -le 10 ]; then
-    echo "budget of ${BUDGET} s reached: $(basename "$file") not run"
-    cut=1
-    continue
+  run_args=(--backend local --results "$RESULTS" --machine "$MACHINE")
+  if [ "$DATA" = synthetic ] && "$RUNPY" -m suite run --help 2>/dev/null | grep -q -- '--allow-synthetic'; then
+    run_args+=(--allow-synthetic)  # full size on synthetic digits, knowingly; the reports mark it
   fi
-  echo "== $(basename "$file"): up to ${left} s"
-  rc=0
-  timeout -s TERM -k 60 "$left" "$RUNPY" -m suite run "$file" "${run_args[@]}" || rc=$?
-  case "$rc" in
-    0) ;;
-    1) failed=1 ;;
-    124|130|143) echo "budget of ${BUDGET} s reached during $(basename "$file"): the runs done so far are kept"; cut=1 ;;
-    *) echo "python -m suite run $file exited $rc"; exit "$rc" ;;
-  esac
-done
-echo "== runs took $((SECONDS - START)) s"
 
-"$RUNPY" -m suite report --results "$RESULTS" --out "$REPORTS"
-
-if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-  pages=()
-  for name in mnist_mlp_width_jax gpu_knobs_jax; do
-    [ -f "$REPORTS/$name.md" ] && pages+=("$REPORTS/$name.md")
+  # ------------------------------------------------------------------ runs, within the budget
+  # The budget counts from the script's start (installs and checks included); the reports and the
+  # copy to $OUT get the last REPORT_RESERVE seconds.
+  START=$SECONDS
+  REPORT_RESERVE=45
+  cut=0
+  failed=0
+  for file in "${scen[@]}"; do
+    left=$((BUDGET - SECONDS - REPORT_RESERVE))
+    if [ "$left" -le 10 ]; then
+      echo "budget of ${BUDGET} s reached: $(basename "$file") not run"
+      cut=1
+      continue
+    fi
+    echo "== $(basename "$file"): up to ${left} s"
+    rc=0
+    timeout -s TERM -k 20 "$left" "$RUNPY" -m suite run "$file" "${run_args[@]}" || rc=$?
+    case "$rc" in
+      0) ;;
+      1) failed=1 ;;
+      124|130|143) echo "budget of ${BUDGET} s reached during $(basename "$file"): the runs done so far are kept"; cut=1 ;;
+      *) echo "python -m suite run $file exited $rc"; exit "$rc" ;;
+    esac
   done
-  mapfile -t made < <(cd "$REPORTS" && find . -maxdepth 1 \( -name '*.md' -o -name '*.png' \) | sort)
-  tar -czf "$OUT/gpu_evidence.tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")/$MACHINE" -C "$REPORTS" "${made[@]}"
-  cp "${pages[@]}" "$OUT/" 2>/dev/null || true
-  cp "$LOG" "$OUT/gpu_evidence.log"
-  echo "copied results and reports to $OUT"
-fi
+  echo "== runs took $((SECONDS - START)) s"
 
-if [ "$cut" -eq 1 ]; then return 4; fi
-return "$failed"
+  "$RUNPY" -m suite report --results "$RESULTS" --out "$REPORTS"
+
+  if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+    pages=()
+    for name in mnist_mlp_width_jax gpu_knobs_jax; do
+      [ -f "$REPORTS/$name.md" ] && pages+=("$REPORTS/$name.md")
+    done
+    mapfile -t made < <(cd "$REPORTS" && find . -maxdepth 1 \( -name '*.md' -o -name '*.png' \) | sort)
+    tar -czf "$OUT/gpu_evidence.tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")/$MACHINE" -C "$REPORTS" "${made[@]}"
+    cp "${pages[@]}" "$OUT/" 2>/dev/null || true
+    cp "$LOG" "$OUT/gpu_evidence.log"
+    echo "copied results and reports to $OUT"
+  fi
+
+  if [ "$cut" -eq 1 ]; then return 4; fi
+  return "$failed"
 }
 
 rc=0
