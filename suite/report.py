@@ -256,7 +256,8 @@ def _method(views: list[ScenarioView]) -> str:
         '"not significant" when the interval holds 1, and no difference that is not significant is called a gain. '
         "*GPU busy %*: the share of time the run's GPUs were executing a kernel (NVML's utilization, sampled at "
         "5 Hz on the machine the GPUs are in, through NVML or nvidia-smi), averaged over the steady epochs (the "
-        "fit after its first epoch, as the worker's progress lines mark it) and over the run's GPUs, then the "
+        "fit after its first epoch, as the worker's progress lines mark it; the whole fit when that holds "
+        "under 5 samples) and over the run's GPUs, then the "
         "plain mean across repetitions (a share of time: equal runs weigh equally); busy is not the same as "
         "fully used, a single small kernel counts. *Peak memory*: the largest over repetitions of each run's "
         "peak host memory: for a local run the worker's process tree (summed resident memory sampled at 5 Hz, "

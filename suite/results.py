@@ -166,12 +166,16 @@ ENV_GPUS = Field("environment", "gpus_driver")
 
 # telemetry: the windows and statistics reports use (suite.telemetry names the metrics)
 BUSY_WINDOWS = ("steady", "fit", "run")  # "busy" is about the steps: the steady epochs where recorded
+BUSY_MIN_SAMPLES = 5  # a window shorter than a second at 5 Hz says too little: the next one is used
 
 
 def gpu_busy_percent(result: RunResult) -> float | None:
-    """Mean GPU utilization over the steady epochs (else the fit, else the whole run), averaged over
-    the run's GPUs; None when no GPU was sampled."""
-    values = [tm.window_stat(e, "mean", BUSY_WINDOWS) for e in tm.metric_entries(result.telemetry, tm.GPU_UTIL_PERCENT)]
+    """Mean GPU utilization over the steady epochs (else the fit, else the whole run: the first with
+    at least BUSY_MIN_SAMPLES samples), averaged over the run's GPUs; None when no GPU was sampled."""
+    values = [
+        tm.window_stat(e, "mean", BUSY_WINDOWS, BUSY_MIN_SAMPLES)
+        for e in tm.metric_entries(result.telemetry, tm.GPU_UTIL_PERCENT)
+    ]
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
 

@@ -741,10 +741,13 @@ def metric_entries(section: dict[str, Any] | None, name: str) -> list[dict[str, 
     return [m for m in (section or {}).get("metrics", []) if m.get("name") == name]
 
 
-def window_stat(entry: dict[str, Any], stat: str, windows: tuple[str, ...] = ("steady", "fit", "run")) -> float | None:
-    """The first of ``windows`` the entry has a summary for, that summary's ``stat``."""
+def window_stat(
+    entry: dict[str, Any], stat: str, windows: tuple[str, ...] = ("steady", "fit", "run"), min_n: int = 1
+) -> float | None:
+    """``stat`` of the first of ``windows`` whose summary has at least ``min_n`` samples (a summary
+    without a count counts as enough); None when none has."""
     for window in windows:
         summary = entry.get("summary", {}).get(window)
-        if summary and summary.get(stat) is not None:
+        if summary and summary.get(stat) is not None and summary.get("n", min_n) >= min_n:
             return float(summary[stat])
     return None
