@@ -156,15 +156,23 @@ REPORTS=$(realpath -m "$REPORTS")
 wheels_mib() { du -sm "$1" | cut -f1; }
 
 # ------------------------------------------------------------------ --prepare-wheels (here, with internet)
-# The pins the suite renders with (requirements/host.txt) and the worker's Keras (worker-cpu.txt).
+# What the wheel folder holds: the host side's packages at the pins the suite renders with
+# (requirements/host.txt), NVML for the telemetry, and the worker's Keras (worker-cpu.txt). A name
+# without a pin there is taken at its newest version, and said so.
+WHEEL_NAMES=(PyYAML tabulate matplotlib nvidia-ml-py keras)
 pins() {
-  grep -hE '^(PyYAML|tabulate|matplotlib|nvidia-ml-py|keras)==' "$REPO/requirements/host.txt" \
-    "$REPO/requirements/worker-cpu.txt" | sort -u
+  local name pin
+  for name in "${WHEEL_NAMES[@]}"; do
+    pin=$(grep -hiE "^$name==" "$REPO/requirements/host.txt" "$REPO/requirements/worker-cpu.txt" | head -n1 || true)
+    echo "${pin:-$name}"
+  done
 }
 
 if [ "$PREPARE" -eq 1 ]; then
   mapfile -t WANT < <(pins)
-  [ "${#WANT[@]}" -ge 4 ] || die "requirements/host.txt or worker-cpu.txt lost a pin: found only ${WANT[*]:-none}"
+  for want in "${WANT[@]}"; do
+    [[ $want == *==* ]] || echo "note: requirements/host.txt and worker-cpu.txt pin no $want; taking its newest version"
+  done
   mkdir -p "$WHEELS"
   plat=()
   for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64; do
@@ -208,6 +216,12 @@ jax_gpus=$("$PY" -c 'import jax; print(sum(d.platform == "gpu" for d in jax.devi
 if [ "$ALLOW_NO_GPU" -eq 0 ] && [ "$jax_gpus" -lt 1 ]; then
   die "JAX in $PY sees no GPU (jax.devices(): $("$PY" -c 'import jax; print(jax.devices())' 2>&1 | tail -n1)); \
 install JAX with CUDA (jax[cuda12] or jax[cuda13]) or pass --python with the one that has it"
+fi
+
+if [ "$DATA" = t10k ]; then
+  MNIST=${MNIST:-$WHEELS/mnist}
+  [ -f "$MNIST/t10k-images-idx3-ubyte.gz" ] || [ -f "$MNIST/t10k-images-idx3-ubyte" ] \
+    || die "--data t10k: no t10k-images-idx3-ubyte(.gz) in $MNIST; pass --mnist DIR, or run --prepare-wheels"
 fi
 
 # What the suite imports for `run --backend local` and `report` (scenario: yaml; report: tabulate,
@@ -278,13 +292,6 @@ main() {
   echo "JAX sees $jax_gpus GPU(s); TensorFlow: $("$RUNPY" -c 'import importlib.util as u; print("installed" if u.find_spec("tensorflow") else "not installed (tf.data variants are skipped)")')"
   [ "$PREALLOCATE" -eq 1 ] || echo "XLA_PYTHON_CLIENT_PREALLOCATE=false: JAX allocates GPU memory as it needs it"
 
-  if [ "$DATA" = t10k ]; then
-    MNIST=${MNIST:-$WHEELS/mnist}
-    [ -f "$MNIST/t10k-images-idx3-ubyte.gz" ] || [ -f "$MNIST/t10k-images-idx3-ubyte" ] \
-      || die "--data t10k: no t10k-images-idx3-ubyte(.gz) in $MNIST; pass --mnist DIR"
-    MNIST=$(cd "$MNIST" && pwd)
-  fi
-
   # ------------------------------------------------------------------ derived JAX scenarios
   "$RUNPY" - "$MDIR/scenarios" "$WIDTHS" "$EPOCHS" "$REPEATS" "${TRAIN_SAMPLES:-0}" "${TEST_SAMPLES:-0}" \
     "$KNOB_BATCHES" "$DATA" "${MNIST:-}" "$RUN_TIMEOUT" <<'PYEOF' || die "deriving the JAX scenarios failed (see above)"
@@ -324,9 +331,11 @@ def derive(src: str, suffix: str = "_jax") -> dict:
 width = derive("scenarios/mnist_mlp_width.yaml")
 if widths != "all":
     width["matrix"]["model.hidden.0"] = [int(w) for w in widths.split(",")]
+    width["description"] += f" Widths run here: {widths.replace(',', ', ')}."
 
 knobs = derive("scenarios/gpu_knobs.yaml")
 knobs["matrix"]["training.batch_size"] = [int(b) for b in batches.split(",")]
+knobs["description"] += f" Batch sizes run here: {batches.replace(',', ', ')}."
 
 
 def value_at(doc: dict, path: str) -> object:

@@ -101,6 +101,13 @@ def test_missing_packages_without_wheels_say_how_to_get_them(tmp_path: Path) -> 
     assert "--prepare-wheels" in proc.stderr
 
 
+@needs_jax
+def test_real_digits_asked_for_but_not_there(tmp_path: Path) -> None:
+    proc = run_script("--allow-no-gpu", "--python", sys.executable, "--data", "t10k", "--mnist", tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"--data t10k: no t10k-images-idx3-ubyte(.gz) in {tmp_path}" in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
