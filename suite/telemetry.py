@@ -587,19 +587,23 @@ class SmiSampler(Sampler):
     def run(self, clock: Callable[[], float], stop: threading.Event, interval_s: float) -> None:
         fields = [field for field, _, _ in SMI_FIELDS]
         last_text = ""
-        for line in self.lines(interval_s):
-            if stop.is_set():
-                return
-            row = parse_smi_line(line, fields)
-            if row is None:
-                last_text = line.strip() or last_text
-                continue
-            t = clock()
-            with self._lock:
-                if not self.reads or self.reads[-1] != t:
-                    self.reads.append(t)
-            for key, value in smi_metrics(row).items():
-                self.add(key, t, value)
+        try:
+            for line in self.lines(interval_s):
+                if stop.is_set():
+                    return
+                row = parse_smi_line(line, fields)
+                if row is None:
+                    last_text = line.strip() or last_text
+                    continue
+                t = clock()
+                with self._lock:
+                    if not self.reads or self.reads[-1] != t:
+                        self.reads.append(t)
+                for key, value in smi_metrics(row).items():
+                    self.add(key, t, value)
+        except RuntimeError as exc:  # its exit code, with what it printed last
+            self.error = f"{exc}" + (f": {last_text}" if last_text else "")
+            return
         if not self.reads and last_text:
             self.error = f"nvidia-smi gave no samples: {last_text}"
 

@@ -194,6 +194,22 @@ def test_docker_stats_sampler_on_a_real_container(client: Any, base_image: str) 
     assert size <= memory <= size + 40 * MIB, memory / MIB
 
 
+@pytest.mark.docker
+def test_nvidia_smi_missing_in_the_container_is_recorded_not_raised(client: Any, base_image: str) -> None:
+    """The remote-engine GPU path for real, up to where a GPU would be needed: the exec runs in the
+    run's container, and a container without nvidia-smi (no GPU runtime here) gives an error record."""
+    container = client.containers.run(base_image, ["sleep", "30"], detach=True, labels={"suite.test": "telemetry"})
+    try:
+        recorder = telemetry.Recorder([telemetry.SmiSampler(lambda: client, container.id)], time.monotonic()).start()
+        time.sleep(1.0)
+        section = recorder.stop()
+    finally:
+        container.remove(force=True)
+    (source,) = section["sources"]
+    assert source["samples"] == 0 and section["metrics"] == []
+    assert "nvidia-smi" in (source["error"] or ""), source
+
+
 def test_docker_formulas_follow_the_cli() -> None:
     # docker/cli stats_helpers.go: (cpuDelta / systemDelta) * onlineCPUs * 100; usage - inactive file.
     prev = {"cpu_usage": {"total_usage": 1_000}, "system_cpu_usage": 10_000}
