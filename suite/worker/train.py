@@ -32,6 +32,10 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
     kind, count = parse_device(cfg["device"])
     timing, env = record["timing"], record["environment"]
     os.environ["KERAS_BACKEND"] = backend  # before keras is imported anywhere
+    if backend == "jax" and kind == "cpu":
+        # Only the CPU client: JAX's CUDA plugin, where installed, would otherwise try to start on
+        # a machine whose GPUs this run hides (CUDA_VISIBLE_DEVICES=""), and fail or cost seconds.
+        os.environ["JAX_PLATFORMS"] = "cpu"
 
     env["host"] = facts.collect_host()
     env["gpus_driver"] = facts.collect_gpus(identity.asked_from_env(os.environ))
