@@ -16,6 +16,7 @@ PACKAGES = ("tensorflow", "tensorflow-cpu", "keras", "jax", "torch", "numpy", "d
 
 def collect(docker_host: str | None = None) -> dict[str, Any]:
     gpus, note = hostinfo.gpu_inventory()
+    pool = _pool(gpus)
     facts: dict[str, Any] = {
         "machine": hostinfo.machine_name(),
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -23,6 +24,7 @@ def collect(docker_host: str | None = None) -> dict[str, Any]:
         "packages": {name: _version(name) for name in PACKAGES},
         "gpus": gpus,
         "gpu_note": note,
+        "pool": pool,
     }
     try:
         from suite.backends.docker import engine_facts
@@ -35,6 +37,18 @@ def collect(docker_host: str | None = None) -> dict[str, Any]:
     return facts
 
 
+def _pool(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which of this host's GPUs the local backend may hand out (an inherited CUDA_VISIBLE_DEVICES), or why none."""
+    from suite.backends import BackendUnavailable
+    from suite.backends.base import inherit_pool
+
+    try:
+        inventory = inherit_pool({"gpus": gpus})
+    except BackendUnavailable as exc:
+        return {"error": str(exc)}
+    return {**inventory["pool"], "indices": [g.get("index") for g in inventory["gpus"]]}
+
+
 def _engine_gpus(docker_host: str | None) -> dict[str, Any]:
     """The GPUs of the engine's host, as the Docker backend asks that engine (a remote server's own)."""
     from suite.backends.docker import DockerBackend
@@ -45,6 +59,20 @@ def _engine_gpus(docker_host: str | None) -> dict[str, Any]:
     finally:
         backend.close()
     return {"gpus": inventory.get("gpus", []), "note": inventory.get("gpu_note") or inventory.get("source", "")}
+
+
+def _gpu_line(g: dict[str, Any]) -> str:
+    def shown(key: str, unit: str = "") -> str:
+        value = g.get(key)
+        return "?" if value is None else f"{value}{unit}"
+
+    return (
+        f"  [{g.get('index')}] {g.get('name')}, {g.get('uuid')}, bus {shown('pci_bus_id')}, {shown('memory_mib')} MiB, "
+        f"driver {shown('driver')} (CUDA {shown('cuda_driver_version')}), VBIOS {shown('vbios')}, "
+        f"power limit {shown('power_limit_w', ' W')}, persistence {shown('persistence_mode')}, "
+        f"application clocks {shown('app_clock_graphics_mhz')}/{shown('app_clock_memory_mhz')} MHz, "
+        f"compute mode {shown('compute_mode')}"
+    )
 
 
 def _version(dist: str) -> str:
@@ -63,11 +91,17 @@ def render(facts: dict[str, Any]) -> str:
     ]
     if facts["gpus"]:
         lines.append(f"gpus ({facts['gpu_note']}):")
-        lines += [
-            f"  [{g['index']}] {g['name']}, {g['memory_mib']} MiB, driver {g['driver']}, {g['uuid']}"
-            for g in facts["gpus"]
-        ]
-        lines.append("  a point asking for gpu:N runs on GPUs [0..N-1] of this list; more than listed: skipped")
+        lines += [_gpu_line(g) for g in facts["gpus"]]
+        pool = facts.get("pool") or {}
+        if "error" in pool:
+            lines.append(f"  pool: {pool['error']}")
+        else:
+            indices = ", ".join(str(i) for i in pool.get("indices", [])) or "none"
+            lines.append(f"  pool: GPUs {indices} ({pool.get('source')})")
+            lines.append(
+                "  a point asking for gpu:N runs on the pool's first N GPUs (--gpus chooses among them), "
+                "by UUID; more than the pool holds: skipped"
+            )
     else:
         lines.append(f"gpus:     none ({facts['gpu_note']}); every GPU point will be recorded as skipped")
     docker = facts.get("docker") or {}

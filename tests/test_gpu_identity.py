@@ -227,14 +227,26 @@ def test_the_worker_refuses_to_train_on_another_gpu(monkeypatch: pytest.MonkeyPa
     from suite.worker import train
 
     monkeypatch.setenv(identity.ASKED_ENV, json.dumps([{"uuid": A["uuid"], "pci_bus_id": "00000000:12:00.0"}]))
+    asked = identity.asked_from_env(os.environ)
     with pytest.raises(train.DeviceMismatch, match="asked .*0000:12:00.0.*framework sees .*0000:8a:00.0"):
-        train._verify("gpu", 1, [identity.identity(pci_bus_id="0000:8A:00.0")], "GPU-3fb142e7")
-    checked = train._verify("gpu", 1, [identity.identity(pci_bus_id="0000:12:00.0")], "GPU-3fb142e7")
+        train._verify("gpu", 1, [identity.identity(pci_bus_id="0000:8A:00.0")], "GPU-3fb142e7", asked)
+    checked = train._verify("gpu", 1, [identity.identity(pci_bus_id="0000:12:00.0")], "GPU-3fb142e7", asked)
     assert checked["status"] == "confirmed"
     with pytest.raises(train.DeviceMismatch, match="asked for 1 GPU"):
-        train._verify("gpu", 1, [], "GPU-3fb142e7")
-    monkeypatch.delenv(identity.ASKED_ENV)
-    assert train._verify("gpu", 1, [A], "0")["status"] == "unconfirmed"
+        train._verify("gpu", 1, [], "GPU-3fb142e7", asked)
+    assert train._verify("gpu", 1, [A], "0", None)["status"] == "unconfirmed"
+
+
+def test_a_gpu_known_by_uuid_only_is_checked_by_the_drivers_bus_id() -> None:
+    # The Docker engine's probe names GPUs by UUID; TensorFlow reports bus ids. The driver's own
+    # list, as the worker reads it from nvidia-smi in its container, pairs them (constructed input).
+    driver = [{"uuid": A["uuid"], "pci_bus_id": "00000000:12:00.0"}, {"uuid": B["uuid"], "pci_bus_id": None}]
+    (filled,) = identity.complete([identity.identity(A["uuid"])], driver)
+    assert filled["pci_bus_id"] == "0000:12:00.0"
+    seen = [identity.identity(pci_bus_id=identity.bus_id_from_description("device: 0, pci bus id: 0000:12:00.0"))]
+    assert identity.compare([filled], seen)["status"] == "confirmed"
+    (unknown,) = identity.complete([identity.identity(B["uuid"])], driver)
+    assert unknown["pci_bus_id"] is None and identity.compare([unknown], seen)["status"] == "unconfirmed"
 
 
 def test_no_cuda_driver_is_none() -> None:
@@ -420,3 +432,20 @@ def test_inherited_pool_applies_to_a_local_engine_only(monkeypatch: pytest.Monke
     assert [g["index"] for g in local["gpus"]] == [1] and local["pool"]["cuda_visible_devices"] == "1"
     remote = DockerBackend(docker_host="tcp://10.0.0.5:2376")._engine_pool(found)
     assert len(remote["gpus"]) == 3 and "engine's host" in remote["pool"]["source"]
+
+
+def test_env_command_shows_the_pool_and_the_recorded_facts(fake_smi, monkeypatch: pytest.MonkeyPatch) -> None:
+    from suite import envinfo
+
+    fake_smi("hpe-a100x2.query-gpu.csv")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    gpus, note = hostinfo.gpu_inventory()
+    facts_ = {"machine": "m", "python": "p", "cpu": "c", "packages": {}, "gpus": gpus, "gpu_note": note}
+    text = envinfo.render({**facts_, "pool": envinfo._pool(gpus), "docker": {"error": "none here"}})
+    assert "bus 00000000:8A:00.0" in text and "VBIOS 92.00.25.00.08" in text and "CUDA 12.5" in text
+    assert "application clocks 765/1215 MHz" in text and "power limit ? W" not in text and "power limit ?" in text
+    assert "pool: GPUs 1 (CUDA_VISIBLE_DEVICES inherited by the suite)" in text
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-GPU-1/0/0")
+    assert "pool: the inherited CUDA_VISIBLE_DEVICES=MIG-GPU-1/0/0 names a MIG instance" in envinfo.render(
+        {**facts_, "pool": envinfo._pool(gpus), "docker": {"error": "none here"}}
+    )

@@ -127,6 +127,25 @@ def asked_from_env(environ: Mapping[str, str]) -> list[dict[str, Any]] | None:
     return [identity(**g) for g in listed if isinstance(g, dict)] if isinstance(listed, list) else None
 
 
+def complete(asked: Sequence[Mapping[str, Any]], driver: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``asked`` with a missing UUID or bus id filled in from the driver's own list (nvidia-smi's).
+
+    The host may know a GPU by UUID only (the Docker engine's probe); the driver in the run's own
+    namespace pairs that UUID with its bus id, which is what TensorFlow reports.
+    """
+    known = [identity(g.get("uuid"), g.get("pci_bus_id")) for g in driver]
+    filled = []
+    for gpu in asked:
+        gpu = dict(gpu)
+        for mine, other in (("uuid", "pci_bus_id"), ("pci_bus_id", "uuid")):
+            if not gpu.get(other) and gpu.get(mine):
+                match = [k for k in known if k[mine] == gpu[mine] and k[other]]
+                if len(match) == 1:
+                    gpu[other] = match[0][other]
+        filled.append(gpu)
+    return filled
+
+
 def compare(asked: Sequence[Mapping[str, Any]], seen: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """How the GPUs the framework reports (``seen``) stand against those asked for.
 

@@ -38,8 +38,11 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
         os.environ["JAX_PLATFORMS"] = "cpu"
 
     env["host"] = facts.collect_host()
-    env["gpus_driver"] = facts.collect_gpus(identity.asked_from_env(os.environ))
-    device_names, env["gpu_identity"] = _setup_devices(backend, kind, count, cfg["threads"])
+    asked = identity.asked_from_env(os.environ)  # the GPUs the host gave this run
+    env["gpus_driver"] = facts.collect_gpus(asked)
+    if asked is not None:
+        asked = identity.complete(asked, env["gpus_driver"])
+    device_names, env["gpu_identity"] = _setup_devices(backend, kind, count, cfg["threads"], asked)
     import keras
 
     env["versions"] = facts.collect_versions(backend)
@@ -149,13 +152,13 @@ def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int, glo
 
 
 def _setup_devices(
-    backend: str, kind: str, count: int, threads: dict[str, int]
+    backend: str, kind: str, count: int, threads: dict[str, int], asked: list[dict[str, Any]] | None
 ) -> tuple[list[str], dict[str, Any] | None]:
     """(device names to train on, how their identity was confirmed); DeviceMismatch when they are
     not the GPUs asked for. Each framework reports its GPUs' UUID or PCI bus id as far as it can."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
     if backend == "tensorflow":
-        return _setup_tf(kind, count, threads, visible)
+        return _setup_tf(kind, count, threads, visible, asked)
     if backend == "jax":
         import jax
 
@@ -184,11 +187,13 @@ def _setup_devices(
             if all(hasattr(props, f) for f in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
                 bus = f"{props.pci_domain_id:x}:{props.pci_bus_id:x}:{props.pci_device_id:x}.0"
             found.append(identity.identity(getattr(props, "uuid", None), bus))
-    checked = _verify(kind, count, found, visible)
+    checked = _verify(kind, count, found, visible, asked)
     return (seen if kind == "gpu" else ["cpu"]), checked
 
 
-def _setup_tf(kind: str, count: int, threads: dict[str, int], visible: str) -> tuple[list[str], dict | None]:
+def _setup_tf(
+    kind: str, count: int, threads: dict[str, int], visible: str, asked: list[dict[str, Any]] | None
+) -> tuple[list[str], dict | None]:
     import tensorflow as tf
 
     if threads["intra_op"]:
@@ -205,7 +210,7 @@ def _setup_tf(kind: str, count: int, threads: dict[str, int], visible: str) -> t
         # the process-wide ones training uses next, with the same (default) options.
         described = [d.physical_device_desc for d in device_lib.list_local_devices() if d.device_type == "GPU"]
         found = [identity.identity(pci_bus_id=identity.bus_id_from_description(t), description=t) for t in described]
-    checked = _verify(kind, count, found, visible)
+    checked = _verify(kind, count, found, visible, asked)
     if kind == "cpu" and count > 1:
         # Several logical CPU devices: MirroredStrategy's multi-replica path without GPUs.
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -213,9 +218,11 @@ def _setup_tf(kind: str, count: int, threads: dict[str, int], visible: str) -> t
     return [f"/{kind}:{i}" for i in range(count)], checked
 
 
-def _verify(kind: str, count: int, found: list[dict[str, Any]], visible: str) -> dict[str, Any] | None:
+def _verify(
+    kind: str, count: int, found: list[dict[str, Any]], visible: str, asked: list[dict[str, Any]] | None
+) -> dict[str, Any] | None:
     """Raise DeviceMismatch unless the framework's GPUs are those asked for: their number, then
-    (for GPU runs the host described in SUITE_GPUS) their UUIDs or PCI bus ids."""
+    (for GPU runs the host described in SUITE_GPUS: ``asked``) their UUIDs or PCI bus ids."""
     n_gpus = len(found)
     if kind == "cpu" and n_gpus:
         raise DeviceMismatch(
@@ -225,7 +232,6 @@ def _verify(kind: str, count: int, found: list[dict[str, Any]], visible: str) ->
         raise DeviceMismatch(f"asked for {count} GPU(s), the framework sees {n_gpus} (CUDA_VISIBLE_DEVICES={visible})")
     if kind != "gpu":
         return None
-    asked = identity.asked_from_env(os.environ)
     if asked is None:
         return {"status": "unconfirmed", "message": f"the host named no GPUs ({identity.ASKED_ENV} unset)"}
     checked = identity.compare(asked, found)
