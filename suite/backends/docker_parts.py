@@ -266,15 +266,15 @@ try:
     out["cpu_model"] = names[0] if names else ""
 except OSError:
     pass
-q = "index,uuid,name,memory.total,driver_version"
+q = "index,uuid,name,memory.total,driver_version,pci.bus_id"
 try:
     p = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader,nounits"],
                        capture_output=True, text=True, timeout=60)
     if p.returncode == 0:
         for line in p.stdout.strip().splitlines():
-            i, uuid, name, mem, driver = [x.strip() for x in line.split(",")]
+            i, uuid, name, mem, driver, bus = [x.strip() for x in line.split(",")]
             out["gpus"].append({"index": int(i), "uuid": uuid, "name": name, "memory_mib": int(float(mem)),
-                                "driver": driver})
+                                "driver": driver, "pci_bus_id": bus})
         out["gpu_note"] = "nvidia-smi in a container on the engine"
     else:
         out["gpu_note"] = "nvidia-smi failed on the engine: " + (p.stderr or p.stdout).strip()[:300]
