@@ -67,7 +67,8 @@ def test_synthetic_data_is_said_in_the_report(smoke_run) -> None:
 def test_rerun_skips_done_runs_and_report_is_byte_identical(smoke_run, tmp_path: Path) -> None:
     res, out, _ = smoke_run
     again = suite_cli(
-        "run", "--smoke", SCENARIOS / "mnist_mlp_width.yaml", "--results", res, "--machine", "testbox", "--backend", "local"
+        "run", "--smoke", "--backend", "local", SCENARIOS / "mnist_mlp_width.yaml", "--results", res,
+        "--machine", "testbox",
     )
     assert again.returncode == 0
     assert again.stdout.count(": already done (") == 6
