@@ -302,7 +302,7 @@ def plan_problems(specs: list[Any], *, smoke: bool, allow_synthetic: bool) -> li
     missing = [s for s in specs if _identity(s).get("source") == "missing" and not s.config["data"].get("data_dir")]
     synthetic = [s for s in specs if _identity(s).get("source") == "synthetic"]
     problems = []
-    how = f"fetch MNIST first: `{FETCH_COMMAND}` (without internet: `{FETCH_COMMAND} --from PATH`)"
+    how = f"Fetch MNIST first: `{FETCH_COMMAND}` (without internet: `{FETCH_COMMAND} --from PATH`)"
     if missing:
         names = sorted({s.scenario for s in missing})
         problems.append(f"{len(missing)} runs ({', '.join(names)}) have no data: {_identity(missing[0])['note']}")
