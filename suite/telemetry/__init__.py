@@ -1,0 +1,140 @@
+"""What the machine was doing during a run: CPU, memory and GPU, sampled while the worker trains.
+
+The report's question "why is my small network slower on the GPU?" is answered by how busy the GPU
+was during each step; these samplers measure that, and what the CPU and memory did beside it.
+
+Samplers, each a thread started by ``Recorder`` once the worker is launched (``RunSkeleton.run``):
+
+- ``ProcSampler`` (local backend): the worker's whole process tree from ``/proc``. CPU is the sum of
+  utime + stime + cutime + cstime of every process in the tree (the worker, its descendants, and
+  anything left in its session), differenced between samples: **percent of one core** (100 = one
+  core busy all the time, like ``top`` and ``docker stats``; divide by the machine's cores for a
+  share of the machine). Memory is the tree's summed resident set size (RSS); the largest per-process
+  high-water mark the kernel kept (``VmHWM``) is recorded beside it, because a spike between two
+  samples is in the kernel's mark and not in the sampled sum.
+- ``DockerStatsSampler`` (Docker backend, local or remote engine): the Engine API's container stats
+  stream, which the engine publishes about once a second (not 5 Hz: see the class). CPU percent is
+  docker CLI's formula (docker/cli ``cli/command/container/stats_helpers.go``
+  ``calculateCPUPercentUnix``): delta of ``cpu_stats.cpu_usage.total_usage`` over delta of
+  ``system_cpu_usage``, times ``online_cpus`` x 100, against ``precpu_stats``: also percent of one
+  core. Memory is ``usage`` minus ``total_inactive_file`` (cgroup v1) or ``inactive_file`` (cgroup
+  v2), the CLI's ``calculateMemUsageUnixNoCache``.
+- ``NvmlSampler`` (GPUs on this machine: local backend, or a Docker engine on this host): NVML through
+  ``nvidia-ml-py``, devices by UUID. Utilization is NVML's "percent of time over the past sample
+  period during which one or more kernels was executing" (a period of 1/6 s to 1 s by product).
+- ``SmiSampler`` (GPUs of a remote engine): ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits
+  -lms 200`` run inside the run's container through the Engine API's exec.
+
+Sampling never fails a run: a sampler that cannot start or breaks records its error in the section.
+
+The ``telemetry`` section of a result (``Recorder.section``)::
+
+    {"interval_s": 0.2,
+     "windows": {"fit": [start, end], "steady": [start, end]},   # seconds from the run's start
+     "sources": [{"name", "method", "samples", "rate_hz", "error"}],
+     "metrics": [{"name", "device", "unit", "source",
+                  "summary": {"run"|"fit"|"steady": {"mean", "p95", "max", "n"}},
+                  "series": {"t": [...], "v": [...], "decimated_from": N}}]}
+
+``fit`` is the timed ``model.fit`` (from the worker's "fit" phase line to its "evaluate" line, as the
+host received them), ``steady`` the part after the first epoch. The clock-event-reasons metric has
+``reasons`` (reason -> share of samples) in place of mean/p95/max. Series longer than
+``SERIES_POINTS`` are decimated for storage by averaging consecutive equal-count buckets (time and
+value); every summary is computed from the full series before that.
+"""
+
+from suite.telemetry.core import (
+    CLOCK_REASONS,
+    CPU_PERCENT,
+    GPU_CLOCK_REASONS,
+    GPU_MEMORY_BYTES,
+    GPU_POWER_W,
+    GPU_SM_CLOCK_MHZ,
+    GPU_TEMPERATURE_C,
+    GPU_UTIL_PERCENT,
+    INTERVAL_S,
+    MAX_CONSECUTIVE_ERRORS,
+    MEMORY_BYTES,
+    PROCESS_HWM_BYTES,
+    SERIES_POINTS,
+    STOP_JOIN_S,
+    UNITS,
+    Ended,
+    Key,
+    PolledSampler,
+    Recorder,
+    Sampler,
+    decimate,
+    decode_reasons,
+    metric_entries,
+    percentile,
+    rate_hz,
+    reason_shares,
+    summarize,
+    window_stat,
+)
+from suite.telemetry.gpu import (
+    SMI_FIELDS,
+    NvmlSampler,
+    SmiSampler,
+    parse_smi_header,
+    parse_smi_line,
+    smi_command,
+    smi_metrics,
+)
+from suite.telemetry.host import (
+    CLK_TCK,
+    PAGE_SIZE,
+    DockerStatsSampler,
+    ProcSampler,
+    docker_cpu_percent,
+    docker_memory_bytes,
+    docker_sample,
+    ended_stats,
+)
+
+__all__ = [
+    "CLK_TCK",
+    "CLOCK_REASONS",
+    "CPU_PERCENT",
+    "DockerStatsSampler",
+    "Ended",
+    "GPU_CLOCK_REASONS",
+    "GPU_MEMORY_BYTES",
+    "GPU_POWER_W",
+    "GPU_SM_CLOCK_MHZ",
+    "GPU_TEMPERATURE_C",
+    "GPU_UTIL_PERCENT",
+    "INTERVAL_S",
+    "Key",
+    "MAX_CONSECUTIVE_ERRORS",
+    "MEMORY_BYTES",
+    "NvmlSampler",
+    "PAGE_SIZE",
+    "PROCESS_HWM_BYTES",
+    "PolledSampler",
+    "ProcSampler",
+    "Recorder",
+    "SERIES_POINTS",
+    "SMI_FIELDS",
+    "STOP_JOIN_S",
+    "Sampler",
+    "SmiSampler",
+    "UNITS",
+    "decimate",
+    "decode_reasons",
+    "docker_cpu_percent",
+    "docker_memory_bytes",
+    "docker_sample",
+    "ended_stats",
+    "metric_entries",
+    "parse_smi_header",
+    "parse_smi_line",
+    "percentile",
+    "rate_hz",
+    "reason_shares",
+    "smi_command",
+    "smi_metrics",
+    "summarize",
+    "window_stat",
+]
