@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from suite.backends.base import BackendUnavailable
+
 if TYPE_CHECKING:
     from suite.backends.base import Backend
 
 AUTO = "auto"
-
-
-class BackendUnavailable(Exception):
-    """The chosen backend cannot work at all here; the message says why and what to do instead."""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,13 @@ class Exit:
     oom_killed: bool = False
 
 
+class BackendUnavailable(Exception):
+    """The chosen backend cannot work at all here; the message says why and what to do instead.
+
+    Defined here, beside the pool rules that raise it, and re-exported by ``suite.backends``.
+    """
+
+
 class RunLost(Exception):
     """The backend lost sight of a launched run (the engine went away): recorded as ``error``."""
 
@@ -83,7 +90,11 @@ class Unavailable(Exception):
 
 
 class Execution(Protocol):
-    """One launched worker. ``facts`` collects what the result's ``run`` section records."""
+    """One launched worker. ``facts`` collects what the result's ``run`` section records.
+
+    Optional: ``telemetry_sources() -> list[suite.telemetry.Sampler]``, called once after launch by
+    ``RunSkeleton.run`` (found with ``getattr``): what samples the run while it lasts.
+    """
 
     facts: dict[str, Any]
 
@@ -327,9 +338,7 @@ def inherit_pool(inventory: dict[str, Any], environ: Mapping[str, str] | None = 
 
 
 def _unavailable(message: str) -> Exception:
-    from suite.backends import BackendUnavailable  # the CLI reports it with exit code 2
-
-    return BackendUnavailable(message)
+    return BackendUnavailable(message)  # the CLI reports it with exit code 2
 
 
 def restrict_gpus(inventory: dict[str, Any], allowed: list[str] | None) -> dict[str, Any]:

@@ -262,6 +262,9 @@ class DockerBackend(RunSkeleton):
             kwargs.update(mem_limit=self.memory_limit, memswap_limit=self.memory_limit)  # no swap: OOM is OOM
         if uuids:
             kwargs["device_requests"] = [DeviceRequest(device_ids=uuids, capabilities=[["gpu"]])]
+            # Stated, not left to the toolkit's default: "utility" is what injects nvidia-smi, which
+            # the worker's GPU facts and a remote engine's GPU telemetry read inside the container.
+            environment["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
         return kwargs
 
     def _data(self, client: Any, spec: RunSpec, image_id: str) -> tuple[list[Any], dict[str, str], list[dict]]:
