@@ -110,7 +110,7 @@ def small_specs(tmp_path: Path, name: str = "docker_small", widths: str = "[64]"
 
 
 def with_config(spec: RunSpec, **changes: Any) -> RunSpec:
-    config = {**spec.config, **changes}
+    config = plan.with_data({**spec.config, **changes})  # the data identity follows a changed data section
     changed = replace(spec, config=config, fingerprint="")
     return replace(changed, fingerprint=plan.fingerprint_of(changed))
 
