@@ -17,6 +17,7 @@ Needs root (debootstrap) and the ``debootstrap`` and ``tar`` programs on the mac
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -101,16 +102,15 @@ def host_python_tag() -> str:
 
 
 def ensure(client: Any, recipe: DebianRecipe, progress: Callable[[str], None] = print) -> str:
-    """The tag of the recipe's base on the engine, made only when the engine does not have it."""
-    import docker
+    """The tag of the recipe's base on the engine, made only when the engine does not have it.
 
+    Two builders of the same base on this machine take turns (a lock file per tag): the second finds
+    the first one's base instead of making it again.
+    """
     tag = recipe.tag()
-    try:
-        client.images.get(tag)
+    if _on_engine(client, tag):
         progress(f"{tag}: Debian {recipe.suite} base already on the engine")
         return tag
-    except docker.errors.ImageNotFound:
-        pass
     missing = [tool for tool in ("debootstrap", "tar") if shutil.which(tool) is None]
     if missing:
         raise DebianBaseError(
@@ -118,6 +118,29 @@ def ensure(client: Any, recipe: DebianRecipe, progress: Callable[[str], None] = 
         )
     if os.geteuid() != 0:
         raise DebianBaseError(f"cannot build {tag}: debootstrap needs root")
+    lock_path = Path(tempfile.gettempdir(), f"{tag.replace(':', '-')}.lock")
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _on_engine(client, tag):
+            progress(f"{tag}: made meanwhile by another build")
+            return tag
+        _make(client, recipe, tag, progress)
+    if not _on_engine(client, tag):
+        raise DebianBaseError(f"importing {tag} produced no image")
+    return tag
+
+
+def _on_engine(client: Any, tag: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def _make(client: Any, recipe: DebianRecipe, tag: str, progress: Callable[[str], None]) -> None:
     with tempfile.TemporaryDirectory(prefix="suite-base-", dir=os.environ.get("SUITE_BASE_WORKDIR")) as work:
         root = Path(work, "root")
         with _timed("debootstrap", progress):
@@ -131,11 +154,6 @@ def ensure(client: Any, recipe: DebianRecipe, progress: Callable[[str], None] = 
         progress(f"importing {root} into the engine as {tag}")
         with _timed("import", progress):
             _import(client, root, tag, labels)
-    try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        raise DebianBaseError(f"importing {tag} produced no image") from None
-    return tag
 
 
 def base_labels(recipe: DebianRecipe, packages: dict[str, str]) -> dict[str, str]:

@@ -249,3 +249,32 @@ def test_an_image_on_a_debian_base_records_how_the_base_was_made(client: Any, te
     assert packages["python3.11"].startswith("3.11.") and "ca-certificates" in packages and "libc6" in packages
     assert labels["suite.pip.requirements"] == "tensorflow-cpu==2.21.0 keras==3.15.1 numpy==2.4.6"
     assert labels["suite.pip.constraints"] == f"tf-2.21.txt {recipe.constraints_hash()}"
+
+
+def test_two_builders_of_one_debian_base_make_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("docker")
+    import threading
+    import time
+
+    engine = _Engine(pull_error=None)
+    made: list[str] = []
+
+    def make(client: Any, recipe: debian_base.DebianRecipe, tag: str, progress: Any) -> None:
+        made.append(tag)
+        time.sleep(0.3)  # the other builder arrives while this one works
+        engine.have[tag] = SimpleNamespace(id="sha256:" + "3" * 64, attrs={}, labels={})
+
+    monkeypatch.setattr(debian_base, "_make", make)
+    monkeypatch.setattr(debian_base.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(debian_base.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    recipe = debian_base.recipe_for(image_catalog.load_catalog().get("tf2.21-cpu"))
+    tags: list[str] = []
+    builders = [
+        threading.Thread(target=lambda: tags.append(debian_base.ensure(engine, recipe, lambda _: None)))
+        for _ in range(2)
+    ]
+    for b in builders:
+        b.start()
+    for b in builders:
+        b.join()
+    assert tags == [recipe.tag()] * 2 and made == [recipe.tag()]

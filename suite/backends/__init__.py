@@ -83,7 +83,12 @@ def _docker_usable(opts: BackendOptions) -> tuple[bool, str]:
 
 
 def _prepare_docker(opts: BackendOptions, say: Callable[[str], None], chosen: bool) -> None:
-    """Build (or confirm) the images this machine's runs use: the CPU default, and the GPU one where GPUs are."""
+    """Build (or confirm) the images this machine's runs use: the CPU default, and the GPU one where GPUs are.
+
+    Where the engine cannot pull the catalog's base (no registry answers), ``images.build_images``
+    makes it from Debian packages instead, so an engine without a registry still runs every point
+    in a container; only a build that fails both ways leaves ``auto`` to the next backend.
+    """
     try:
         docker = _docker_module()
     except BackendUnavailable:
