@@ -19,7 +19,9 @@
 #   <reports>/                           `python -m suite report` over every machine in <results>
 #                                        (default reports/)
 #   $OUT/ (when set and a folder)        gpu_evidence.tar.gz (results, derived scenarios, reports),
-#                                        the log and the two scenario pages, so they come back
+#                                        the log and the two scenario pages, so they come back;
+#                                        `tar -xzf gpu_evidence.tar.gz -C reports` puts them in place
+#                                        (with the default --results and --reports)
 #
 # The JAX scenarios are derived from scenarios/mnist_mlp_width.yaml and scenarios/gpu_knobs.yaml,
 # never copied by hand: named <name>_jax (their results never mix with TensorFlow ones), backend
@@ -45,13 +47,17 @@
 #
 # How long: --budget-s (default 540 s, counted from the script's start) bounds everything; the
 # width scenario runs first, the knobs with the time left, and the reports are always written in the
-# last 45 s (runs cut at the budget are missing from them, and the exit code is 4). Estimate for the
-# defaults on a 16-core host with an H200, from runs measured on a 2-core machine (fixed cost per run
-# 20-30 s there: Python and JAX start, 60,000 synthetic digits, compilation, evaluation, the
-# step-floor probe; a width-2000 CPU epoch 5.5-8 s there, about 1 s expected on 16 cores) and an
-# expected 0.3-1 ms per GPU step: 15-25 s per run, so the 18 width runs (3 widths x 2 devices x 3
-# repetitions) take 5-7 min and the knobs (5 variants that run at batch 128, 3 repetitions each)
-# get the rest; repetitions are interleaved, so a cut leaves every point with its first ones.
+# last 45 s (runs cut at the budget are missing from them, and the exit code is 4). Measured on a
+# shared 2-core machine (load 4-8) at the default size, one repetition: CPU fit 25 s (width 100),
+# 75 s (750), 120 s (2000), steady epochs 1.3, 4.0 and 9.1 s (54 GFLOP/s of a 96 GFLOP/s matmul peak
+# at 2000); around each fit 23-63 s of fixed cost (Python and JAX start, 60,000 synthetic digits,
+# build, evaluation, the step-floor probe), and the first epoch 11-31 s longer than the rest (XLA
+# compilation). Expected on a quiet 16-core host with an H200, not measured: a fixed cost of 10-15 s
+# per run, CPU epochs about 8 times shorter, GPU steps of 0.3-1 ms (Python dispatch), so 15-35 s per
+# run: the 18 width runs (3 widths x 2 devices x 3 repetitions) in 5-7 min, and the knobs (5 variants
+# that run at batch 128) get the rest, probably their first repetition only. Repetitions are
+# interleaved, so a cut leaves every point with its first ones; --no-knobs, --widths and --repeats
+# trade one for the other, and a second call completes what the first left.
 #
 # Exit codes: 0 done; 1 some run failed (recorded, see the reports); 2 a precondition or a flag is
 # wrong (the message says which); 4 the budget ended the runs early (what ran is reported).
