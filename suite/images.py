@@ -9,6 +9,10 @@ build args), so ``build`` skips an image whose label still matches and a result 
 recipe it ran in. Base images are pinned by tag in images.yaml; ``lock`` records their registry
 digests in docker/images.lock, and builds then use ``base@digest`` so a moved tag changes nothing.
 
+Where the engine answers the pull of a base with an error (no registry), the image is built on a
+base made from Debian packages instead (``suite.debian_base``), with its requirements installed by
+this machine's pip; the build says so, and the image's labels record how its base was made.
+
 Builds stream through the low-level API (``APIClient.build(decode=True)``): the high-level
 ``images.build`` only returns the log once the build is over. docker-py speaks the classic builder
 API (no BuildKit), which the Dockerfile is written for.
