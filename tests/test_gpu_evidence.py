@@ -239,3 +239,29 @@ def test_cpu_run_with_jax_records_gpu_points_as_skipped(tmp_path: Path) -> None:
     assert "./mnist_mlp_width_jax.md" in members
     assert (out / "gpu_evidence.log").read_text().count("ok, fit") == len(cpu)
     assert (out / "mnist_mlp_width_jax.md").is_file()
+
+
+@pytest.mark.slow
+@needs_jax
+def test_missing_packages_come_from_the_wheel_folder(tmp_path: Path) -> None:
+    """As on the GPU machine: JAX there, Keras, PyYAML, tabulate and matplotlib not; no index at run time."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wheels = tmp_path / "wheels"
+    prep = run_script("--prepare-wheels", "--python", sys.executable, "--target-python", version, "--wheels", wheels)
+    if prep.returncode != 0:
+        pytest.skip(f"the package index cannot be reached here: {prep.stderr.strip()[-300:]}")
+    assert "MiB in all (limit 56 MiB)" in prep.stdout
+    assert list(wheels.glob("nvidia_ml_py-*.whl")) and not list(wheels.glob("numpy-*.whl"))
+
+    py = _python_without(tmp_path, ("keras", "yaml", "pyyaml", "_yaml", "tabulate", "matplotlib", "mpl_toolkits"))
+    res = tmp_path / "results"
+    proc = run_script(
+        "--allow-no-gpu", "--python", py, "--wheels", wheels, *TINY, "--no-knobs",
+        "--results", res, "--reports", tmp_path / "reports", "--machine", "jax-only",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "installing keras PyYAML tabulate matplotlib from" in proc.stdout
+    venv_python = str(REPO / "benchmarks" / ".gpu-evidence-venv" / "bin" / "python")
+    assert f"python={venv_python}" in proc.stdout
+    runs = [r for _, r in results.load_folder(res / "jax-only")]
+    assert any(r.ok and r.environment["versions"]["keras_backend"] == "jax" for r in runs)
