@@ -69,12 +69,79 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     return facts
 
 
-def render(views: list[ScenarioView], reference: str | None = None, title: str = "Hardware comparison") -> str:
+FORMAT = "keras-speed-suite/compare"
+VERSION = 1
+
+
+def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str, Any]:
+    """The comparison as plain data (``compare --json``); ``render`` formats exactly this."""
     names = sorted({v.machine for v in views})
-    if not names:
+    ref = reference if reference in names else (names[0] if names else None)
+    machines = [ref, *[m for m in names if m != ref]] if ref else []
+    by_scenario: dict[str, dict[str, ScenarioView]] = {}
+    for v in views:
+        by_scenario.setdefault(v.scenario, {})[v.machine] = v
+    scenarios, alone = [], []
+    for scenario, per_machine in sorted(by_scenario.items()):
+        if len(per_machine) < 2 <= len(machines):
+            alone.append({"scenario": scenario, "machine": next(iter(per_machine))})
+            continue
+        scenarios.append(_scenario(scenario, per_machine, machines, ref))
+    facts = {m: machine_facts([v for v in views if v.machine == m]) for m in machines}
+    differ = [name for name, _ in FACTS if len({facts[m][name] for m in machines}) > 1]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "reference": ref,
+        "machines": machines,
+        "interval": {"level": stats.LEVEL, "method": stats.METHOD, "min_runs": stats.MIN_RUNS_FOR_INTERVAL},
+        "scenarios": scenarios,
+        "not_compared": alone,
+        "facts": facts,
+        "facts_differ": differ,
+        "facts_same": [name for name, _ in FACTS if name not in differ],
+    }
+
+
+def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: list[str], ref: str) -> dict[str, Any]:
+    labels: list[str] = []
+    for m in machines:
+        for p in per_machine[m].points if m in per_machine else []:
+            if p.label not in labels:
+                labels.append(p.label)
+    points = []
+    for label in labels:
+        found = {m: per_machine[m].point_by_label(label) if m in per_machine else None for m in machines}
+        base = found.get(ref)
+        base_fit = base.values(FIT_S) if base else []
+        cells = {}
+        for m in machines:
+            p = found[m]
+            fit = p.values(FIT_S) if p else []
+            r = stats.ratio(base_fit, fit) if fit and base_fit and m != ref else None
+            cells[m] = {
+                "status": p.status if p else "not run",
+                "runs_ok": len(p.ok_runs) if p else 0,
+                "runs_total": len(p.runs) if p else 0,
+                "fit_s_geomean": stats.geometric_mean(fit) if fit else None,
+                "speedup_vs_reference": r.value if r else None,
+                "speedup_ci_low": r.low if r else None,
+                "speedup_ci_high": r.high if r else None,
+                "speedup_runs_reference": r.runs[0] if r else None,
+                "speedup_runs_machine": r.runs[1] if r else None,
+                "speedup_significant": r.significant if r else None,
+            }
+        points.append({"point": label, "machines": cells})
+    smoke = [m for m in machines if m in per_machine and per_machine[m].smoke]
+    present = [m for m in machines if m in per_machine]
+    return {"scenario": scenario, "machines": present, "smoke_on": smoke, "points": points}
+
+
+def render(views: list[ScenarioView], reference: str | None = None, title: str = "Hardware comparison") -> str:
+    data = collect(views, reference)
+    machines, ref = data["machines"], data["reference"]
+    if not machines:
         return f"# {title}\n\nNo results.\n"
-    ref = reference if reference in names else names[0]
-    machines = [ref, *[m for m in names if m != ref]]
     lines = [
         f"# {title}",
         "",
@@ -82,44 +149,31 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
         "geometric mean of the total `fit` times in seconds (the mean the ratio divides); beside it, the "
         f"reference's time over this machine's (above 1: this machine is faster): the {stats.METHOD}.",
     ]
-    by_scenario: dict[str, dict[str, ScenarioView]] = {}
-    for v in views:
-        by_scenario.setdefault(v.scenario, {})[v.machine] = v
-    alone = []
-    for scenario, per_machine in sorted(by_scenario.items()):
-        if len(per_machine) < 2 <= len(machines):
-            alone.append(f"{cell(scenario)} (only on {code(next(iter(per_machine)))})")
-            continue
-        lines += ["", f"## {cell(scenario)}", "", _table(per_machine, machines, ref)]
+    for s in data["scenarios"]:
+        lines += ["", f"## {cell(s['scenario'])}", "", _table(s, machines)]
+    alone = [f"{cell(a['scenario'])} (only on {code(a['machine'])})" for a in data["not_compared"]]
     if alone:
         lines += ["", f"Not compared, measured on one machine only: {', '.join(alone)}."]
-    lines += ["", "## Recorded facts", "", *_facts(views, machines)]
+    lines += ["", "## Recorded facts", "", *_facts(data)]
     return "\n".join(lines) + "\n"
 
 
-def _table(per_machine: dict[str, ScenarioView], machines: list[str], ref: str) -> str:
-    labels: list[str] = []
-    for m in machines:
-        for p in per_machine[m].points if m in per_machine else []:
-            if p.label not in labels:
-                labels.append(p.label)
+def _table(scenario: dict[str, Any], machines: list[str]) -> str:
     rows = []
-    for label in labels:
-        points = {m: per_machine[m].point_by_label(label) if m in per_machine else None for m in machines}
-        base = points.get(ref)
-        row = [cell(label)]
+    for point in scenario["points"]:
+        row = [cell(point["point"])]
         for m in machines:
-            p = points[m]
-            fit = p.values(FIT_S) if p else []
-            if not fit:
-                row.append(cell(p.status if p else "not run"))
-            elif m == ref or not (base and base.values(FIT_S)):
-                row.append(f"{stats.geometric_mean(fit):.2f}")
+            c = point["machines"][m]
+            if c["fit_s_geomean"] is None:
+                row.append(cell(c["status"]))
+            elif c["speedup_vs_reference"] is None:
+                row.append(f"{c['fit_s_geomean']:.2f}")
             else:
-                r = stats.ratio(base.values(FIT_S), fit)
-                row.append(f"{stats.geometric_mean(fit):.2f} ({r.text()})")
+                runs = (c["speedup_runs_reference"], c["speedup_runs_machine"])
+                r = stats.Ratio(c["speedup_vs_reference"], c["speedup_ci_low"], c["speedup_ci_high"], runs)
+                row.append(f"{c['fit_s_geomean']:.2f} ({r.text()})")
         rows.append(row)
-    smoke = [m for m in machines if m in per_machine and per_machine[m].smoke]
+    smoke = scenario["smoke_on"]
     table = tabulate(rows, headers=["point", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
     note = (
         f"\n\nSmoke size on: {', '.join(code(m) for m in smoke)} (not comparable with full-size runs)." if smoke else ""
@@ -127,14 +181,12 @@ def _table(per_machine: dict[str, ScenarioView], machines: list[str], ref: str) 
     return table + note
 
 
-def _facts(views: list[ScenarioView], machines: list[str]) -> list[str]:
-    facts = {m: machine_facts([v for v in views if v.machine == m]) for m in machines}
+def _facts(data: dict[str, Any]) -> list[str]:
+    machines, facts = data["machines"], data["facts"]
     rows = [[name, *[cell(facts[m][name]) for m in machines]] for name, _ in FACTS]
-    differ = [name for name, _ in FACTS if len({facts[m][name] for m in machines}) > 1]
-    same = [name for name, _ in FACTS if name not in differ]
     return [
         tabulate(rows, headers=["fact", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True),
         "",
-        f"Differ: {', '.join(differ) or 'nothing recorded'}.",
-        f"Same: {', '.join(same) or 'nothing recorded'}.",
+        f"Differ: {', '.join(data['facts_differ']) or 'nothing recorded'}.",
+        f"Same: {', '.join(data['facts_same']) or 'nothing recorded'}.",
     ]

@@ -126,8 +126,14 @@ class ScenarioView:
 
 def load_views(results_dir: Path) -> list[ScenarioView]:
     """Every (machine, scenario) in the results folder, full-size preferred over smoke."""
+    return group_views(results_dir, results.load_folder(results_dir))
+
+
+def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list[ScenarioView]:
+    """The views of results already loaded from ``results_dir`` (the same objects, so a caller can
+    tell which files the views count)."""
     grouped: dict[tuple[str, str, bool], list[RunResult]] = defaultdict(list)
-    for path, result in results.load_folder(results_dir):
+    for path, result in loaded:
         machine = RUN_MACHINE.of(result) or path.relative_to(results_dir).parts[0]
         grouped[(machine, result.spec["scenario"], bool(result.spec.get("smoke")))].append(result)
     views = []
