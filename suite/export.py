@@ -1,0 +1,378 @@
+"""Views -> plain data: the figures of every report table as numbers, and every run's timings.
+
+The Markdown table (``report._row``) formats what ``point_figures`` computes here, so a table cell,
+a JSON number and a CSV cell can never disagree. The JSON shape is versioned (``FORMAT``,
+``VERSION``) and documented field by field in docs/export.md; bump ``VERSION`` when a field changes
+meaning or goes away (adding a field does not need a bump).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite import results, stats, verdicts
+from suite.plan import parse_device
+from suite.results import (
+    ACHIEVED_FLOPS_PER_S,
+    FIRST_EPOCH_OVERHEAD_S,
+    FIT_S,
+    PEAK,
+    RUN_BACKEND,
+    RUN_MACHINE,
+    STEADY_EPOCH_S,
+    STEADY_EXAMPLES_PER_S,
+    STEADY_INCLUDES_FIRST_EPOCH,
+    STEP_FLOOR_S,
+    STEP_S,
+    TEST_ACCURACY,
+    RunResult,
+)
+from suite.select import select_views
+from suite.views import ACCURACY_GATE, Point, ScenarioView, group_views
+
+FORMAT = "keras-speed-suite/report"
+VERSION = 1
+FORMATS = ("md", "json", "csv")  # what `report --format` accepts
+
+# Every duration or count the worker records in ``timing``, in the order runs.csv shows them. Left
+# out on purpose: ``worker_start_unix`` (a clock reading, not a duration) and ``*_schema1`` keys
+# (figures a migration set aside, which no report shows). Lists become numbered CSV columns.
+RUN_TIMINGS = (
+    "launch_to_ready_s",
+    "data_load_s",
+    "build_compile_s",
+    "first_step_s",
+    "fit_s",
+    "epoch_s",
+    "first_epoch_overhead_s",
+    "steady_epoch_s",
+    "steady_examples_per_s",
+    "steady_includes_first_epoch",
+    "steps_per_epoch",
+    "step_s",
+    "step_floor_s",
+    "step_floor_epochs_s",
+    "overhead_share",
+    "evaluate_s",
+)
+TIMINGS_LEFT_OUT = ("worker_start_unix",)
+
+
+def peak_of(run: RunResult) -> float | None:
+    """The calibrated peak of the device set in the run's compute dtype: per-device peak x GPUs
+    (logical CPU devices share one CPU, so one peak)."""
+    peak = PEAK.of(run) or {}
+    if not peak.get("flops_per_s"):
+        return None
+    kind, count = parse_device(str(run.spec["config"]["device"]))
+    return float(peak["flops_per_s"]) * (count if kind == "gpu" else 1)
+
+
+@dataclass(frozen=True)
+class PointFigures:
+    """One row of a scenario table as numbers; None where the point has no such measurement.
+    Field order is points.csv's column order."""
+
+    machine: str
+    scenario: str
+    smoke: bool
+    point: str
+    device: str
+    status: str
+    runs_total: int
+    runs_ok: int
+    fit_s_median: float | None
+    fit_s_min: float | None
+    fit_s_max: float | None
+    fit_s_geomean: float | None
+    fit_spread_fraction: float | None
+    fit_unstable: bool
+    steady_epoch_s_median: float | None
+    steady_epoch_s_min: float | None
+    steady_epoch_s_max: float | None
+    steady_examples_per_s_median: float | None
+    first_epoch_overhead_s_median: float | None
+    step_s_median: float | None
+    step_floor_s_median: float | None
+    fixed_cost_fraction: float | None
+    achieved_flops_per_s_median: float | None
+    peak_flops_per_s: float | None
+    peak_fraction: float | None
+    gpu_busy_percent: float | None
+    peak_memory_bytes: float | None
+    peak_gpu_memory_bytes: float | None
+    is_baseline: bool
+    baseline: str | None
+    speedup: float | None
+    speedup_ci_low: float | None
+    speedup_ci_high: float | None
+    speedup_runs_baseline: int | None
+    speedup_runs_point: int | None
+    speedup_significant: bool | None
+    test_accuracy_min: float | None
+    passes_accuracy_gate: bool
+    first_repetition_outlier: bool
+    status_counts: dict[str, int] = field(default_factory=dict)
+    coords: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def point_figures(view: ScenarioView, p: Point) -> PointFigures:
+    fit, steady = p.summary(FIT_S), p.summary(STEADY_EPOCH_S)
+    eps, first = p.summary(STEADY_EXAMPLES_PER_S), p.summary(FIRST_EPOCH_OVERHEAD_S)
+    step, floor = p.summary(STEP_S), p.summary(STEP_FLOOR_S)
+    achieved = p.summary(ACHIEVED_FLOPS_PER_S)
+    peaks = [peak for r in p.ok_runs if (peak := peak_of(r))]
+    peak = float(np.median(peaks)) if peaks and achieved else None
+    base = view.baseline_for(p)
+    ratio = None
+    if base is not None and base is not p and fit and base.summary(FIT_S):
+        ratio = stats.ratio(base.values(FIT_S), p.values(FIT_S))
+    counts: dict[str, int] = {}
+    for r in p.runs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    outlier = stats.first_is_outlier(p.values(FIT_S))
+    return PointFigures(
+        machine=view.machine,
+        scenario=view.scenario,
+        smoke=view.smoke,
+        point=p.label,
+        device=p.device,
+        status=p.status,
+        runs_total=len(p.runs),
+        runs_ok=len(p.ok_runs),
+        fit_s_median=fit.median if fit else None,
+        fit_s_min=fit.low if fit else None,
+        fit_s_max=fit.high if fit else None,
+        fit_s_geomean=stats.geometric_mean(p.values(FIT_S)) if fit else None,
+        fit_spread_fraction=fit.spread if fit else None,
+        fit_unstable=bool(fit and fit.unstable),
+        steady_epoch_s_median=steady.median if steady else None,
+        steady_epoch_s_min=steady.low if steady else None,
+        steady_epoch_s_max=steady.high if steady else None,
+        steady_examples_per_s_median=eps.median if eps else None,
+        first_epoch_overhead_s_median=first.median if first else None,
+        step_s_median=step.median if step and floor else None,
+        step_floor_s_median=floor.median if step and floor else None,
+        fixed_cost_fraction=floor.median / step.median if step and floor and step.median else None,
+        achieved_flops_per_s_median=achieved.median if achieved else None,
+        peak_flops_per_s=peak,
+        peak_fraction=achieved.median / peak if achieved and peak else None,
+        gpu_busy_percent=p.gpu_busy,
+        peak_memory_bytes=p.peak_memory,
+        peak_gpu_memory_bytes=p.peak_gpu_memory,
+        is_baseline=base is p,
+        baseline=base.label if base is not None else None,
+        speedup=ratio.value if ratio else None,
+        speedup_ci_low=ratio.low if ratio else None,
+        speedup_ci_high=ratio.high if ratio else None,
+        speedup_runs_baseline=ratio.runs[0] if ratio else None,
+        speedup_runs_point=ratio.runs[1] if ratio else None,
+        speedup_significant=ratio.significant if ratio else None,
+        test_accuracy_min=p.accuracy,
+        passes_accuracy_gate=p.passes_gate,
+        first_repetition_outlier=outlier,
+        status_counts=dict(sorted(counts.items())),
+        coords=dict(p.coords),
+        notes=_notes(p, fit, steady, first, outlier),
+    )
+
+
+def _notes(
+    p: Point, fit: stats.Summary | None, steady: stats.Summary | None, first: stats.Summary | None, outlier: bool
+) -> list[str]:
+    notes = []
+    if fit and fit.unstable:
+        notes.append(f"unstable: fit times spread {fit.spread:.0%}")
+    if outlier:
+        notes.append("first repetition an outlier")
+    if p.ok_runs and not p.passes_gate:
+        notes.append(f"below the accuracy gate ({ACCURACY_GATE:.0%}): excluded from the verdict")
+    if any(STEADY_INCLUDES_FIRST_EPOCH.of(r) for r in p.ok_runs):
+        notes.append("one epoch: the steady epoch includes tracing and compilation")
+    if steady and first and first.median > 2 * steady.median:
+        notes.append("first epoch much slower (tracing/compilation)")
+    return notes
+
+
+def ratio_of(f: PointFigures) -> stats.Ratio | None:
+    """The speedup as the Ratio it was computed as, for its wording."""
+    if f.speedup is None:
+        return None
+    runs = (f.speedup_runs_baseline or 0, f.speedup_runs_point or 0)
+    return stats.Ratio(f.speedup, f.speedup_ci_low, f.speedup_ci_high, runs)
+
+
+def run_record(path: str, r: RunResult, machine: str, counted: bool) -> dict[str, Any]:
+    """One result file's figures: identity, every timing, quality, work and telemetry summary."""
+    timing = {k: r.timing.get(k) for k in RUN_TIMINGS}
+    first_line = r.message.splitlines()[0] if r.message else ""
+    return {
+        "file": path,
+        "machine": machine,
+        "scenario": r.spec.get("scenario"),
+        "point": r.spec.get("point_label"),
+        "device": str((r.spec.get("config") or {}).get("device", "")),
+        "repetition": int(r.spec.get("repetition", 0)),
+        "status": r.status,
+        "counted": counted,
+        "smoke": bool(r.spec.get("smoke")),
+        "fingerprint": r.fingerprint,
+        "backend": RUN_BACKEND.of(r),
+        "finished_at": results.finished_at(r) or None,
+        **timing,
+        "test_accuracy": TEST_ACCURACY.of(r),
+        "test_loss": r.quality.get("test_loss"),
+        "final_loss": r.quality.get("final_loss"),
+        "achieved_flops_per_s": ACHIEVED_FLOPS_PER_S.of(r),
+        "flops_per_example_train": r.work.get("flops_per_example_train"),
+        "peak_flops_per_s": peak_of(r),
+        "gpu_busy_percent": results.gpu_busy_percent(r),
+        "peak_memory_bytes": results.peak_memory_bytes(r),
+        "peak_gpu_memory_bytes": results.peak_gpu_memory_bytes(r),
+        "message": first_line,
+    }
+
+
+def collect(results_dir: Path, select: str | None = None) -> dict[str, Any]:
+    """The whole export document (the JSON), from the result files under ``results_dir``.
+
+    ``select``: a ``-k`` expression, as ``report -k`` takes it: the points it leaves out are left
+    out here too, with their result files.
+    """
+    loaded = results.load_folder(results_dir)
+    views = select_views(group_views(results_dir, loaded), select)
+    counted = {id(r) for v in views for p in v.points for r in p.runs}
+    taken = {(v.machine, v.scenario, p.label) for v in views for p in v.points}
+    runs = []
+    for path, r in loaded:
+        machine = RUN_MACHINE.of(r) or path.relative_to(results_dir).parts[0]
+        if select is None or (machine, r.spec.get("scenario"), r.spec.get("point_label")) in taken:
+            runs.append(run_record(path.relative_to(results_dir).as_posix(), r, machine, id(r) in counted))
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "interval": {"level": stats.LEVEL, "method": stats.METHOD, "min_runs": stats.MIN_RUNS_FOR_INTERVAL},
+        "accuracy_gate": ACCURACY_GATE,
+        "spread_limit": stats.SPREAD_LIMIT,
+        "views": [_view_record(v) for v in views],
+        "points": [asdict(point_figures(v, p)) for v in views for p in v.points],
+        "runs": runs,
+    }
+
+
+def _view_record(view: ScenarioView) -> dict[str, Any]:
+    return {
+        "machine": view.machine,
+        "scenario": view.scenario,
+        "smoke": view.smoke,
+        "question": view.spec.get("question", ""),
+        "verdict": verdicts.verdict(view),
+        "baseline": view.spec.get("report", {}).get("baseline") or None,
+        "points": [p.label for p in view.points],
+        "other_sizes": list(view.other_sizes),
+    }
+
+
+# points.csv flattens the nested fields: status_counts into a column per status (runs_ok is a field),
+# notes joined by "; "; coords are left to the point label (their keys differ between scenarios).
+_COUNTED = [s for s in results.STATUSES if s != results.STATUS_OK]
+POINT_COLUMNS = (
+    [f.name for f in fields(PointFigures) if f.name not in ("status_counts", "coords", "notes")]
+    + [f"runs_{s}" for s in _COUNTED]
+    + ["notes"]
+)
+
+
+def points_csv(doc: dict[str, Any]) -> str:
+    rows = []
+    for p in doc["points"]:
+        row = {k: p[k] for k in POINT_COLUMNS if k in p}
+        row.update({f"runs_{s}": p["status_counts"].get(s, 0) for s in _COUNTED})
+        row["notes"] = "; ".join(p["notes"])
+        rows.append(row)
+    return _csv(POINT_COLUMNS, rows)
+
+
+# runs.csv spreads these list timings over numbered columns, 1-based: epoch_1_s, epoch_2_s, ...
+LIST_COLUMNS = {"epoch_s": "epoch_{}_s", "step_floor_epochs_s": "step_floor_epoch_{}_s"}
+
+
+def runs_csv(doc: dict[str, Any]) -> str:
+    """One row per result file, in the JSON's order and with its keys."""
+    widths = {k: max((len(r[k] or []) for r in doc["runs"]), default=0) for k in LIST_COLUMNS}
+    columns: list[str] = []
+    for key in doc["runs"][0] if doc["runs"] else []:
+        if key in LIST_COLUMNS:
+            columns += [LIST_COLUMNS[key].format(i) for i in range(1, widths[key] + 1)]
+        else:
+            columns.append(key)
+    rows = []
+    for r in doc["runs"]:
+        row = {k: v for k, v in r.items() if k not in LIST_COLUMNS}
+        for key, name in LIST_COLUMNS.items():
+            row.update({name.format(i): v for i, v in enumerate(r[key] or [], 1)})
+        rows.append(row)
+    return _csv(columns, rows)
+
+
+def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def _csv_value(value: Any) -> str:
+    """Empty for not measured; true/false as in the JSON; floats with every digit (repr round-trips)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def to_json(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+
+
+def parse_formats(text: str) -> list[str]:
+    """``md,json`` -> ["md", "json"]; raises ValueError naming what is not allowed."""
+    chosen = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in chosen if f not in FORMATS]
+    if unknown or not chosen:
+        raise ValueError(f"--format {text}: {', '.join(unknown) or 'empty'} not allowed; allowed: {', '.join(FORMATS)}")
+    return list(dict.fromkeys(chosen))
+
+
+def write_exports(results_dir: Path, out_dir: Path, formats: list[str], select: str | None = None) -> list[Path]:
+    """report.json and/or points.csv + runs.csv in ``out_dir``; returns the paths written."""
+    if not {"json", "csv"} & set(formats):
+        return []
+    doc = collect(results_dir, select)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if "json" in formats:
+        written.append(_write(out_dir / "report.json", to_json(doc)))
+    if "csv" in formats:
+        written.append(_write(out_dir / "points.csv", points_csv(doc)))
+        written.append(_write(out_dir / "runs.csv", runs_csv(doc)))
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,139 @@
+"""``python -m suite show RESULT.json``: one result file, readable, or its record after migration.
+
+Everything here reads the record through ``results.load``, so an old record is shown as the
+current schema describes it, and a file that is not a result is refused with its name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from suite import results
+from suite.export import RUN_TIMINGS, peak_of
+from suite.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
+
+LOG_LINES = 20  # of a failed run's log tail
+RUN_KEYS = ("backend", "machine", "image", "image_id", "started_at", "finished_at")
+
+
+def load(path: Path) -> RunResult:
+    """The result in ``path``; ResultError naming the file when it is missing or not a result."""
+    if not path.exists():
+        raise results.ResultError(f"{path}: no such file")
+    if not path.is_file():
+        raise results.ResultError(f"{path}: not a file; show takes one result file (.json)")
+    return results.load(path)
+
+
+def raw(result: RunResult) -> str:
+    """The record as JSON, after schema migration (what a tool of the user's should read)."""
+    return json.dumps(result.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def render(path: Path, result: RunResult) -> str:
+    spec, run = result.spec, result.run
+    lines = [
+        f"{path}",
+        f"status:       {result.status}" + (f": {result.message.splitlines()[0]}" if result.message else ""),
+        f"scenario:     {spec.get('scenario')}, point {spec.get('point_label')}, "
+        f"repetition {spec.get('repetition', 0)}{' (smoke size)' if spec.get('smoke') else ''}",
+        f"fingerprint:  {result.fingerprint}",
+        f"schema:       version {result.schema_version}",
+        "run:          " + _pairs({k: run.get(k) for k in RUN_KEYS}),
+        "spec:",
+        *[f"  {k}: {_value(v)}" for k, v in _flatten(spec.get("config") or {})],
+        "timing (s):",
+        *[f"  {k}: {_value(result.timing[k])}" for k in RUN_TIMINGS if result.timing.get(k) is not None],
+        "quality:      "
+        + _pairs({k: result.quality.get(k) for k in ("test_accuracy", "test_loss", "final_loss", "data_source")}),
+        "work:         " + _pairs(_work(result)),
+        "telemetry:",
+        *_telemetry(result.telemetry),
+        "environment:  " + _pairs(_environment(result)),
+    ]
+    if not result.ok and result.log_tail:
+        lines += ["log tail:", *[f"  {line}" for line in result.log_tail.splitlines()[-LOG_LINES:]]]
+    return "\n".join(lines) + "\n"
+
+
+def _work(r: RunResult) -> dict[str, Any]:
+    return {
+        "flops_per_example_train": r.work.get("flops_per_example_train"),
+        "achieved_flops_per_s": r.work.get("achieved_flops_per_s"),
+        "peak_flops_per_s": peak_of(r),
+        "parameters": r.work.get("parameters"),
+    }
+
+
+def _environment(r: RunResult) -> dict[str, Any]:
+    host, versions = r.environment.get(ENV_HOST.key, {}), r.environment.get(ENV_VERSIONS.key, {})
+    gpus = [f"{g.get('name')} ({g.get('uuid')}, driver {g.get('driver')})" for g in ENV_GPUS.of(r) or []]
+    return {
+        "python": host.get("python"),
+        "tensorflow": versions.get("tensorflow"),
+        "keras": versions.get("keras"),
+        "keras_backend": versions.get("keras_backend"),
+        "cuda_build": versions.get("tf_cuda_build"),
+        "cudnn_build": versions.get("tf_cudnn_build"),
+        "cpu": host.get("cpu_model"),
+        "cpu_count": host.get("cpu_count"),
+        "gpus": "; ".join(gpus) or None,
+        "devices_used": ", ".join(r.environment.get("devices_used") or []) or None,
+    }
+
+
+def _telemetry(section: dict[str, Any]) -> list[str]:
+    """Per metric: the steady, fit and whole-run summaries; per source: what it achieved."""
+    if not section:
+        return ["  not recorded"]
+    lines = []
+    for m in section.get("metrics") or []:
+        summary = m.get("summary") or {}
+        parts = []
+        in_gib = m.get("unit") == "bytes"  # memory reads better in GiB, as the report shows it
+        for window in ("steady", "fit", "run"):
+            s = summary.get(window)
+            if not s:
+                continue
+            stat = [
+                f"{k} {s[k] / 2**30:.2f}" if in_gib and k != "n" else f"{k} {_value(s[k])}"
+                for k in ("mean", "p95", "max", "n")
+                if s.get(k) is not None
+            ]
+            stat += [f"{reason} {share:.0%}" for reason, share in (s.get("reasons") or {}).items()]
+            parts.append(f"{window}: {', '.join(stat)}")
+        device = f" [{m['device']}]" if m.get("device") else ""
+        unit = "GiB" if in_gib else m.get("unit", "?")
+        lines.append(f"  {m.get('name')}{device} ({unit}): " + ("; ".join(parts) or "no summary"))
+    for src in section.get("sources") or []:
+        lines.append("  source " + _pairs({k: src.get(k) for k in ("name", "method", "samples", "rate_hz", "error")}))
+    return lines or ["  no samples"]
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _pairs(d: dict[str, Any]) -> str:
+    shown = [f"{k} {_value(v)}" for k, v in d.items() if v is not None]
+    return ", ".join(shown) or "not recorded"
+
+
+def _value(v: Any) -> str:
+    """Numbers to 4 significant digits, thousands grouped (the record keeps every digit; --json
+    shows them); null, true and false spelled as in the record."""
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
