@@ -309,7 +309,8 @@ def runs_csv(doc: dict[str, Any]) -> str:
     """One row per result file, in the JSON's order and with its keys."""
     widths = {k: max((len(r[k] or []) for r in doc["runs"]), default=0) for k in LIST_COLUMNS}
     columns: list[str] = []
-    for key in doc["runs"][0] if doc["runs"] else []:
+    keys = doc["runs"][0] if doc["runs"] else run_record("", RunResult("skipped", {}), "", False)  # header alone
+    for key in keys:
         if key in LIST_COLUMNS:
             columns += [LIST_COLUMNS[key].format(i) for i in range(1, widths[key] + 1)]
         else:
