@@ -278,3 +278,15 @@ def test_two_builders_of_one_debian_base_make_it_once(monkeypatch: pytest.Monkey
     for b in builders:
         b.join()
     assert tags == [recipe.tag()] * 2 and made == [recipe.tag()]
+
+
+@pytest.mark.parametrize("name", ["tf2.21-cuda12.5", "tf2.17-cuda12.3"])
+def test_constraints_header_regenerates_this_file_for_this_image(name: str) -> None:
+    d = image_catalog.load_catalog().get(name)
+    header = (DOCKER / d.constraints).read_text().split("\n\n# CUDA wheels")[0]
+    command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in header.splitlines() if line.startswith("#  "))
+    assert command.startswith("pip install --dry-run --ignore-installed --report r.json"), command
+    assert f"'{d.tensorflow}' {d.extra} -c docker/{d.constraints} " in command, command
+    # pip matches the legacy manylinux names only when given: the CUDA wheels and libclang need them.
+    for platform in ("manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux_2_17_x86_64"):
+        assert f"--platform {platform}" in command, platform
