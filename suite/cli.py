@@ -120,6 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
     e.add_argument("--docker-host")
     e.set_defaults(func=cmd_env)
+
+    sc = sub.add_parser("schema", help="print a JSON Schema of the scenario format, for editors to validate with")
+    sc.set_defaults(func=cmd_schema)
     return p
 
 
@@ -347,4 +350,13 @@ def cmd_env(args: argparse.Namespace) -> int:
     from suite import envinfo
 
     print(envinfo.render(envinfo.collect(docker_host=args.docker_host)))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from suite.schema import scenario_schema
+
+    print(json.dumps(scenario_schema(), indent=2))
     return 0

@@ -92,8 +92,12 @@ def _label(point: dict[str, Any]) -> str:
 
 
 def axis_name(path: str) -> str:
-    """A matrix path as people say it: model.hidden.0 -> width, training.batch_size -> batch_size."""
-    return {"model.hidden.0": "width"}.get(path, path.rsplit(".", 1)[-1])
+    """A matrix path as people say it: the name its model kind gives it (model.hidden.0 -> width,
+    model.filters.0 -> filters), else its last named part (training.batch_size -> batch_size)."""
+    from suite.worker.kinds import axis_name as kind_axis_name
+
+    named = [part for part in path.split(".") if not part.isdigit()]
+    return kind_axis_name(path) or (named[-1] if named else path)
 
 
 def _fmt(value: Any) -> str:

@@ -15,9 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-MODELS = ("mlp",)
-ACTIVATIONS = ("relu", "tanh", "sigmoid", "gelu", "elu", "linear")
-OUTPUT_ACTIVATIONS = ("softmax",)
+from suite.worker import kinds
+from suite.worker.kinds import KINDS
+
+MODELS = tuple(KINDS)
+ACTIVATIONS = kinds.ACTIVATIONS
+OUTPUT_ACTIVATIONS = kinds.OUTPUT_ACTIVATIONS
 OPTIMIZERS = ("nadam", "rmsprop", "adam", "adamw", "sgd", "adagrad")
 LOSSES = ("categorical_crossentropy", "sparse_categorical_crossentropy")
 BATCH_MODES = ("global", "per_replica")
@@ -28,46 +31,104 @@ VERDICTS = ("none", "gpu_crossover", "scaling", "knobs")
 DEVICE_RE = re.compile(r"^(cpu|gpu)(:([1-9][0-9]*))?$")
 DEVICE_ALLOWED = "'cpu', 'gpu', 'cpu:N' (N logical CPU devices) or 'gpu:N' (N >= 1)"
 
-# The defaults every scenario starts from; a file states only what differs. The key sets here are
-# also the closed sets of allowed keys.
-DEFAULTS: dict[str, Any] = {
-    "model": {
-        "kind": "mlp",
-        "hidden": [512],
-        "activation": "relu",
-        "dropout": 0.0,
-        "output_activation": "softmax",
+
+def _enum(options: tuple[str, ...], default: str, description: str) -> dict[str, Any]:
+    return {"enum": list(options), "default": default, "description": description}
+
+
+def _int(minimum: int, default: int | None, description: str, nullable: bool = False) -> dict[str, Any]:
+    return {
+        "type": ["integer", "null"] if nullable else "integer",
+        "minimum": minimum,
+        "default": default,
+        "description": description,
+    }
+
+
+def _flag(default: bool, description: str) -> dict[str, Any]:
+    return {"type": "boolean", "default": default, "description": description}
+
+
+def _section(**keys: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": keys}
+
+
+# Every setting, one JSON Schema fragment each (type, allowed values, default, description): the checker's
+# rules and messages, DEFAULTS and ``python -m suite schema`` are all read from here. The model section
+# is the model kind's (``suite.worker.kinds``); "model" below holds the keys every kind shares a meaning
+# for only through ``model.kind``.
+SETTINGS: dict[str, dict[str, Any]] = {
+    "model": _section(kind=_enum(MODELS, kinds.DEFAULT_KIND, "the kind of model; its other keys are the kind's")),
+    "training": _section(
+        optimizer=_enum(OPTIMIZERS, "rmsprop", "Keras optimizer"),
+        learning_rate={
+            "type": ["number", "null"],
+            "exclusiveMinimum": 0,
+            "default": None,
+            "description": "null: the optimizer's Keras default",
+        },
+        loss=_enum(LOSSES, "categorical_crossentropy", "Keras loss"),
+        batch_size=_int(1, 128, "examples per step (see batch_mode)"),
+        batch_mode=_enum(BATCH_MODES, "global", "global: split across replicas; per_replica: times the replicas"),
+        epochs=_int(1, 5, "passes over the training data"),
+        steps_per_execution=_int(1, 1, "training steps per call into the compiled function"),
+        # Always explicit: Keras' "auto" differs between CPU and GPU.
+        jit_compile=_flag(False, "compile the train step with XLA"),
+        mixed_precision=_flag(False, "mixed_float16 on GPUs, mixed_bfloat16 on CPUs"),
+        input_pipeline=_enum(INPUT_PIPELINES, "numpy", "how batches reach fit: numpy arrays or a prefetching tf.data"),
+        shuffle=_flag(True, "shuffle the training data every epoch"),
+        seed=_int(0, 1234, "seed of weights, shuffling and dropout"),
+    ),
+    "data": _section(
+        dataset=_enum(DATASETS, "mnist", "the data set"),
+        train_samples=_int(1, None, "training examples; null: all", nullable=True),
+        test_samples=_int(1, None, "test examples; null: all", nullable=True),
+        allow_synthetic=_flag(False, "train on random digits when the real ones are not on this machine"),
+        data_dir={
+            "type": ["string", "null"],
+            "default": None,
+            "description": "a folder path of IDX files instead of the Keras cache, or null",
+        },
+        shuffle_labels=_flag(False, "a control: a correct pipeline must then fail the accuracy gate"),
+    ),
+    "device": {"type": "string", "pattern": DEVICE_RE.pattern, "default": "cpu", "description": DEVICE_ALLOWED},
+    "backend": _enum(KERAS_BACKENDS, "tensorflow", "the Keras backend"),
+    "threads": _section(
+        intra_op=_int(0, 0, "threads inside one op; 0: the framework's choice"),
+        inter_op=_int(0, 0, "ops run at once; 0: the framework's choice"),
+    ),
+    "timeout_s": {"type": "number", "exclusiveMinimum": 0, "default": 3600, "description": "seconds a run may take"},
+    "image": {
+        "type": ["string", "null"],
+        "default": None,
+        "description": "an image name from docker/images.yaml, or null for the backend's default",
     },
-    "training": {
-        "optimizer": "rmsprop",
-        "learning_rate": None,  # None: the optimizer's Keras default
-        "loss": "categorical_crossentropy",
-        "batch_size": 128,
-        "batch_mode": "global",  # global: split across replicas; per_replica: x replicas
-        "epochs": 5,
-        "steps_per_execution": 1,
-        "jit_compile": False,  # always explicit: Keras' "auto" differs between CPU and GPU
-        "mixed_precision": False,
-        "input_pipeline": "numpy",
-        "shuffle": True,
-        "seed": 1234,
-    },
-    "data": {
-        "dataset": "mnist",
-        "train_samples": None,  # None: all
-        "test_samples": None,
-        "allow_synthetic": False,
-        "data_dir": None,  # a folder of IDX files instead of the Keras cache
-        "shuffle_labels": False,  # a control: a correct pipeline must then fail the accuracy gate
-    },
-    "device": "cpu",
-    "backend": "tensorflow",
-    "threads": {"intra_op": 0, "inter_op": 0},  # 0: TensorFlow's choice
-    "timeout_s": 3600,
-    "image": None,  # name from docker/images.yaml; None: the backend's default
     # After the timed fit, in the same process: a near-empty model's step time (the fixed cost).
-    "measure": {"step_overhead": True},
+    "measure": _section(step_overhead=_flag(True, "time the model with its arithmetic taken away after the fit")),
 }
+
+
+def _defaults(fragment: dict[str, Any]) -> Any:
+    if "properties" in fragment:
+        return {key: _defaults(frag) for key, frag in fragment["properties"].items()}
+    return copy.deepcopy(fragment["default"])
+
+
+def model_defaults(kind: str = kinds.DEFAULT_KIND) -> dict[str, Any]:
+    """The model section a scenario starts from when it names ``kind`` (every key of that kind)."""
+    return KINDS[kind].defaults()
+
+
+def defaults_for(kind: str = kinds.DEFAULT_KIND) -> dict[str, Any]:
+    """The settings every scenario with a model of ``kind`` starts from; a file states only what differs."""
+    out = {key: _defaults(frag) for key, frag in SETTINGS.items()}
+    out["model"] = model_defaults(kind)
+    return out
+
+
+# The defaults of a scenario that names no model kind (an MLP). Its key sets are the closed sets of
+# allowed keys, but for the model section, whose keys are its kind's.
+DEFAULTS: dict[str, Any] = defaults_for()
 TOP_KEYS = ("name", "question", "description", "repeats", "matrix", "variants", "smoke", "report")
 REPORT_KEYS = ("baseline", "verdict")
 
@@ -109,16 +170,21 @@ class Checker:
     def fail(self, key: str, message: str, line_key: str | None = None) -> None:
         line = self.lines.get(line_key or key)
         where = f" line {line}" if line else ""
-        self.problems.append(f"{self.source}:{where} key '{key}': {message}")
+        problem = f"{self.source}:{where} key '{key}': {message}"
+        if problem not in self.problems:  # a list item can be reached by two checks; say it once
+            self.problems.append(problem)
 
-    def closed(self, mapping: Any, allowed: tuple[str, ...] | list[str], prefix: str) -> bool:
+    def closed(self, mapping: Any, allowed: tuple[str, ...] | list[str], prefix: str, what: str = "") -> bool:
+        """Whether ``mapping`` is a mapping; each key outside ``allowed`` is a problem naming the closest."""
         if not isinstance(mapping, dict):
             self.fail(prefix, f"must be a mapping, got {type_name(mapping)}")
             return False
         for key in mapping:
             if key not in allowed:
                 path = f"{prefix}.{key}" if prefix else str(key)
-                self.fail(path, f"unknown key; allowed: {', '.join(allowed)}")
+                close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                self.fail(path, f"unknown key{what}{hint}; allowed: {', '.join(allowed)}")
         return True
 
 
@@ -134,79 +200,186 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_value(ck: Checker, key: str, value: Any, line_key: str | None = None, shown: str | None = None) -> None:
-    """Check one leaf of the config by its dotted path ``key``; ``shown`` is the key as the file spells it."""
-    rule = _RULES.get(re.sub(r"\.\d+$", ".N", key))
-    if rule is None:
-        return
-    ok, allowed = rule(value)
-    if not ok:
-        ck.fail(shown or key, f"got {value!r} ({type_name(value)}); allowed: {allowed}", line_key)
+# --------------------------------------------------------------------------- rules from the fragments
 
-
-def _choice(options: tuple[str, ...]):
-    return lambda v: (v in options, ", ".join(options))
-
-
-def _int_min(lo: int, nullable: bool = False):
-    text = f"an integer >= {lo}" + (" or null" if nullable else "")
-    return lambda v: ((v is None and nullable) or (is_int(v) and v >= lo), text)
-
-
-def _bool(v: Any) -> tuple[bool, str]:
-    return isinstance(v, bool), "true or false"
-
-
-_RULES = {
-    "model.kind": _choice(MODELS),
-    "model.hidden": lambda v: (isinstance(v, list) and len(v) > 0, "a non-empty list of integers >= 1"),
-    "model.hidden.N": _int_min(1),
-    "model.activation": _choice(ACTIVATIONS),
-    "model.dropout": lambda v: (_is_num(v) and 0 <= v < 1, "a number in [0, 1)"),
-    "model.output_activation": _choice(OUTPUT_ACTIVATIONS),
-    "training.optimizer": _choice(OPTIMIZERS),
-    "training.learning_rate": lambda v: (v is None or (_is_num(v) and v > 0), "a number > 0 or null"),
-    "training.loss": _choice(LOSSES),
-    "training.batch_size": _int_min(1),
-    "training.batch_mode": _choice(BATCH_MODES),
-    "training.epochs": _int_min(1),
-    "training.steps_per_execution": _int_min(1),
-    "training.jit_compile": _bool,
-    "training.mixed_precision": _bool,
-    "training.input_pipeline": _choice(INPUT_PIPELINES),
-    "training.shuffle": _bool,
-    "training.seed": _int_min(0),
-    "data.dataset": _choice(DATASETS),
-    "data.train_samples": _int_min(1, nullable=True),
-    "data.test_samples": _int_min(1, nullable=True),
-    "data.allow_synthetic": _bool,
-    "data.data_dir": lambda v: (v is None or isinstance(v, str), "a folder path or null"),
-    "data.shuffle_labels": _bool,
-    "device": lambda v: (isinstance(v, str) and bool(DEVICE_RE.match(v)), DEVICE_ALLOWED),
-    "backend": _choice(KERAS_BACKENDS),
-    "threads.intra_op": _int_min(0),
-    "threads.inter_op": _int_min(0),
-    "timeout_s": lambda v: (_is_num(v) and v > 0, "a number of seconds > 0"),
-    "image": lambda v: (v is None or isinstance(v, str), "an image name from docker/images.yaml or null"),
-    "measure.step_overhead": _bool,
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "integer": is_int,
+    "number": _is_num,
+    "boolean": lambda v: isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
 }
+
+
+def fragment_for(path: str, kind: str | None = None) -> dict[str, Any] | None:
+    """The schema fragment of a dotted setting path (``model.hidden.0``: an item of the list), or None.
+
+    Model keys are the kind's; without ``kind`` the first kind that has the key answers (the kinds
+    give a shared key one fragment, so the answer does not depend on which)."""
+    parts = path.split(".")
+    node: dict[str, Any] | None
+    if parts[0] == "model" and len(parts) > 1 and parts[1] != "kind":
+        order = [KINDS[kind]] if kind in KINDS else list(KINDS.values())
+        node = next((k.keys[parts[1]] for k in order if parts[1] in k.keys), None)
+        rest = parts[2:]
+    else:
+        node, rest = SETTINGS.get(parts[0]), parts[1:]
+    for part in rest:
+        if node is None:
+            return None
+        if "properties" in node:
+            node = node["properties"].get(part)
+        elif "items" in node and part.isdigit():
+            node = node["items"]
+        else:
+            return None
+    return node
+
+
+def _types(frag: dict[str, Any]) -> list[str]:
+    t = frag.get("type", [])
+    return [t] if isinstance(t, str) else list(t)
+
+
+def valid(frag: dict[str, Any], value: Any) -> bool:
+    """Whether ``value`` meets the fragment (the JSON Schema keywords the settings use)."""
+    types = _types(frag)
+    if types and not any(_TYPES[t](value) for t in types):
+        return False
+    if "const" in frag and value != frag["const"]:
+        return False
+    if "enum" in frag and not any(value == o and type(value) is type(o) for o in frag["enum"]):
+        return False
+    if _is_num(value):
+        if "minimum" in frag and value < frag["minimum"] or "maximum" in frag and value > frag["maximum"]:
+            return False
+        if "exclusiveMinimum" in frag and value <= frag["exclusiveMinimum"]:
+            return False
+        if "exclusiveMaximum" in frag and value >= frag["exclusiveMaximum"]:
+            return False
+    if isinstance(value, str) and "pattern" in frag and not re.search(frag["pattern"], value):
+        return False
+    if isinstance(value, list):
+        if len(value) < frag.get("minItems", 0) or len(value) > frag.get("maxItems", len(value)):
+            return False
+        return all(valid(frag["items"], item) for item in value) if "items" in frag else True
+    return True
+
+
+def allowed_text(frag: dict[str, Any]) -> str:
+    """What the fragment accepts, as the checker's messages say it: 'an integer >= 1 or null'."""
+    if "const" in frag:
+        return repr(frag["const"])
+    if "enum" in frag:
+        return ", ".join(map(str, frag["enum"]))
+    types = _types(frag)
+    null = " or null" if "null" in types else ""
+    main = next((t for t in types if t != "null"), "")
+    if main == "boolean":
+        return "true or false"
+    if main in ("integer", "number"):
+        noun = "an integer" if main == "integer" else "a number"
+        lo, hi = frag.get("minimum"), frag.get("maximum")
+        xlo, xhi = frag.get("exclusiveMinimum"), frag.get("exclusiveMaximum")
+        if (lo is not None or xlo is not None) and (hi is not None or xhi is not None):
+            left = f"[{lo}" if lo is not None else f"({xlo}"
+            right = f"{hi}]" if hi is not None else f"{xhi})"
+            return f"{noun} in {left}, {right}{null}"
+        bound = f" >= {lo}" if lo is not None else f" > {xlo}" if xlo is not None else ""
+        return f"{noun}{bound}{null}"
+    if main == "array":
+        lo, hi = frag.get("minItems", 0), frag.get("maxItems")
+        if hi is not None:
+            size = f"a list of {lo} to {hi} items"
+        else:
+            size = "a non-empty list" if lo == 1 else f"a list of at least {lo} items" if lo else "a list"
+        each = f", each {allowed_text(frag['items'])}" if "items" in frag else ""
+        return f"{size}{each}{null}"
+    return frag.get("description", main)
+
+
+def check_value(
+    ck: Checker,
+    key: str,
+    value: Any,
+    line_key: str | None = None,
+    shown: str | None = None,
+    kind: str | None = None,
+) -> None:
+    """Check one setting by its dotted path ``key``; ``shown`` is the key as the file spells it.
+
+    A list is checked item by item too, so a bad item is named by its own path (or, with ``shown``,
+    by the list's). ``kind``: the model kind whose keys apply (default: whichever kind has the key)."""
+    frag = fragment_for(key, kind)
+    if frag is None or "properties" in frag or valid(frag, value):
+        return
+    bad_items = (
+        [(i, item) for i, item in enumerate(value) if not valid(frag["items"], item)]
+        if isinstance(value, list) and "items" in frag
+        else []
+    )
+    for i, item in bad_items:
+        item_key = shown or f"{key}.{i}"
+        item_line = line_key if shown else (f"{line_key}.{i}" if line_key else None)
+        ck.fail(item_key, f"got {item!r} ({type_name(item)}); allowed: {allowed_text(frag['items'])}", item_line)
+    if not bad_items:
+        ck.fail(shown or key, f"got {value!r} ({type_name(value)}); allowed: {allowed_text(frag)}", line_key)
 
 
 def check_config(
     ck: Checker, config: dict[str, Any], prefix: str = "", line_of: Callable[[str], str] | None = None
 ) -> None:
-    """Closed keys and value rules over a (possibly partial) config tree."""
-    defaults = _get(DEFAULTS, prefix) if prefix else DEFAULTS
+    """Closed keys and value rules over a (possibly partial) config tree; the model's keys are its kind's."""
+    line = line_of or (lambda path: None)
+    if prefix == "model":
+        _check_model(ck, config, line)
+        return
     for key, value in config.items():
         path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(defaults, dict) and isinstance(defaults.get(key), dict):
-            if ck.closed(value, tuple(defaults[key]), path):
+        if path == "model":
+            _check_model(ck, value, line)
+            continue
+        frag = fragment_for(path)
+        if frag is not None and "properties" in frag:
+            if ck.closed(value, tuple(frag["properties"]), path):
                 check_config(ck, value, path, line_of)
             continue
-        check_value(ck, path, value, line_of(path) if line_of else None)
-        if path == "model.hidden" and isinstance(value, list):
-            for i, item in enumerate(value):
-                check_value(ck, f"{path}.{i}", item, line_of(f"{path}.{i}") if line_of else None)
+        check_value(ck, path, value, line(path))
+
+
+def _check_model(ck: Checker, model: Any, line: Callable[[str], str | None]) -> None:
+    if not isinstance(model, dict):
+        ck.fail("model", f"must be a mapping, got {type_name(model)}")
+        return
+    kind = model.get("kind", kinds.DEFAULT_KIND)
+    check_value(ck, "model.kind", kind, line("model.kind"))
+    if kind not in KINDS:
+        return  # its keys are unknown; the kind's problem is the one to fix first
+    allowed = tuple(KINDS[kind].keys)
+    ck.closed(model, allowed, "model", f" for model kind {kind!r}")
+    for key, value in model.items():
+        if key in allowed and key != "kind":
+            check_value(ck, f"model.{key}", value, line(f"model.{key}"), kind=kind)
+
+
+def resolve(own: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a file: the defaults for its model kind, with its own sections merged in.
+
+    ``own`` holds the file's setting sections, already checked; keys outside the closed sets are left
+    out (they were reported)."""
+    model = own.get("model")
+    kind = model.get("kind", kinds.DEFAULT_KIND) if isinstance(model, dict) else kinds.DEFAULT_KIND
+    config = defaults_for(kind if kind in KINDS else kinds.DEFAULT_KIND)
+    for key, value in own.items():
+        if key not in config:
+            continue
+        if isinstance(config[key], dict) and isinstance(value, dict):
+            config[key].update({k: copy.deepcopy(v) for k, v in value.items() if k in config[key]})
+        elif not isinstance(config[key], dict):
+            config[key] = copy.deepcopy(value)
+    return config
 
 
 def cross_checks(ck: Checker, config: dict[str, Any], key: str) -> None:

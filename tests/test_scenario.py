@@ -63,7 +63,15 @@ BAD = {
     "unknown nested key": (_replace("  epochs: 2", "  epoch: 2"), "'training.epoch'", "line 7", "allowed:"),
     "wrong type": (_replace("epochs: 2", "epochs: two"), "'training.epochs'", "line 7", "integer >= 1"),
     "bool is not an int": (_replace("epochs: 2", "epochs: true"), "'training.epochs'", "line 7", "integer"),
-    "unknown model": (_replace("model:\n", "model:\n  kind: cnn\n"), "'model.kind'", "line 4", "allowed: mlp"),
+    "unknown model": (_replace("model:\n", "model:\n  kind: rnn\n"), "'model.kind'", "line 4", "allowed: mlp, cnn"),
+    "mlp key under kind cnn": (
+        _replace("model:\n", "model:\n  kind: cnn\n").replace("model.hidden.0: [16, 64]", "model.filters.0: [8, 16]"),
+        "'model.hidden'",
+        "line 5",
+        "unknown key for model kind 'cnn'; allowed: kind, filters, kernel_size, pool, dense",
+    ),
+    "misspelt key": (_replace("  epochs: 2", "  epohcs: 2"), "'training.epohcs'", "line 7", "did you mean epochs?"),
+    "bad list item": (_replace("[64, 32]", "[64, 0]"), "'model.hidden.1'", "line 4", "an integer >= 1"),
     "unknown optimizer": (_replace("optimizer: nadam", "optimizer: lion"), "'training.optimizer'", "line 6", "rmsprop"),
     "unknown loss": (_replace("  epochs: 2", "  epochs: 2\n  loss: mse"), "'training.loss'", "line 8", "categorical"),
     "unknown device in matrix": (

@@ -1,10 +1,14 @@
-"""Build and compile the model from the spec, every knob explicit; count its FLOPs analytically."""
+"""Build and compile the model from the spec, every knob explicit; count its FLOPs analytically.
+
+What differs between kinds of model lives in ``suite.worker.kinds``; these functions dispatch on
+``model.kind``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from suite.worker.data import CLASSES, PIXELS
+from suite.worker import kinds
 
 # Registries: YAML names -> Keras classes (resolved lazily, after the backend is chosen).
 OPTIMIZERS = {
@@ -18,46 +22,33 @@ OPTIMIZERS = {
 
 
 def layer_sizes(model_cfg: dict[str, Any]) -> list[int]:
-    return [PIXELS, *model_cfg["hidden"], CLASSES]
+    """An MLP's layer widths, input to output."""
+    return kinds.layer_sizes(model_cfg)
 
 
-FLOPS_COUNTED = (
-    "dense-layer matmuls of one training step per example: forward 2ab per layer, weight gradient 2ab per "
-    "layer, input gradient 2ab per layer but the first (its input is data, whose gradient is never formed); "
-    "bias, activation, dropout, loss and optimizer updates (O(width), not O(width^2)) left out"
-)
+# What the MLP's count includes; each kind states its own (``flops_counted``).
+FLOPS_COUNTED = kinds.MLP_FLOPS_COUNTED
+
+
+def flops_counted(model_cfg: dict[str, Any]) -> str:
+    """What ``flops_per_example`` counts for this model's kind, in words."""
+    return kinds.kind_of(model_cfg).flops_counted
 
 
 def flops_per_example(model_cfg: dict[str, Any]) -> dict[str, int]:
-    """FLOPs of the dense layers' matrix products, one multiply-add counted as 2.
+    """Exact FLOPs of one training step per example ("train") and of the forward pass, by the model's kind.
 
-    The train step computes, per Dense layer a -> b: the forward product (2ab per example), the
-    weight gradient (2ab), and the gradient with respect to its input (2ab) for every layer but
-    the first: the first layer's input is the data, and both TensorFlow's tape and XLA skip a
-    gradient nobody asked for. "3 x forward" overcounts by the first layer's 2ab, a third of the
-    total for the MNIST MLPs, whose first layer dominates. tests/test_flops.py checks this count
-    against XLA's cost analysis of the compiled training step.
+    tests/test_flops.py checks each kind's count against XLA's cost analysis of the compiled step.
     """
-    sizes = layer_sizes(model_cfg)
-    products = [2 * a * b for a, b in zip(sizes, sizes[1:], strict=False)]
-    forward = sum(products)
-    return {"forward": forward, "train": 2 * forward + forward - products[0]}
+    return kinds.kind_of(model_cfg).flops_per_example(model_cfg)
 
 
 def parameter_count(model_cfg: dict[str, Any]) -> int:
-    sizes = layer_sizes(model_cfg)
-    return sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
+    return kinds.kind_of(model_cfg).parameter_count(model_cfg)
 
 
 def build(keras: Any, model_cfg: dict[str, Any]) -> Any:
-    layers = [keras.Input(shape=(PIXELS,))]
-    for width in model_cfg["hidden"]:
-        layers.append(keras.layers.Dense(width, activation=model_cfg["activation"]))
-        if model_cfg["dropout"]:
-            layers.append(keras.layers.Dropout(model_cfg["dropout"]))
-    # float32 output keeps softmax and the loss stable under mixed precision.
-    layers.append(keras.layers.Dense(CLASSES, activation=model_cfg["output_activation"], dtype="float32"))
-    return keras.Sequential(layers, name="mlp")
+    return kinds.kind_of(model_cfg).build(keras, model_cfg)
 
 
 def compile_model(keras: Any, model: Any, training: dict[str, Any]) -> dict[str, Any]:

@@ -87,8 +87,11 @@ def _tf32(keras: Any) -> bool | None:
 
 
 def floor_config(model_cfg: dict[str, Any]) -> dict[str, Any]:
-    """The model with every hidden width set to 1: same depth, activation, dropout and output."""
-    return {**model_cfg, "hidden": [1] * len(model_cfg["hidden"])}
+    """The model with its arithmetic taken away, as its kind defines it: an MLP with every hidden width
+    1, a CNN with one filter per conv and a dense width of 1; same depth, activation, dropout, output."""
+    from suite.worker.kinds import kind_of
+
+    return kind_of(model_cfg).floor_config(model_cfg)
 
 
 def step_floor(

@@ -1,0 +1,178 @@
+"""Model kinds: one registry; a CNN scenario checks, trains on real digits and reports, through the CLI."""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import SCENARIOS, suite_cli, write_scenario
+
+from suite import results, scenario, settings
+from suite.plan import axis_name
+from suite.scenario import ScenarioError
+from suite.worker import kinds, probes, train
+
+
+def _cnn_files_load() -> bool:
+    """Whether scenario files get the settings of their model kind (suite.scenario building its config
+    with settings.resolve); until then a CNN file's own model keys are dropped while loading."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "c.yaml"
+        path.write_text("name: c\nquestion: q?\nmodel: {kind: cnn, filters: [4]}\nmatrix: {model.filters.0: [4, 8]}\n")
+        try:
+            scenario.load(path)
+        except ScenarioError:
+            return False
+    return True
+
+
+CNN_FILES_LOAD = _cnn_files_load()
+needs_resolve = pytest.mark.xfail(
+    not CNN_FILES_LOAD,
+    reason="suite/scenario.py load() must build its config with settings.resolve(own)",
+    strict=True,
+)
+needs_kind_flops_text = pytest.mark.xfail(
+    "model_mod.FLOPS_COUNTED" in inspect.getsource(train),
+    reason="suite/worker/train.py _derive must record model_mod.flops_counted(model_cfg), the kind's own text",
+    strict=True,
+)
+
+CNN_TEXT = """\
+name: cnn_digits
+question: Does a small CNN train on the real digits?
+model:
+  kind: cnn
+  filters: [8, 16]
+  dense: 32
+training: {optimizer: adam, epochs: 3, batch_size: 64}
+data: {data_dir: "DIR", test_samples: 2000}
+repeats: 1
+"""
+
+
+def test_kinds_share_a_key_only_with_one_meaning() -> None:
+    """check_value looks a model key up by path alone, so a key two kinds share must mean one thing."""
+    for a in kinds.KINDS.values():
+        for b in kinds.KINDS.values():
+            for key in set(a.keys) & set(b.keys) - {"kind"}:
+                assert {**a.keys[key], "description": ""} == {**b.keys[key], "description": ""}, key
+
+
+@pytest.mark.parametrize("name", list(kinds.KINDS))
+def test_defaults_meet_their_own_rules_and_floor_keeps_the_keys(name: str) -> None:
+    kind = kinds.KINDS[name]
+    cfg = kind.defaults()
+    assert cfg["kind"] == name
+    ck = settings.Checker("x.yaml", {})
+    settings.check_config(ck, {"model": cfg})
+    assert ck.problems == []
+    floor = probes.floor_config(cfg)
+    assert set(floor) == set(cfg)
+    assert kind.flops_per_example(floor)["train"] < kind.flops_per_example(cfg)["train"] / 100
+
+
+def test_cnn_floor_is_one_filter_per_conv_and_a_dense_width_of_one() -> None:
+    cfg = {**kinds.CNN.defaults(), "filters": [8, 16, 32], "kernel_size": 5, "pool": "none"}
+    assert probes.floor_config(cfg) == {**cfg, "filters": [1, 1, 1], "dense": 1}
+
+
+def test_parameter_counts_match_keras() -> None:
+    keras = pytest.importorskip("keras")
+    cfgs = [
+        {**kinds.MLP.defaults(), "hidden": [64, 32]},
+        {**kinds.CNN.defaults(), "filters": [4, 8, 16, 32]},
+        {**kinds.CNN.defaults(), "filters": [6], "kernel_size": 5, "pool": "none", "dense": 10, "dropout": 0.5},
+    ]
+    for cfg in cfgs:
+        assert kinds.kind_of(cfg).build(keras, cfg).count_params() == kinds.kind_of(cfg).parameter_count(cfg), cfg
+
+
+def test_axis_names_come_from_the_kinds() -> None:
+    assert axis_name("model.hidden.0") == "width"
+    assert axis_name("model.filters.0") == "filters" and axis_name("model.filters") == "filters"
+    assert axis_name("training.batch_size") == "batch_size"
+    assert axis_name("model.hidden.1") == "hidden"
+
+
+@needs_resolve
+def test_cnn_scenario_resolves_to_the_cnn_defaults(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "c", "name: c\nquestion: q?\nmodel: {kind: cnn, filters: [4]}\n")
+    model = scenario.load(path).config["model"]
+    assert model == {**kinds.CNN.defaults(), "filters": [4]}
+
+
+def test_mlp_key_under_cnn_exits_2_naming_file_key_line_and_cnn_keys(tmp_path: Path) -> None:
+    text = "name: c\nquestion: q?\nmodel:\n  kind: cnn\n  hidden: [64]\n"
+    path = write_scenario(tmp_path, "c", text)
+    proc = suite_cli("check", path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert str(path) in proc.stderr and "line 5 key 'model.hidden'" in proc.stderr, proc.stderr
+    assert "allowed: " + ", ".join(kinds.CNN.keys) in proc.stderr
+
+
+def test_bad_cnn_value_exits_2(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "c", "name: c\nquestion: q?\nmodel: {kind: cnn, filters: [8, 16, 32, 64, 128]}\n")
+    proc = suite_cli("check", path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "'model.filters'" in proc.stderr and "a list of 1 to 4 items" in proc.stderr, proc.stderr
+
+
+def test_cnn_scenario_not_shipped_until_it_loads() -> None:
+    """A shipped file that does not load stops `suite run` for every scenario."""
+    assert CNN_FILES_LOAD or not (SCENARIOS / "mnist_cnn_filters.yaml").exists()
+
+
+@needs_kind_flops_text
+def test_result_records_what_its_kind_counts() -> None:
+    for kind in kinds.KINDS.values():
+        record: dict = {"timing": {"epoch_s": [2.0, 1.0, 1.0]}, "work": {}}
+        train._derive(record, kind.defaults(), 1000, 100)
+        assert record["work"]["flops_counted"] == kind.flops_counted
+        assert record["work"]["flops_per_example_train"] == kind.flops_per_example(kind.defaults())["train"]
+
+
+@needs_resolve
+@needs_kind_flops_text
+@pytest.mark.slow
+def test_cnn_trains_on_real_digits_above_the_gate(tmp_path: Path, mnist_dir: Path) -> None:
+    path = write_scenario(tmp_path, "cnn_digits", CNN_TEXT.replace("DIR", str(mnist_dir)))
+    proc = suite_cli("run", path, "--backend", "local", "--results", tmp_path / "res", "--machine", "m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [(_, run)] = results.load_folder(tmp_path / "res")
+    cfg = run.spec["config"]["model"]
+    assert cfg == {**kinds.CNN.defaults(), "filters": [8, 16], "dense": 32}
+    assert run.quality["data_source"] == "idx-t10k-split" and run.quality["train_samples"] == 8000
+    assert run.quality["test_accuracy"] >= 0.95, run.quality
+    assert run.work["flops_per_example_train"] == kinds.CNN.flops_per_example(cfg)["train"]
+    assert run.work["parameters"] == kinds.CNN.parameter_count(cfg)
+    assert run.work["flops_counted"] == kinds.CNN_FLOPS_COUNTED
+
+
+@needs_resolve
+@needs_kind_flops_text
+@pytest.mark.slow
+def test_shipped_cnn_scenario_smoke_report_names_the_filters_axis(tmp_path: Path) -> None:
+    src = SCENARIOS / "mnist_cnn_filters.yaml"
+    res, out = tmp_path / "res", tmp_path / "reports"
+    proc = suite_cli("run", "--smoke", src, "--backend", "local", "--results", res, "--machine", "box")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert suite_cli("report", "--results", res, "--out", out).returncode == 0
+    page = (out / "mnist_cnn_filters.md").read_text()
+    assert "**Question:** Does a convolutional network move the point where the GPU wins?" in page
+    for filters in (8, 16, 32, 64):
+        assert f"| filters={filters}, device=cpu " in page, page
+        assert f"| filters={filters}, device=gpu " in page, page
+    verdict = next(line for line in page.splitlines() if line.startswith("- **Verdict (box):**"))
+    assert "at filters 8 to" in verdict and "at filters 64" in verdict, verdict
+    assert "width" not in verdict
+    assert "a CNN with one filter per conv layer" in page
+    runs = [r for _, r in results.load_folder(res)]
+    cpu = [r for r in runs if r.spec["config"]["device"] == "cpu"]
+    assert len(cpu) == 4 and all(r.ok for r in cpu)
+    assert all(r.work["flops_counted"] == kinds.CNN_FLOPS_COUNTED for r in cpu)
+    assert sorted(r.spec["config"]["model"]["filters"][0] for r in cpu) == [8, 16, 32, 64]
+    assert all(r.spec["config"]["model"]["dense"] == 32 for r in cpu)
