@@ -435,9 +435,24 @@ def apply_overrides(config: dict[str, Any], overrides: dict[str, Any], source: s
             continue
         _set(out, path, copy.deepcopy(value))
         check_config(ck, {path.split(".")[0]: _get(out, path.split(".")[0])})
+    _check_model_keys(ck, out, section)
     if ck.problems:
         raise ScenarioError(ck.problems)
     return out
+
+
+def _check_model_keys(ck: Checker, config: dict[str, Any], section: str) -> None:
+    """The model section holds exactly its kind's keys; a kind changed by an override would keep another's
+    (and the worker would build from keys its kind does not have)."""
+    model = config.get("model")
+    kind = model.get("kind") if isinstance(model, dict) else None
+    if kind in KINDS and set(model) != set(KINDS[kind].keys):
+        odd = ", ".join(sorted(set(model) ^ set(KINDS[kind].keys)))
+        ck.fail(
+            f"{section}.model.kind",
+            f"the model section does not hold the keys of kind {kind!r} (differs in: {odd}); a matrix, variant or "
+            "--set cannot change model.kind: ask one scenario file per kind",
+        )
 
 
 def path_problem(config: dict[str, Any], path: Any) -> str | None:

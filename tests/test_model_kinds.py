@@ -176,3 +176,10 @@ def test_shipped_cnn_scenario_smoke_report_names_the_filters_axis(tmp_path: Path
     assert all(r.work["flops_counted"] == kinds.CNN_FLOPS_COUNTED for r in cpu)
     assert sorted(r.spec["config"]["model"]["filters"][0] for r in cpu) == [8, 16, 32, 64]
     assert all(r.spec["config"]["model"]["dense"] == 32 for r in cpu)
+
+
+def test_an_override_cannot_change_the_model_kind(tmp_path: Path) -> None:
+    text = "name: c\nquestion: q?\nmatrix:\n  model.kind: [mlp, cnn]\n"
+    proc = suite_cli("check", write_scenario(tmp_path, "c", text))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "key 'matrix.model.kind'" in proc.stderr and "cannot change model.kind" in proc.stderr, proc.stderr
