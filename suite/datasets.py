@@ -167,7 +167,11 @@ def import_from(source: Path, *, say: Callable[[str], None] = print) -> Path:
 
 
 def _import_idx(folder: Path, say: Callable[[str], None]) -> Path:
-    raw = wdata.read_idx_files(folder)
+    try:
+        raw = wdata.read_idx_files(folder)
+        arrays = {stem: wdata.parse_idx(raw[stem], f"{folder}/{stem}") for stem in SHAPES if stem in raw}
+    except wdata.DataUnavailable as exc:
+        raise BadSource(f"--from {folder}: {exc}") from None
     missing = [stem for stem in SHAPES if stem not in raw]
     if missing:
         has = ", ".join(sorted(raw)) or "no MNIST IDX files"
@@ -178,7 +182,7 @@ def _import_idx(folder: Path, say: Callable[[str], None]) -> Path:
         )
         raise BadSource(f"--from {folder}: missing {', '.join(missing)} (each optionally .gz); it has {has}.{hint}")
     for stem, shape in SHAPES.items():
-        array = wdata.parse_idx(raw[stem], f"{folder}/{stem}")
+        array = arrays[stem]
         if array.shape != shape:
             raise BadSource(f"--from {folder}: {stem} has shape {array.shape}, MNIST's is {shape}")
         if "labels" in stem and array.max() >= wdata.CLASSES:
@@ -246,7 +250,12 @@ def identity_for(data_cfg: dict[str, Any]) -> dict[str, Any]:
         folder = resolve_data_dir(str(data_cfg["data_dir"]))
         if not folder.is_dir():
             return {"source": "missing", "note": f"data.data_dir {data_cfg['data_dir']} is not a folder"}
-        digest, stems = _idx_digest_cached(folder)
+        try:
+            digest, stems = _idx_digest_cached(folder)
+        except wdata.DataUnavailable as exc:
+            # Files the scenario names that cannot be read: bad input, refused when the scenario loads
+            # (check and run alike), not a failure of every run at its start.
+            raise wdata.DataUnavailable(f"data.data_dir {data_cfg['data_dir']}: {exc}") from None
         if not set(wdata.IDX_TEST) <= set(stems):
             note = f"data.data_dir {data_cfg['data_dir']} holds no t10k-* IDX files (optionally .gz)"
             return {"source": "missing", "note": note}
@@ -262,10 +271,14 @@ def identity_for(data_cfg: dict[str, Any]) -> dict[str, Any]:
         problems.append(f"no {npz}")
     folder = idx_path()
     if folder.is_dir():
-        digest, stems = _idx_digest_cached(folder)
-        if set(stems) == set(SHAPES):
-            return {"source": "idx", "sha256": digest, "note": f"IDX files imported into {folder}"}
-        problems.append(f"{folder} is incomplete ({', '.join(stems) or 'empty'})")
+        try:
+            digest, stems = _idx_digest_cached(folder)
+        except wdata.DataUnavailable as exc:  # the imported copy was damaged since: import it again
+            problems.append(f"{exc}; import it again with `{FETCH_COMMAND} --from FOLDER`")
+        else:
+            if set(stems) == set(SHAPES):
+                return {"source": "idx", "sha256": digest, "note": f"IDX files imported into {folder}"}
+            problems.append(f"{folder} is incomplete ({', '.join(stems) or 'empty'})")
     why = "; ".join(problems)
     if data_cfg.get("allow_synthetic"):
         return {"source": "synthetic", "note": why}
@@ -334,8 +347,11 @@ def describe() -> list[str]:
         lines.append("mnist.npz: not cached")
     folder = idx_path()
     if folder.is_dir():
-        digest, stems = _idx_digest_cached(folder)
-        lines.append(f"{wdata.IDX_FOLDER}/: {', '.join(stems) or 'no IDX files'} (sha256 over contents {digest})")
+        try:
+            digest, stems = _idx_digest_cached(folder)
+            lines.append(f"{wdata.IDX_FOLDER}/: {', '.join(stems) or 'no IDX files'} (sha256 over contents {digest})")
+        except wdata.DataUnavailable as exc:
+            lines.append(f"{wdata.IDX_FOLDER}/: unreadable ({exc}); not used")
     identity = identity_for({"allow_synthetic": True})
     if identity["source"] == "synthetic":
         lines.append(f"runs get: no MNIST ({identity['note']}); synthetic digits where a scenario allows them")

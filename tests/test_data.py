@@ -129,3 +129,15 @@ def test_shuffled_labels_control_permutes(mnist_dir: Path) -> None:
     assert sorted(plain.y_train) == sorted(shuffled.y_train)
     assert (plain.y_train != shuffled.y_train).mean() > 0.8
     assert "shuffled" in shuffled.detail
+
+
+def test_the_worker_names_a_cut_off_gz_instead_of_crashing(mnist_dir: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "t10k"
+    folder.mkdir()
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (folder / name).write_bytes((mnist_dir / name).read_bytes()[:3000])
+    with pytest.raises(data.DataUnavailable, match=r"t10k-images-idx3-ubyte\.gz: cut off"):
+        data.read_idx_files(folder)
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(b"plain bytes, no gzip header")
+    with pytest.raises(data.DataUnavailable, match=r"t10k-images-idx3-ubyte\.gz: not a valid gzip file"):
+        data.read_idx_files(folder)

@@ -203,6 +203,54 @@ def test_from_an_npz_is_checked_by_sha256(cache: Path, tmp_path: Path, monkeypat
     assert _left(cache) == []
 
 
+def test_from_a_folder_of_files_that_are_not_idx_is_refused_naming_it(cache: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "not-idx"
+    folder.mkdir()
+    for stem in datasets.SHAPES:
+        (folder / stem).write_bytes(b"PK\x03\x04" + bytes(64))  # a zip's magic, not IDX's
+    proc = suite_cli("data", "fetch", "--from", folder, env={"KERAS_HOME": str(cache.parent)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"--from {folder}" in proc.stderr and "not an IDX file" in proc.stderr
+    assert "Traceback" not in proc.stderr and _left(cache) == []
+
+
+def test_from_a_folder_with_a_cut_off_gz_is_refused_naming_it(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
+    folder = _full_idx_folder(tmp_path / "cut", mnist_dir)
+    gz = folder / "t10k-images-idx3-ubyte.gz"
+    gz.write_bytes(gz.read_bytes()[:5000])
+    proc = suite_cli("data", "fetch", "--from", folder, env={"KERAS_HOME": str(cache.parent)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(gz) in proc.stderr and "cut off" in proc.stderr and "Traceback" not in proc.stderr
+    assert _left(cache) == []
+
+
+def test_a_cut_off_gz_in_a_data_dir_is_refused_by_check_naming_it(mnist_dir: Path, tmp_path: Path) -> None:
+    data_dir = tmp_path / "t10k"
+    data_dir.mkdir()
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (data_dir / name).write_bytes((mnist_dir / name).read_bytes())
+    gz = data_dir / "t10k-images-idx3-ubyte.gz"
+    gz.write_bytes(gz.read_bytes()[:5000])
+    text = SMALL.replace("SYN", "false").replace("test_samples: 64}", f"test_samples: 64, data_dir: {data_dir}}}")
+    path = write_scenario(tmp_path, "tiny", text)
+    for command in (["check", path], ["run", path, "--backend", "local", "--results", tmp_path / "res"]):
+        proc = suite_cli(*command, env={"KERAS_HOME": str(tmp_path / "empty")})
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"data.data_dir {data_dir}" in proc.stderr and str(gz) in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "res").exists(), "nothing ran"
+
+
+def test_a_damaged_imported_copy_is_not_used_and_says_why(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
+    datasets.import_from(_full_idx_folder(tmp_path / "lecun", mnist_dir), say=lambda _: None)
+    stored = cache / wdata.IDX_FOLDER / "t10k-labels-idx1-ubyte"
+    os.remove(stored)
+    (stored.parent / (stored.name + ".gz")).write_bytes(b"not gzip at all")
+    identity = datasets.identity_for({"allow_synthetic": False})
+    assert identity["source"] == "missing" and "t10k-labels-idx1-ubyte.gz" in identity["note"], identity
+    assert any("unreadable" in line for line in datasets.describe())
+
+
 # -- the identity in the plan ----------------------------------------------------------------------
 
 SMALL = """\

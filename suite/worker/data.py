@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,14 +60,24 @@ def sha256_of(path: Path) -> str:
 
 
 def read_idx_files(folder: Path) -> dict[str, bytes]:
-    """The four MNIST IDX files a folder holds (``.gz`` or not), by stem, decompressed."""
+    """The four MNIST IDX files a folder holds (``.gz`` or not), by stem, decompressed.
+
+    A file that cannot be read or decompressed (cut off, not gzip, no permission) is
+    DataUnavailable naming it.
+    """
     found = {}
     for stem in IDX_TRAIN + IDX_TEST:
         for name, opener in ((stem + ".gz", gzip.open), (stem, open)):
             path = folder / name
             if path.is_file():
-                with opener(path, "rb") as fh:
-                    found[stem] = fh.read()
+                try:
+                    with opener(path, "rb") as fh:
+                        found[stem] = fh.read()
+                except EOFError:
+                    raise DataUnavailable(f"{path}: cut off (the gzip stream ends early)") from None
+                except (OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+                    what = "not a valid gzip file" if name.endswith(".gz") else "cannot be read"
+                    raise DataUnavailable(f"{path}: {what} ({exc})") from None
                 break
     return found
 
