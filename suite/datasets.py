@@ -32,8 +32,9 @@ from suite.worker import data as wdata  # one definition of the digests, shared 
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"  # Keras' own origin
 URL_ENV = "SUITE_MNIST_URL"
 # The expected sha256 of mnist.npz, replaceable so that tests can serve small files of their own
-# (the real 11 MB file cannot be shipped with the tests). The identity records the hash actually
-# found, so a run on any other file never shares a fingerprint with a run on Keras' file.
+# (the real 11 MB file cannot be shipped with the tests). A file accepted under another hash is not
+# called mnist.npz: its identity's source is wdata.NPZ_OVERRIDE_SOURCE, which the fingerprint, the
+# result's data source and the report all show, and `data show` / `data fetch` say the override is on.
 SHA_ENV = "SUITE_MNIST_SHA256"
 FETCH_COMMAND = "python -m suite data fetch"
 TIMEOUT_S = 60.0
@@ -70,6 +71,22 @@ def expected_sha256() -> str:
     return (os.environ.get(SHA_ENV) or wdata.MNIST_NPZ_SHA256).strip().lower()
 
 
+def sha256_override() -> str:
+    """A line saying that SUITE_MNIST_SHA256 replaces Keras' hash ("" when it does not)."""
+    expected = expected_sha256()
+    if expected == wdata.MNIST_NPZ_SHA256:
+        return ""
+    return (
+        f"{SHA_ENV} override in effect: mnist.npz is taken to have sha256 {expected}, not Keras' "
+        f"{wdata.MNIST_NPZ_SHA256}; such a file is recorded as source {wdata.NPZ_OVERRIDE_SOURCE!r}, not MNIST"
+    )
+
+
+def npz_source() -> str:
+    """The identity's source for the cached npz: Keras' file, or one accepted under an overridden hash."""
+    return wdata.NPZ_OVERRIDE_SOURCE if sha256_override() else "mnist.npz"
+
+
 # --------------------------------------------------------------------------- fetch and import
 
 
@@ -80,6 +97,8 @@ def fetch(url: str | None = None, *, timeout: float = TIMEOUT_S, say: Callable[[
     onto ``mnist.npz`` only when complete and verified: a corrupt or cut-off download leaves nothing.
     """
     target, expected = npz_path(), expected_sha256()
+    if sha256_override():
+        say(sha256_override())
     if target.is_file() and _sha256_cached(target) == expected:
         say(f"{target}: already cached (sha256 {expected} verified)")
         return target
@@ -145,6 +164,8 @@ def import_from(source: Path, *, say: Callable[[str], None] = print) -> Path:
         raise BadSource(f"--from {source}: no such file or folder")
     if source.suffix != ".npz":
         raise BadSource(f"--from {source}: expected Keras' mnist.npz or a folder of the four MNIST IDX files")
+    if sha256_override():
+        say(sha256_override())
     digest, expected = wdata.sha256_of(source), expected_sha256()
     if digest != expected:
         raise BadSource(
@@ -242,7 +263,8 @@ def resolve_data_dir(data_dir: str) -> Path:
 def identity_for(data_cfg: dict[str, Any]) -> dict[str, Any]:
     """Which data a run with this ``data`` section uses here: ``{"source", "sha256"}`` plus a ``note``.
 
-    Sources: ``mnist.npz`` (Keras' file), ``idx`` (IDX files: a scenario's data_dir or an imported
+    Sources: ``mnist.npz`` (Keras' file; ``npz (sha256 override)`` for a file accepted under
+    SUITE_MNIST_SHA256's hash instead), ``idx`` (IDX files: a scenario's data_dir or an imported
     folder), ``synthetic`` (only where the scenario allows it), ``missing`` (the run cannot have data;
     the plan is refused, or for a data_dir the run fails with the note).
     """
@@ -265,7 +287,8 @@ def identity_for(data_cfg: dict[str, Any]) -> dict[str, Any]:
     if npz.is_file():
         digest = _sha256_cached(npz)
         if digest == expected:
-            return {"source": "mnist.npz", "sha256": digest, "note": f"{npz}"}
+            override = sha256_override()
+            return {"source": npz_source(), "sha256": digest, "note": f"{npz}" + (f" ({override})" if override else "")}
         problems.append(f"{npz} has sha256 {digest[:12]}..., expected {expected[:12]}...")
     else:
         problems.append(f"no {npz}")
@@ -300,7 +323,7 @@ def locate(data_cfg: dict[str, Any], keras_home: Path | None = None) -> Path | N
     if data_cfg.get("data_dir") and source == "idx":
         return resolve_data_dir(str(data_cfg["data_dir"]))
     home = (keras_home / "datasets") if keras_home is not None else cache_dir()
-    if source == "mnist.npz":
+    if source in wdata.NPZ_SOURCES:
         return home / "mnist.npz"
     if source == "idx":
         return home / wdata.IDX_FOLDER
@@ -338,6 +361,8 @@ def _identity(spec: Any) -> dict[str, Any]:
 def describe() -> list[str]:
     """``data show``: what the cache holds and the identity a run would get from it."""
     lines = [f"cache: {cache_dir()}"]
+    if sha256_override():
+        lines.append(sha256_override())
     npz, expected = npz_path(), expected_sha256()
     if npz.is_file():
         digest = _sha256_cached(npz)

@@ -141,3 +141,20 @@ def test_the_worker_names_a_cut_off_gz_instead_of_crashing(mnist_dir: Path, tmp_
     (folder / "t10k-images-idx3-ubyte.gz").write_bytes(b"plain bytes, no gzip header")
     with pytest.raises(data.DataUnavailable, match=r"t10k-images-idx3-ubyte\.gz: not a valid gzip file"):
         data.read_idx_files(folder)
+
+
+def test_an_npz_accepted_under_an_overridden_hash_keeps_that_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _npz(tmp_path / "keras" / "datasets" / "mnist.npz")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    monkeypatch.delenv(data.PATH_ENV, raising=False)
+    monkeypatch.setenv(datasets.SHA_ENV, data.sha256_of(path))
+    identity = datasets.identity_for({**CFG, "allow_synthetic": False})
+    assert identity["source"] == data.NPZ_OVERRIDE_SOURCE and datasets.SHA_ENV in identity["note"]
+    assert datasets.fingerprinted(identity)["source"] == data.NPZ_OVERRIDE_SOURCE, "the fingerprint sees it"
+    assert datasets.locate({"identity": identity}) == path
+    ds = data.load({**CFG, "identity": identity}, seed=1)
+    assert ds.source == data.NPZ_OVERRIDE_SOURCE and not ds.synthetic  # the result's data source, the report's line
+    monkeypatch.setenv(datasets.SHA_ENV, data.MNIST_NPZ_SHA256)
+    assert datasets.sha256_override() == "" and datasets.npz_source() == "mnist.npz"

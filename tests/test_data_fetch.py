@@ -138,8 +138,24 @@ def test_cli_fetch_by_url_variable_and_by_flag(server: str, cache: Path, tmp_pat
     good = suite_cli("data", "fetch", "--url", f"{server}/mnist.npz", env=env)
     assert good.returncode == 0, good.stderr
     assert (cache / "mnist.npz").read_bytes() == PAYLOAD
+    assert f"{datasets.SHA_ENV} override in effect" in good.stdout
     shown = suite_cli("data", "show", env=env)
     assert shown.returncode == 0 and f"'sha256': '{PAYLOAD_SHA}'" in shown.stdout and "verified" in shown.stdout
+    assert f"{datasets.SHA_ENV} override in effect" in shown.stdout
+    assert f"'source': '{wdata.NPZ_OVERRIDE_SOURCE}'" in shown.stdout and "'source': 'mnist.npz'" not in shown.stdout
+
+
+def test_a_file_accepted_under_an_overridden_hash_is_not_called_mnist(tmp_path: Path) -> None:
+    """SUITE_MNIST_SHA256 makes any file acceptable: its runs must say so, and not share MNIST's fingerprint."""
+    (tmp_path / "keras" / "datasets").mkdir(parents=True)
+    (tmp_path / "keras" / "datasets" / "mnist.npz").write_bytes(PAYLOAD)
+    path = write_scenario(tmp_path, "tiny", SMALL.replace("SYN", "false"))
+    env = {"KERAS_HOME": str(tmp_path / "keras"), datasets.SHA_ENV: PAYLOAD_SHA}
+    proc = suite_cli("check", path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"source {wdata.NPZ_OVERRIDE_SOURCE}, sha256 {PAYLOAD_SHA}" in proc.stdout, proc.stdout
+    assert f"{datasets.SHA_ENV} override in effect" in proc.stdout
+    assert "source mnist.npz" not in proc.stdout
 
 
 # -- --from: machines without internet -------------------------------------------------------------
@@ -352,12 +368,12 @@ def test_container_reads_the_cached_file_read_only_and_checks_it(
     path = tmp_path / "docker_data.yaml"
     path.write_text(SMALL_SCENARIO.format(name=f"docker_data_{os.getpid()}", widths="[16]"), encoding="utf-8")
     (spec,) = plan.expand(scenario.load(path), smoke=True)
-    assert spec.config["data"]["identity"]["source"] == "mnist.npz"
+    assert spec.config["data"]["identity"]["source"] == wdata.NPZ_OVERRIDE_SOURCE, "not Keras' file: not mnist.npz"
 
     docker_backend = backend(keras_home=home)
     result = docker_backend.run(spec)
     assert result.status == "ok", (result.message, result.log_tail)
-    assert result.quality["data_source"] == "mnist.npz" and result.quality["synthetic"] is False
+    assert result.quality["data_source"] == wdata.NPZ_OVERRIDE_SOURCE and result.quality["synthetic"] is False
     (placed,) = result.run["data_volumes"]
     mounts = {m["target"]: m for m in result.run["isolation"]["mounts"]}
     assert mounts[placed["target"]]["read_only"] is True
