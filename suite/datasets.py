@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -38,6 +39,8 @@ URL_ENV = "SUITE_MNIST_URL"
 SHA_ENV = "SUITE_MNIST_SHA256"
 FETCH_COMMAND = "python -m suite data fetch"
 TIMEOUT_S = 60.0
+URL_SCHEMES = ("http", "https")
+STALE_PART_S = 3600.0  # a .part entry untouched this long is left by a fetch or import that was killed
 SHAPES = {  # what --from FOLDER must hold: all of MNIST, not a part of it
     "train-images-idx3-ubyte": (60000, 28, 28),
     "train-labels-idx1-ubyte": (60000,),
@@ -52,7 +55,7 @@ class FetchError(Exception):
 
 
 class BadSource(Exception):
-    """``--from PATH`` names something that is not MNIST as the suite takes it (bad input)."""
+    """``--from PATH`` names something that is not MNIST as the suite takes it, or the URL is unusable (bad input)."""
 
 
 def cache_dir() -> Path:
@@ -97,19 +100,31 @@ def fetch(url: str | None = None, *, timeout: float = TIMEOUT_S, say: Callable[[
     onto ``mnist.npz`` only when complete and verified: a corrupt or cut-off download leaves nothing.
     """
     target, expected = npz_path(), expected_sha256()
+    _remove_stale_parts(cache_dir(), say)
     if sha256_override():
         say(sha256_override())
     if target.is_file() and _sha256_cached(target) == expected:
         say(f"{target}: already cached (sha256 {expected} verified)")
         return target
-    url = url or os.environ.get(URL_ENV) or MNIST_URL
+    if url:
+        origin = "--url"
+    elif os.environ.get(URL_ENV):
+        url, origin = os.environ[URL_ENV], f"${URL_ENV}"
+    else:
+        url, origin = MNIST_URL, "the default URL"
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme not in URL_SCHEMES:
+        raise BadSource(
+            f"{origin} {url}: scheme {scheme or '(none)'!r} is not allowed; give an http:// or https:// URL "
+            f"(for a file on this machine: {FETCH_COMMAND} --from PATH)"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     say(f"downloading {url} -> {target}")
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".mnist.npz.", suffix=".part")
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            received, announced = _download(url, out, timeout)
+            received, announced = _download(url, origin, out, timeout)
             out.flush()
             os.fsync(out.fileno())
         if announced is not None and received != announced:
@@ -127,13 +142,32 @@ def fetch(url: str | None = None, *, timeout: float = TIMEOUT_S, say: Callable[[
     return target
 
 
-def _download(url: str, out: Any, timeout: float) -> tuple[int, int | None]:
-    """Copy the body of ``url`` into ``out``; (bytes received, Content-Length or None)."""
+def _remove_stale_parts(folder: Path, say: Callable[[str], None]) -> None:
+    """Remove the ``.mnist*.part`` files and folders a killed fetch or import left, once untouched for an hour.
+
+    Younger ones are left alone: another fetch or import may be writing them now.
+    """
+    cutoff = time.time() - STALE_PART_S
+    for entry in folder.glob(".mnist*.part"):
+        try:
+            if entry.lstat().st_mtime >= cutoff:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove: it does not stop the fetch
+        say(f"removed {entry}, left by an earlier fetch or import that did not finish")
+
+
+def _download(url: str, origin: str, out: Any, timeout: float) -> tuple[int, int | None]:
+    """Copy the body of ``url`` (given by ``origin``) into ``out``; (bytes received, Content-Length or None)."""
     import http.client
 
     received = 0
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the user's URL, http(s) only
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - fetch allows http(s) only
             length = resp.headers.get("Content-Length")
             announced = int(length) if length and length.isdigit() else None
             while True:
@@ -152,12 +186,13 @@ def _download(url: str, out: Any, timeout: float) -> tuple[int, int | None]:
         reason = getattr(exc, "reason", None) or exc
         raise FetchError(f"download of {url} failed after {received} bytes: {reason}") from None
     except ValueError as exc:  # urlopen's word for a malformed URL
-        raise FetchError(f"--url {url}: {exc}") from None
+        raise BadSource(f"{origin} {url}: {exc}") from None
     return received, announced
 
 
 def import_from(source: Path, *, say: Callable[[str], None] = print) -> Path:
     """``data fetch --from PATH``: Keras' mnist.npz (checked by sha256), or a folder of the four IDX files."""
+    _remove_stale_parts(cache_dir(), say)
     if source.is_dir():
         return _import_idx(source, say)
     if not source.is_file():
@@ -218,12 +253,18 @@ def _import_idx(folder: Path, say: Callable[[str], None]) -> Path:
         if wdata.idx_digest(wdata.read_idx_files(staging)) != wdata.idx_digest(raw):
             raise FetchError(f"copying {folder} to {target} changed its bytes; nothing was cached")
         shutil.rmtree(old, ignore_errors=True)
-        if target.exists():
+        kept = target.exists()
+        if kept:
             target.rename(old)
-        staging.rename(target)
+        try:
+            staging.rename(target)
+        except OSError as exc:
+            if kept:  # put the previous import back: a failed import must not lose it
+                old.rename(target)
+            raise FetchError(f"storing {folder} as {target} failed ({exc}); the cache is as it was") from None
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
     say(f"{target}: the four IDX files of {folder} (sha256 over their contents {wdata.idx_digest(raw)})")
     return target
 

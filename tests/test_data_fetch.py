@@ -158,6 +158,69 @@ def test_a_file_accepted_under_an_overridden_hash_is_not_called_mnist(tmp_path: 
     assert "source mnist.npz" not in proc.stdout
 
 
+def test_url_errors_name_where_the_url_came_from(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(datasets.BadSource, match=r"^--url http://\[bad"):
+        datasets.fetch("http://[bad", say=lambda _: None)
+    monkeypatch.setenv(datasets.URL_ENV, "http://[bad")
+    with pytest.raises(datasets.BadSource, match=rf"^\${datasets.URL_ENV} http://\[bad"):
+        datasets.fetch(say=lambda _: None)
+    monkeypatch.delenv(datasets.URL_ENV)
+    monkeypatch.setattr(datasets, "MNIST_URL", "http://[bad")
+    with pytest.raises(datasets.BadSource, match=r"^the default URL http://\[bad"):
+        datasets.fetch(say=lambda _: None)
+
+
+def test_only_http_and_https_urls_are_fetched(cache: Path, tmp_path: Path) -> None:
+    local = tmp_path / "copy.npz"
+    local.write_bytes(PAYLOAD)
+    env = {"KERAS_HOME": str(cache.parent), datasets.SHA_ENV: PAYLOAD_SHA}
+    for url in (local.as_uri(), "ftp://127.0.0.1/mnist.npz", str(local)):
+        proc = suite_cli("data", "fetch", "--url", url, env=env)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"--url {url}" in proc.stderr and "http:// or https://" in proc.stderr and "--from" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert _left(cache) == []
+
+
+def test_stale_part_files_are_removed_and_fresh_ones_kept(server: str, cache: Path) -> None:
+    cache.mkdir(parents=True)
+    stale_file, stale_dir = cache / ".mnist.npz.abc.part", cache / ".mnist-idx.abc.part"
+    fresh_file, fresh_dir = cache / ".mnist.npz.new.part", cache / ".mnist-idx.new.part"
+    for f in (stale_file, fresh_file):
+        f.write_bytes(b"half")
+    for d in (stale_dir, fresh_dir):
+        d.mkdir()
+        (d / "train-images-idx3-ubyte").write_bytes(b"half")
+    old = time.time() - 2 * datasets.STALE_PART_S
+    for entry in (stale_file, stale_dir):
+        os.utime(entry, (old, old))
+    said: list[str] = []
+    datasets.fetch(f"{server}/mnist.npz", say=said.append)
+    assert _left(cache) == sorted([fresh_file.name, fresh_dir.name, "mnist.npz"])
+    assert any(str(stale_dir) in line for line in said) and any(str(stale_file) in line for line in said)
+
+
+def test_a_failed_store_keeps_the_previous_import(
+    mnist_dir: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    datasets.import_from(_full_idx_folder(tmp_path / "first", mnist_dir), say=lambda _: None)
+    before = datasets.identity_for({"allow_synthetic": False})
+    rename = Path.rename
+
+    def failing(self: Path, target: Path) -> Path:
+        if self.name.startswith(".mnist-idx.") and self.name.endswith(".part"):
+            raise OSError(28, "No space left on device")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    second = _full_idx_folder(tmp_path / "second", mnist_dir, n_train=60000)
+    (second / "train-labels-idx1-ubyte").write_bytes(_idx((60000,), np.zeros(60000)))  # other data
+    with pytest.raises(datasets.FetchError, match="No space left on device"):
+        datasets.import_from(second, say=lambda _: None)
+    assert _left(cache) == [wdata.IDX_FOLDER], "the previous import back in place, nothing else left"
+    assert datasets.identity_for({"allow_synthetic": False})["sha256"] == before["sha256"]
+
+
 # -- --from: machines without internet -------------------------------------------------------------
 
 
