@@ -449,3 +449,12 @@ def test_env_command_shows_the_pool_and_the_recorded_facts(fake_smi, monkeypatch
     assert "pool: the inherited CUDA_VISIBLE_DEVICES=MIG-GPU-1/0/0 names a MIG instance" in envinfo.render(
         {**facts_, "pool": envinfo._pool(gpus), "docker": {"error": "none here"}}
     )
+
+
+@pytest.mark.parametrize("raw", ["[{", "{}", '"GPU-3fb142e7"', '[{"uuid": "GPU-3fb142e7"}, 3]'])
+def test_a_malformed_suite_gpus_is_named_as_such_not_taken_as_unset(raw: str) -> None:
+    with pytest.raises(identity.AskedError, match=rf"{identity.ASKED_ENV}=.* is malformed") as err:
+        identity.asked_from_env({identity.ASKED_ENV: raw})
+    assert "unset" not in str(err.value) and "JSON list" in str(err.value)
+    assert identity.asked_from_env({}) is None, "unset stays unset"
+    assert identity.asked_from_env({identity.ASKED_ENV: "[]"}) == []

@@ -115,16 +115,27 @@ def visible_pool(value: str, gpus: Sequence[Mapping[str, Any]], device_order: st
 # -- the worker: are the devices it trains on the ones it was given ---------------------------------
 
 
+class AskedError(ValueError):
+    """``SUITE_GPUS`` is set but is not the list of GPUs the host writes; the message says what is wrong."""
+
+
 def asked_from_env(environ: Mapping[str, str]) -> list[dict[str, Any]] | None:
-    """The GPUs the host gave this run (``SUITE_GPUS``), or None when it did not say."""
+    """The GPUs the host gave this run (``SUITE_GPUS``), or None when it did not say.
+
+    A value that is not a JSON list of objects raises AskedError: the run cannot check its GPUs
+    against a list it cannot read, and must not report that the host named none.
+    """
     raw = environ.get(ASKED_ENV)
     if raw is None:
         return None
+    allowed = 'a JSON list of objects such as [{"uuid": "GPU-...", "pci_bus_id": "0000:3b:00.0"}] ([] for none)'
     try:
         listed = json.loads(raw)
-    except ValueError:
-        return None
-    return [identity(**g) for g in listed if isinstance(g, dict)] if isinstance(listed, list) else None
+    except ValueError as exc:
+        raise AskedError(f"{ASKED_ENV}={raw[:200]!r} is malformed ({exc}); expected {allowed}") from None
+    if not isinstance(listed, list) or not all(isinstance(g, dict) for g in listed):
+        raise AskedError(f"{ASKED_ENV}={raw[:200]!r} is malformed: expected {allowed}")
+    return [identity(**g) for g in listed]
 
 
 def complete(asked: Sequence[Mapping[str, Any]], driver: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
