@@ -172,6 +172,16 @@ def test_an_older_driver_refusing_a_field_is_asked_for_the_base_fields(fake_smi)
     assert calls(bin_dir)[1] == [f"--query-gpu={','.join(facts.BASE_FIELDS)}", "--format=csv,nounits"]
 
 
+def test_the_base_fields_keep_the_bus_id_and_a_real_driver_knows_them(fake_smi) -> None:
+    assert set(facts.BASE_FIELDS) <= valid_fields()
+    bin_dir = fake_smi("hpe-a100x2.query-gpu.csv", fields=valid_fields() - {"vbios_version"})
+    gpus, note = facts.collect_nvidia_smi()
+    asked = calls(bin_dir)[1][0].split("=", 1)[1].split(",")
+    assert "pci.bus_id" in asked, "an older driver is still asked for the bus id"
+    assert [g["pci_bus_id"] for g in gpus] == ["00000000:12:00.0", "00000000:8A:00.0"]
+    assert "pci.bus_id" in note
+
+
 def test_no_nvidia_smi_is_said_never_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert facts.collect_nvidia_smi() == ([], "no NVIDIA driver found (no nvidia-smi)")

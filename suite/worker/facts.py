@@ -65,7 +65,8 @@ QUERY_FIELDS = {
     "clocks.applications.memory": "app_clock_memory_mhz",
     "compute_mode": "compute_mode",
 }
-BASE_FIELDS = ("index", "uuid", "name", "memory.total", "driver_version")  # valid on every driver
+# Valid on every driver; pci.bus_id among them, since a run's GPUs are matched by bus id where the UUID is unknown.
+BASE_FIELDS = ("index", "uuid", "name", "pci.bus_id", "memory.total", "driver_version")
 _ALIASES = {  # other names nvidia-smi accepts for the same fields
     "gpu_name": "name",
     "gpu_uuid": "uuid",
