@@ -300,14 +300,15 @@ main() {
 
   # ------------------------------------------------------------------ derived JAX scenarios
   "$RUNPY" - "$MDIR/scenarios" "$WIDTHS" "$EPOCHS" "$REPEATS" "${TRAIN_SAMPLES:-0}" "${TEST_SAMPLES:-0}" \
-    "$KNOB_BATCHES" "$DATA" "${MNIST:-}" "$RUN_TIMEOUT" <<'PYEOF' || die "deriving the JAX scenarios failed (see above)"
+    "$KNOB_BATCHES" "$DATA" "${MNIST:-}" "$RUN_TIMEOUT" "$REPO" <<'PYEOF' || die "deriving the JAX scenarios failed (see above)"
 import copy
+import os
 import sys
 from pathlib import Path
 
 import yaml
 
-out, widths, epochs, repeats, n_train, n_test, batches, data, mnist, timeout = sys.argv[1:]
+out, widths, epochs, repeats, n_train, n_test, batches, data, mnist, timeout, repo = sys.argv[1:]
 JAX_NOTE = (
     " Derived for the Keras JAX backend by benchmarks/gpu_evidence.sh: every training step is compiled"
     " (jit_compile: true, Keras' own default under JAX; false would run it op by op)."
@@ -329,7 +330,9 @@ def derive(src: str, suffix: str = "_jax") -> dict:
     if int(n_test):
         d["test_samples"] = int(n_test)
     if data == "t10k":
-        d["data_dir"] = mnist
+        # Relative to the repository, where the worker resolves it: the path is part of each run's
+        # fingerprint, which must not depend on where this checkout lies.
+        d["data_dir"] = os.path.relpath(os.path.realpath(mnist), os.path.realpath(repo))
         d.setdefault("test_samples", 2000)
     return doc
 

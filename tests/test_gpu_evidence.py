@@ -265,3 +265,23 @@ def test_missing_packages_come_from_the_wheel_folder(tmp_path: Path) -> None:
     assert f"python={venv_python}" in proc.stdout
     runs = [r for _, r in results.load_folder(res / "jax-only")]
     assert any(r.ok and r.environment["versions"]["keras_backend"] == "jax" for r in runs)
+
+
+@pytest.mark.slow
+@needs_jax
+def test_t10k_data_dir_is_written_relative_to_the_repository(tmp_path: Path, mnist_dir: Path) -> None:
+    """The derived scenarios' data_dir is part of every fingerprint: it must not name where the checkout lies."""
+    res = tmp_path / "results"
+    proc = run_script(
+        "--allow-no-gpu", "--python", sys.executable, *TINY, "--no-knobs", "--data", "t10k", "--mnist", mnist_dir,
+        "--results", res, "--reports", tmp_path / "reports", "--machine", "t10k-test",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    derived = yaml.safe_load((res / "t10k-test" / "scenarios" / "mnist_mlp_width_jax.yaml").read_text())
+    data_dir = derived["data"]["data_dir"]
+    assert not Path(data_dir).is_absolute(), data_dir
+    assert (REPO / data_dir).resolve() == mnist_dir.resolve()
+    runs = [r for _, r in results.load_folder(res / "t10k-test")]
+    cpu = [r for r in runs if r.spec["config"]["device"] == "cpu"]
+    assert cpu and all(r.ok and r.quality["data_source"] == "idx-t10k-split" for r in cpu), [r.message for r in cpu]
+    assert all(r.spec["config"]["data"]["data_dir"] == data_dir for r in cpu)
