@@ -14,14 +14,15 @@ meaning or moves; adding an optional field does not need a bump):
 
 Optional sections added without a bump (older records simply lack them):
 
-- ``telemetry``: what the machine did during the run, sampled at 5 Hz on the machine the worker ran
-  on (``suite.telemetry``, whose docstring defines the layout): CPU (% of one core) and memory of the
-  worker's process tree or container, and per GPU its utilization, memory used, SM clock, power,
-  temperature and clock event reasons. Each metric has a summary (mean, p95, max, n) over the whole
-  run, the timed ``fit`` and its ``steady`` part after the first epoch, and its series (seconds from
-  the run's start, at most 600 points: longer series are averaged in equal-count buckets). Each
-  source says the rate it achieved, its sample count, and its error if it had one. Reports read it
-  through ``gpu_busy_percent``, ``peak_memory_bytes`` and ``peak_gpu_memory_bytes`` below.
+- ``telemetry``: what the machine did during the run, sampled on the machine the worker ran on
+  (``suite.telemetry``, whose docstring defines the layout): CPU (% of one core) and memory of the
+  worker's process tree (5 Hz) or container (the engine's stats, about 1 Hz), and at 5 Hz per GPU
+  its utilization, memory used, SM clock, power, temperature and clock event reasons. Each metric
+  has a summary (mean, p95, max, n) over the whole run, the timed ``fit`` and its ``steady`` part
+  after the first epoch, and its series (seconds from the run's start, at most 600 points: longer
+  series are averaged in equal-count buckets). Each source says the rate it achieved, its sample
+  count, and its error if it had one. Reports read it through ``gpu_busy_percent``,
+  ``peak_memory_bytes`` and ``peak_gpu_memory_bytes`` below.
 """
 
 from __future__ import annotations
@@ -165,13 +166,16 @@ ENV_GPUS = Field("environment", "gpus_driver")
 
 
 # telemetry: the windows and statistics reports use (suite.telemetry names the metrics)
-BUSY_WINDOWS = ("steady", "fit", "run")  # "busy" is about the steps: the steady epochs where recorded
+# "Busy" is about the steps: the steady epochs where recorded, else the whole fit. Never the whole
+# run: the idle setup, evaluation and probes around the fit would pass for a starved GPU.
+BUSY_WINDOWS = ("steady", "fit")
 BUSY_MIN_SAMPLES = 5  # a window shorter than a second at 5 Hz says too little: the next one is used
 
 
 def gpu_busy_percent(result: RunResult) -> float | None:
-    """Mean GPU utilization over the steady epochs (else the fit, else the whole run: the first with
-    at least BUSY_MIN_SAMPLES samples), averaged over the run's GPUs; None when no GPU was sampled."""
+    """Mean GPU utilization over the steady epochs (else the whole fit: the first with at least
+    BUSY_MIN_SAMPLES samples), averaged over the run's GPUs; None ("not measured") when no GPU was
+    sampled or no fit window was recorded."""
     values = [
         tm.window_stat(e, "mean", BUSY_WINDOWS, BUSY_MIN_SAMPLES)
         for e in tm.metric_entries(result.telemetry, tm.GPU_UTIL_PERCENT)
@@ -182,10 +186,11 @@ def gpu_busy_percent(result: RunResult) -> float | None:
 
 def peak_memory_bytes(result: RunResult) -> float | None:
     """The run's peak host memory: the largest of the sampled peak (process tree RSS or container
-    usage) and the largest per-process kernel high-water mark; None when not sampled."""
+    usage), the largest per-process kernel high-water mark (local runs) and the engine's high-water
+    mark of the container (cgroup v1 only; it includes file cache); None when not sampled."""
     peaks = [
         tm.window_stat(e, "max", ("run",))
-        for name in (tm.MEMORY_BYTES, tm.PROCESS_HWM_BYTES)
+        for name in (tm.MEMORY_BYTES, tm.PROCESS_HWM_BYTES, tm.CONTAINER_MAX_USAGE_BYTES)
         for e in tm.metric_entries(result.telemetry, name)
     ]
     peaks = [p for p in peaks if p is not None]

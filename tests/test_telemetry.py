@@ -194,20 +194,47 @@ def test_docker_stats_sampler_on_a_real_container(client: Any, base_image: str) 
     assert size <= memory <= size + 40 * MIB, memory / MIB
 
 
+class _HelperBackend:
+    """What ``GpuPoller`` needs of the Docker backend: a client, the session's labels, the hardening."""
+
+    def __init__(self, client: Any, session: str):
+        self.client, self.session = client, session
+
+    def stream_client(self) -> Any:
+        return self.client
+
+    def labels(self) -> dict[str, str]:
+        return {"suite.test": "telemetry", "suite.session": self.session}
+
+    def hardening(self) -> dict[str, Any]:
+        return {"read_only": True, "cap_drop": ["ALL"], "network_mode": "none"}
+
+
 @pytest.mark.docker
-def test_nvidia_smi_missing_in_the_container_is_recorded_not_raised(client: Any, base_image: str) -> None:
-    """The remote-engine GPU path for real, up to where a GPU would be needed: the exec runs in the
-    run's container, and a container without nvidia-smi (no GPU runtime here) gives an error record."""
-    container = client.containers.run(base_image, ["sleep", "30"], detach=True, labels={"suite.test": "telemetry"})
-    try:
-        recorder = telemetry.Recorder([telemetry.SmiSampler(lambda: client, container.id)], time.monotonic()).start()
-        time.sleep(1.0)
-        section = recorder.stop()
-    finally:
-        container.remove(force=True)
+def test_gpu_poller_refused_is_recorded_and_its_helper_removed(client: Any, base_image: str) -> None:
+    """The remote-engine GPU path for real, up to where a GPU would be needed: nvidia-smi's helper
+    container is made on the engine with the run's device request, labelled with the session's
+    labels; this engine has no GPU runtime, so it cannot start: the source records why, nothing
+    raises, and the helper is gone afterwards."""
+    from suite.backends.docker_run import GpuPoller
+
+    session = f"telemetry-{os.getpid()}-{time.monotonic_ns()}"
+    poller = GpuPoller(_HelperBackend(client, session), base_image, ["GPU-00000000-0000-0000-0000-000000000000"])
+    kwargs = poller.kwargs(telemetry.smi_command())
+    assert kwargs["environment"]["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    (request,) = kwargs["device_requests"]
+    assert request["DeviceIDs"] == poller.uuids and request["Capabilities"] == [["gpu"]]
+    assert kwargs["labels"]["suite.session"] == session and kwargs["labels"]["suite.helper"] == "gpu-telemetry"
+    recorder = telemetry.Recorder([telemetry.SmiSampler(poller.stream, GpuPoller.method)], time.monotonic()).start()
+    time.sleep(1.0)
+    section = recorder.stop()
+    poller.close()
     (source,) = section["sources"]
     assert source["samples"] == 0 and section["metrics"] == []
     assert "nvidia-smi" in (source["error"] or ""), source
+    assert "helper container" in source["method"]
+    left = client.containers.list(all=True, filters={"label": f"suite.session={session}"})
+    assert left == [], "the helper container was not removed"
 
 
 def test_docker_formulas_follow_the_cli() -> None:
@@ -328,6 +355,23 @@ def test_summaries_per_window_and_round_trip(tmp_path: Path) -> None:
     assert results.gpu_busy_percent(short) == pytest.approx(float(np.mean(in_fit)))
 
 
+def test_busy_is_not_measured_without_a_fit_window() -> None:
+    """90% busy during the fit, idle around it: without the fit's window the whole run's mean (30%)
+    would pass for a starved GPU; it must read as not measured instead."""
+    sampler = telemetry.Sampler()
+    for i in range(150):  # 30 s at 5 Hz: the fit from 10 s to 20 s
+        t = i * 0.2
+        sampler.add((telemetry.GPU_UTIL_PERCENT, "GPU-a"), t, 90.0 if 10.0 <= t < 20.0 else 0.0)
+        sampler.reads.append(t)
+    recorder = telemetry.Recorder([sampler], 0.0)
+    section = recorder.section()
+    assert _entry(section, telemetry.GPU_UTIL_PERCENT)["summary"]["run"]["mean"] == pytest.approx(30.0)
+    assert results.gpu_busy_percent(RunResult(status="ok", spec={}, telemetry=section)) is None
+    recorder.marks = {"fit_start": 10.0, "fit_end": 19.9}
+    fitted = RunResult(status="ok", spec={}, telemetry=recorder.section())
+    assert results.gpu_busy_percent(fitted) == pytest.approx(90.0)
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end: one real local-backend run carries CPU and memory telemetry
 
@@ -374,3 +418,284 @@ def test_docker_backend_run_records_container_stats(backend: Any, tmp_path: Path
     peak = results.peak_memory_bytes(result)
     assert peak is not None and peak > 100 * MIB, "TensorFlow's heap alone holds more than this"
     assert _entry(result.telemetry, telemetry.CPU_PERCENT)["summary"]["run"]["max"] > 20
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia-smi on two GPUs: one read per tick, timed by nvidia-smi's timestamp
+
+
+def _burst_stream(text: str) -> Any:
+    """A stream that delivers the whole output in one burst, as a buffered pipe may."""
+
+    def stream(command: list[str]) -> Any:
+        assert command[1].startswith("--query-gpu=timestamp,uuid,"), command
+        yield text.encode()
+
+    return stream
+
+
+def test_two_gpus_count_one_sample_per_tick_timed_by_nvidia_smi() -> None:
+    # Constructed rows (tests/fixtures/telemetry/README.md): 2 GPUs, 5 ticks 200 ms apart.
+    text = (FIXTURES / "two-gpus-constructed.csv").read_text()
+    sampler = telemetry.SmiSampler(_burst_stream(text))
+    recorder = telemetry.Recorder([sampler], time.monotonic())
+    sampler.run(recorder.clock, threading.Event(), 0.2)  # in this thread: to the end of the output
+    section = recorder.section()
+    (source,) = section["sources"]
+    assert source["error"] is None, source
+    assert source["samples"] == 5, source  # ticks, not rows (10)
+    assert source["rate_hz"] == pytest.approx(5.0, rel=1e-3), source
+    util = {e["device"]: e for e in telemetry.metric_entries(section, telemetry.GPU_UTIL_PERCENT)}
+    assert set(util) == {"GPU-11111111-1111-1111-1111-111111111111", "GPU-22222222-2222-2222-2222-222222222222"}
+    first, second = util.values()
+    # Both GPUs on the same tick times, 0.2 s apart as nvidia-smi stamped them, though all arrived at once.
+    assert first["series"]["t"] == second["series"]["t"]
+    steps = np.diff(first["series"]["t"])
+    assert np.allclose(steps, 0.2, atol=2e-3), first["series"]["t"]
+    assert first["series"]["v"] == [100.0] * 5 and second["series"]["v"] == [3.0, 4.0, 3.0, 3.0, 3.0]
+    power = {e["device"]: e["series"]["v"] for e in telemetry.metric_entries(section, telemetry.GPU_POWER_W)}
+    assert power["GPU-11111111-1111-1111-1111-111111111111"] == [208.36, 249.62, 205.51, 210.0, 230.0]
+
+
+def test_recorded_timestamps_parse_to_their_spacing() -> None:
+    # Recorded rows (power-clocks.csv): nvidia-smi -l 1, stamped 1.003 s and 1.005 s apart.
+    _, rows = _recorded("power-clocks.csv")
+    times = [telemetry.smi_time(r["timestamp"]) for r in rows]
+    assert np.allclose(np.diff(times), [1.003, 1.005], atol=1e-6)
+    assert telemetry.smi_time("N/A") is None and telemetry.smi_time(None) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML on a driver older than the binding (a fake pynvml: no GPU here)
+
+
+class _FakeNvml:
+    """The calls NvmlSampler makes, with known answers; the newer calls raise FunctionNotFound, as
+    NVML does when the binding is newer than the installed driver."""
+
+    NVML_TEMPERATURE_GPU, NVML_CLOCK_SM, NVML_ERROR_FUNCTION_NOT_FOUND = 0, 1, 13
+
+    class NVMLError(Exception):
+        def __init__(self, value: int = 999):
+            super().__init__(f"NVML error {value}")
+            self.value = value
+
+    class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801 - pynvml's own name
+        def __init__(self) -> None:
+            super().__init__(13)
+
+    def __init__(self, fail_handles: bool = False) -> None:
+        self.inits = self.shutdowns = 0
+        self.calls: dict[str, int] = {}
+        self.fail_handles = fail_handles
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def nvmlInit(self) -> None:  # noqa: N802
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.shutdowns += 1
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:  # noqa: N802
+        if self.fail_handles:
+            raise self.NVMLError(5)
+        return uuid
+
+    def nvmlDeviceGetUtilizationRates(self, h: str) -> Any:  # noqa: N802
+        return type("Util", (), {"gpu": 42})()
+
+    def nvmlDeviceGetMemoryInfo(self, h: str) -> Any:  # noqa: N802
+        return type("Mem", (), {"used": 123 * MIB})()
+
+    def nvmlDeviceGetClockInfo(self, h: str, clock: int) -> int:  # noqa: N802
+        return 1410
+
+    def nvmlDeviceGetPowerUsage(self, h: str) -> int:  # noqa: N802
+        return 71500  # mW
+
+    def nvmlDeviceGetTemperatureV(self, h: str, sensor: int) -> int:  # noqa: N802
+        self._count("TemperatureV")
+        raise self.NVMLError_FunctionNotFound()
+
+    def nvmlDeviceGetTemperature(self, h: str, sensor: int) -> int:  # noqa: N802
+        self._count("Temperature")
+        return 57
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: str) -> int:  # noqa: N802
+        self._count("EventReasons")
+        raise self.NVMLError_FunctionNotFound()
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: str) -> int:  # noqa: N802
+        self._count("ThrottleReasons")
+        return 0x4
+
+
+def test_nvml_on_an_older_driver_reads_through_the_old_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = telemetry.NvmlSampler(["GPU-a"])
+    sampler.open()
+    try:
+        reads = [sampler.read() for _ in range(3)]
+    finally:
+        sampler.close()
+        sampler.close()  # safe twice
+    for values in reads:
+        assert values == {
+            (telemetry.GPU_UTIL_PERCENT, "GPU-a"): 42.0,
+            (telemetry.GPU_MEMORY_BYTES, "GPU-a"): float(123 * MIB),
+            (telemetry.GPU_SM_CLOCK_MHZ, "GPU-a"): 1410.0,
+            (telemetry.GPU_POWER_W, "GPU-a"): 71.5,
+            (telemetry.GPU_TEMPERATURE_C, "GPU-a"): 57.0,
+            (telemetry.GPU_CLOCK_REASONS, "GPU-a"): 4.0,
+        }
+    assert sampler.error is None
+    # The new calls are tried once; from then on only the old ones.
+    assert fake.calls == {"TemperatureV": 1, "Temperature": 3, "EventReasons": 1, "ThrottleReasons": 3}
+    assert (fake.inits, fake.shutdowns) == (1, 1)
+
+
+def test_nvml_one_failing_field_leaves_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeNvml()
+
+    def broken(h: str) -> Any:
+        raise ValueError("not an NVMLError")
+
+    fake.nvmlDeviceGetPowerUsage = broken  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = telemetry.NvmlSampler(["GPU-a"])
+    sampler.open()
+    values = sampler.read()
+    sampler.close()
+    assert values[(telemetry.GPU_POWER_W, "GPU-a")] is None
+    assert values[(telemetry.GPU_UTIL_PERCENT, "GPU-a")] == 42.0
+    assert "ValueError" in (sampler.error or "")
+
+
+def test_nvml_open_that_half_succeeds_shuts_nvml_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeNvml(fail_handles=True)  # nvmlInit works, the device lookup fails
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    recorder = telemetry.Recorder([telemetry.NvmlSampler(["GPU-a"])], time.monotonic()).start()
+    section = recorder.stop()
+    (source,) = section["sources"]
+    assert "NVML error 5" in (source["error"] or ""), source
+    assert (fake.inits, fake.shutdowns) == (1, 1), "an init reference leaked"
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopping, Docker stats edge cases, the engine's memory high-water mark
+
+
+class _Stuck(telemetry.Sampler):
+    name = "stuck"
+
+    def run(self, clock: Any, stop: threading.Event, interval_s: float) -> None:
+        time.sleep(telemetry.STOP_JOIN_S + 2.0)  # ignores stop
+
+
+def test_halt_waits_for_all_samplers_within_one_deadline() -> None:
+    recorder = telemetry.Recorder([_Stuck(), _Stuck(), _Stuck()], time.monotonic()).start()
+    started = time.monotonic()
+    recorder.halt()
+    took = time.monotonic() - started
+    assert telemetry.STOP_JOIN_S - 0.1 <= took <= telemetry.STOP_JOIN_S + 0.5, took
+
+
+class _StatsClient:
+    def __init__(self, samples: list[dict[str, Any]]):
+        self.api = self
+        self.samples = samples
+
+    def stats(self, container_id: str, stream: bool, decode: bool) -> Any:
+        return iter(self.samples)
+
+
+def _stats(read: str, usage: int | None, total: int, system: int, **memory: Any) -> dict[str, Any]:
+    memory_stats = {"stats": {}, **memory}
+    if usage is not None:
+        memory_stats["usage"] = usage
+    return {
+        "read": read,
+        "memory_stats": memory_stats,
+        "cpu_stats": {"cpu_usage": {"total_usage": total}, "system_cpu_usage": system, "online_cpus": 2},
+        "precpu_stats": {"cpu_usage": {"total_usage": total - 500}, "system_cpu_usage": system - 1000},
+    }
+
+
+def test_docker_stats_without_memory_usage_is_not_the_end() -> None:
+    samples = [
+        _stats("2026-12-01T00:00:01Z", None, 500, 10_000),  # no usage in a live sample
+        _stats("2026-12-01T00:00:02Z", 300 * MIB, 1000, 11_000, max_usage=900 * MIB),
+        _stats("0001-01-01T00:00:00Z", 0, 0, 0),  # the container ended
+        _stats("2026-12-01T00:00:04Z", 1, 1, 1),  # never read
+    ]
+    sampler = telemetry.DockerStatsSampler(lambda: _StatsClient(samples), "c")
+    recorder = telemetry.Recorder([sampler], time.monotonic())
+    sampler.run(recorder.clock, threading.Event(), 0.2)
+    section = recorder.section()
+    (source,) = section["sources"]
+    assert source["samples"] == 2 and source["error"] is None, source
+    cpu = _entry(section, telemetry.CPU_PERCENT)["series"]["v"]
+    assert cpu == [100.0, 100.0]  # 500 of 1000 system ns, times 2 CPUs
+    # The sampled peak is 300 MiB; the engine's high-water mark (cgroup v1) saw 900 MiB between samples.
+    assert _entry(section, telemetry.CONTAINER_MAX_USAGE_BYTES)["summary"]["run"]["max"] == 900 * MIB
+    assert results.peak_memory_bytes(RunResult(status="ok", spec={}, telemetry=section)) == 900 * MIB
+
+
+def test_docker_stats_that_end_before_a_sample_say_so() -> None:
+    sampler = telemetry.DockerStatsSampler(lambda: _StatsClient([_stats("0001-01-01T00:00:00Z", 0, 0, 0)]), "c")
+    sampler.run(time.monotonic, threading.Event(), 0.2)
+    assert sampler.reads == [] and "no samples" in (sampler.error or "")
+
+
+def test_one_test_of_a_local_engine() -> None:
+    from suite.backends.docker_run import engine_is_local
+
+    assert engine_is_local("unix:///var/run/docker.sock") and engine_is_local("/var/run/docker.sock")
+    assert engine_is_local("npipe:////./pipe/docker_engine")
+    assert not engine_is_local("ssh://gpu-box") and not engine_is_local("tcp://10.0.0.2:2376")
+
+
+# ---------------------------------------------------------------------------------------------
+# The run skeleton: the section is built after the log has drained
+
+
+class _LateLogExecution:
+    """A worker that has ended while its last progress lines are still on their way to the host."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, Any] = {}
+        self.sampler = telemetry.Sampler()
+        for i in range(40):
+            self.sampler.add((telemetry.GPU_UTIL_PERCENT, "GPU-a"), i * 0.05, 90.0)
+
+    def telemetry_sources(self) -> list[telemetry.Sampler]:
+        return [self.sampler]
+
+    def lines(self) -> Any:
+        yield '@@suite {"event": "phase", "phase": "fit"}'
+        time.sleep(0.5)  # the exit is seen before the rest of the output arrives
+        yield '@@suite {"event": "phase", "phase": "evaluate"}'
+
+    def wait(self) -> Any:
+        from suite.backends.base import Exit
+
+        return Exit(code=0)
+
+    def kill(self) -> bool:
+        return False
+
+    def result(self) -> bytes | None:
+        return None
+
+    def cleanup(self) -> None:
+        pass
+
+
+def test_run_skeleton_marks_the_fit_from_progress_lines_that_arrive_after_the_exit(tmp_path: Path) -> None:
+    from test_classify_exit import FakeBackend, spec_with_timeout
+
+    result = FakeBackend(_LateLogExecution()).run(spec_with_timeout(tmp_path, 30.0))  # type: ignore[arg-type]
+    assert "fit" in result.telemetry["windows"], result.telemetry["windows"]

@@ -154,14 +154,16 @@ class RunSkeleton:
             pump.start()
             try:
                 ended = execution.wait()
-                sampled = recorder.stop()  # before cleanup: a removed container has no stats
+                recorder.halt()  # before cleanup: a removed container has no stats
                 timed_out = deadline.disarm()  # waits out a kill in flight, so its verdict is final
                 pump.join(LOG_DRAIN_S)
+                sampled = recorder.section()  # after the log drained: its last progress lines end the fit window
                 record = execution.result()
             except RunLost as exc:
-                sampled = recorder.stop()
+                recorder.halt()
                 deadline.disarm()
                 pump.join(1.0)
+                sampled = recorder.section()
                 execution.cleanup()
                 info.update(execution.facts, finished_at=now_iso())
                 lost = merge_result(spec, None, pump.text(), info, "error", str(exc))
@@ -188,7 +190,7 @@ class RunSkeleton:
                 pass
             raise
         finally:
-            recorder.stop()
+            recorder.halt()
             deadline.disarm()
             execution.cleanup()
 

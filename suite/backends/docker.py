@@ -42,6 +42,7 @@ from suite.backends.docker_run import (
     RESULT_PATH,
     WORK_DIR,
     ContainerRun,
+    engine_is_local,
     engine_text,
     probe_engine,
     remove_container,
@@ -126,7 +127,7 @@ class DockerBackend(RunSkeleton):
         """The engine host's GPUs the suite may use: on a local engine the orchestrator's inherited
         CUDA_VISIBLE_DEVICES (a scheduler's allocation on this machine) limits them, as for local
         runs; on a remote one it names this machine's GPUs, not the engine's, and is not applied."""
-        if self.daemon.address.startswith(("unix://", "npipe://")):
+        if engine_is_local(self.daemon.address):
             return inherit_pool(found)
         why = "every GPU of the engine's host (a CUDA_VISIBLE_DEVICES here names this machine's GPUs)"
         pool = {"source": why, "cuda_visible_devices": None, "uuids": [g.get("uuid") for g in found.get("gpus", [])]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -44,6 +45,7 @@ class ContainerRun:
         self.backend, self.container, self.facts = backend, container, facts
         self.phases: dict[str, float] = facts["container_s"]
         self._removed = False
+        self.poller: GpuPoller | None = None  # nvidia-smi's helper container, on a remote engine with GPUs
 
     @classmethod
     def start(
@@ -100,7 +102,8 @@ class ContainerRun:
 
     def telemetry_sources(self) -> list[telemetry.Sampler]:
         """Container stats from the engine; the container's GPUs through NVML when the engine runs on
-        this machine (a unix socket), else through nvidia-smi inside the container."""
+        this machine, else through nvidia-smi in a helper container of its own (``GpuPoller``), so
+        the poller's CPU and memory are not counted in the run container's stats."""
         stats = telemetry.DockerStatsSampler(self.backend.stream_client, self.container.id)
         samplers: list[telemetry.Sampler] = [stats]
         uuids = [u for r in self.facts.get("engine_device_requests") or [] for u in r.get("DeviceIDs") or []]
@@ -108,7 +111,9 @@ class ContainerRun:
             if engine_is_local(self.backend.daemon.address):
                 samplers.append(telemetry.NvmlSampler(uuids))
             else:
-                samplers.append(telemetry.SmiSampler(self.backend.stream_client, self.container.id))
+                image = (self.container.attrs or {}).get("Image") or self.container.image.id
+                self.poller = GpuPoller(self.backend, image, uuids)
+                samplers.append(telemetry.SmiSampler(self.poller.stream, GpuPoller.method))
         return samplers
 
     def lines(self) -> Iterator[str]:
@@ -158,14 +163,88 @@ class ContainerRun:
         if self._removed:
             return
         self._removed = True
+        if self.poller is not None:
+            self.poller.close()
         t = time.perf_counter()
         remove_container(self.container)
         self.phases["remove"] = time.perf_counter() - t
 
 
 def engine_is_local(address: str) -> bool:
-    """An engine on this machine: reached through a unix socket or a named pipe (its GPUs are this host's)."""
-    return address.startswith(("unix://", "npipe://")) or address.startswith("/")
+    """An engine on this machine: reached through a unix socket or a named pipe (its GPUs are this
+    host's), written as a URL or as a bare socket path. The one test of it, for every caller."""
+    return address.startswith(("unix://", "npipe://", "/"))
+
+
+class GpuPoller:
+    """nvidia-smi looping in a short-lived helper container of its own on the run's engine.
+
+    It gets the run's GPUs by the same device request as the run (UUIDs, capability gpu) with
+    ``NVIDIA_DRIVER_CAPABILITIES=utility`` (nvidia-smi and NVML, no CUDA), the run's image, the
+    least-privilege settings of every container, and the session's labels, so a session that dies
+    leaves it to the reaping of dead sessions. It is removed when sampling stops or the run is
+    cleaned up, whichever comes first. Being its own container, its CPU and memory are not in the
+    run container's stats.
+    """
+
+    method = (
+        "nvidia-smi --query-gpu ... -lms 200 in a helper container on the engine with the run's GPUs "
+        "(not counted in the run container's stats); samples timed by nvidia-smi's timestamp"
+    )
+    HELPER = "gpu-telemetry"  # its suite.helper label
+
+    def __init__(self, backend: DockerBackend, image: str, uuids: list[str]):
+        self.backend, self.image, self.uuids = backend, image, list(uuids)
+        self._lock = threading.Lock()
+        self._container: Any = None
+        self._closed = False
+
+    def kwargs(self, command: list[str]) -> dict[str, Any]:
+        from docker.types import DeviceRequest
+
+        return {
+            "command": command,
+            "labels": {**self.backend.labels(), "suite.helper": self.HELPER},
+            "environment": {"NVIDIA_DRIVER_CAPABILITIES": "utility", "HOME": "/tmp"},
+            "device_requests": [DeviceRequest(device_ids=self.uuids, capabilities=[["gpu"]])],
+            "detach": True,
+            **self.backend.hardening(),
+        }
+
+    def stream(self, command: list[str]) -> Iterator[bytes]:
+        """Create and start the helper, yield its output; RuntimeError when it cannot run or fails."""
+        import docker
+
+        client = self.backend.stream_client()
+        try:
+            container = client.containers.create(self.image, **self.kwargs(command))
+        except docker.errors.APIError as exc:
+            raise RuntimeError(f"the engine refused nvidia-smi's container: {engine_text(exc)}") from None
+        with self._lock:
+            self._container = container
+            closed = self._closed
+        try:
+            if closed:
+                return
+            try:
+                container.start()
+            except docker.errors.APIError as exc:
+                raise RuntimeError(f"the engine could not start nvidia-smi: {engine_text(exc)}") from None
+            yield from client.api.logs(container.id, stdout=True, stderr=True, stream=True, follow=True)
+            if not self._closed:
+                code = container.wait(timeout=30).get("StatusCode")
+                if code not in (0, None):
+                    raise RuntimeError(f"nvidia-smi exited with code {code}")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Remove the helper (now or, if it is being created, as soon as it exists); idempotent."""
+        with self._lock:
+            self._closed = True
+            container, self._container = self._container, None
+        if container is not None:
+            remove_container(container)
 
 
 def _isolation(attrs: dict[str, Any]) -> dict[str, Any]:

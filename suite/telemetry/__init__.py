@@ -6,24 +6,30 @@ was during each step; these samplers measure that, and what the CPU and memory d
 Samplers, each a thread started by ``Recorder`` once the worker is launched (``RunSkeleton.run``):
 
 - ``ProcSampler`` (local backend): the worker's whole process tree from ``/proc``. CPU is the sum of
-  utime + stime + cutime + cstime of every process in the tree (the worker, its descendants, and
-  anything left in its session), differenced between samples: **percent of one core** (100 = one
-  core busy all the time, like ``top`` and ``docker stats``; divide by the machine's cores for a
-  share of the machine). Memory is the tree's summed resident set size (RSS); the largest per-process
-  high-water mark the kernel kept (``VmHWM``) is recorded beside it, because a spike between two
-  samples is in the kernel's mark and not in the sampled sum.
+  utime + stime + cutime + cstime of every process in the tree (the worker and its descendants; a
+  process left behind in the worker's session after its parent died is counted only where the kernel
+  keeps no children lists and every process is scanned), differenced between samples: **percent of
+  one core** (100 = one core busy all the time, like ``top`` and ``docker stats``; divide by the
+  machine's cores for a share of the machine). Memory is the tree's summed resident set size (RSS);
+  the largest per-process high-water mark the kernel kept (``VmHWM``) is recorded beside it, because
+  a spike between two samples is in the kernel's mark and not in the sampled sum.
 - ``DockerStatsSampler`` (Docker backend, local or remote engine): the Engine API's container stats
   stream, which the engine publishes about once a second (not 5 Hz: see the class). CPU percent is
   docker CLI's formula (docker/cli ``cli/command/container/stats_helpers.go``
   ``calculateCPUPercentUnix``): delta of ``cpu_stats.cpu_usage.total_usage`` over delta of
   ``system_cpu_usage``, times ``online_cpus`` x 100, against ``precpu_stats``: also percent of one
   core. Memory is ``usage`` minus ``total_inactive_file`` (cgroup v1) or ``inactive_file`` (cgroup
-  v2), the CLI's ``calculateMemUsageUnixNoCache``.
+  v2), the CLI's ``calculateMemUsageUnixNoCache``. A peak between two samples is caught only where the
+  engine keeps a high-water mark: ``memory_stats.max_usage`` on cgroup v1 (``container_max_usage_bytes``;
+  it includes file cache, so it can exceed the sampled figure by the cache); on cgroup v2 the engine
+  reports no maximum, and the peak is the largest 1 Hz sample.
 - ``NvmlSampler`` (GPUs on this machine: local backend, or a Docker engine on this host): NVML through
   ``nvidia-ml-py``, devices by UUID. Utilization is NVML's "percent of time over the past sample
   period during which one or more kernels was executing" (a period of 1/6 s to 1 s by product).
 - ``SmiSampler`` (GPUs of a remote engine): ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits
-  -lms 200`` run inside the run's container through the Engine API's exec.
+  -lms 200`` in a helper container of its own on the engine, given the run's GPUs (so its CPU and
+  memory are not in the run container's stats); the rows of one tick (one per GPU, one timestamp)
+  are one sample, timed by nvidia-smi's timestamp.
 
 Sampling never fails a run: a sampler that cannot start or breaks records its error in the section.
 
@@ -45,6 +51,7 @@ value); every summary is computed from the full series before that.
 
 from suite.telemetry.core import (
     CLOCK_REASONS,
+    CONTAINER_MAX_USAGE_BYTES,
     CPU_PERCENT,
     GPU_CLOCK_REASONS,
     GPU_MEMORY_BYTES,
@@ -81,6 +88,7 @@ from suite.telemetry.gpu import (
     parse_smi_line,
     smi_command,
     smi_metrics,
+    smi_time,
 )
 from suite.telemetry.host import (
     CLK_TCK,
@@ -96,6 +104,7 @@ from suite.telemetry.host import (
 __all__ = [
     "CLK_TCK",
     "CLOCK_REASONS",
+    "CONTAINER_MAX_USAGE_BYTES",
     "CPU_PERCENT",
     "DockerStatsSampler",
     "Ended",
@@ -135,6 +144,7 @@ __all__ = [
     "reason_shares",
     "smi_command",
     "smi_metrics",
+    "smi_time",
     "summarize",
     "window_stat",
 ]

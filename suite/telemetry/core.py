@@ -13,13 +13,14 @@ from typing import Any
 
 INTERVAL_S = 0.2  # 5 Hz
 SERIES_POINTS = 600  # points kept per stored series; more are averaged down in buckets
-STOP_JOIN_S = 2.0  # how long stopping waits for a sampler thread; a stuck one is abandoned, not waited for
+STOP_JOIN_S = 2.0  # how long stopping waits for all sampler threads together; a stuck one is abandoned
 MAX_CONSECUTIVE_ERRORS = 5
 
 # Metric names: the result's ``metrics[].name`` (suite.results names what reports read).
 CPU_PERCENT = "cpu_percent"
 MEMORY_BYTES = "memory_bytes"
 PROCESS_HWM_BYTES = "process_hwm_bytes"
+CONTAINER_MAX_USAGE_BYTES = "container_max_usage_bytes"  # the engine's high-water mark (cgroup v1 only)
 GPU_UTIL_PERCENT = "gpu_util_percent"
 GPU_MEMORY_BYTES = "gpu_memory_used_bytes"
 GPU_SM_CLOCK_MHZ = "gpu_sm_clock_mhz"
@@ -31,6 +32,7 @@ UNITS = {
     CPU_PERCENT: "% of one core",
     MEMORY_BYTES: "bytes",
     PROCESS_HWM_BYTES: "bytes",
+    CONTAINER_MAX_USAGE_BYTES: "bytes",
     GPU_UTIL_PERCENT: "%",
     GPU_MEMORY_BYTES: "bytes",
     GPU_SM_CLOCK_MHZ: "MHz",
@@ -165,9 +167,9 @@ class PolledSampler(Sampler):
         pass
 
     def run(self, clock: Callable[[], float], stop: threading.Event, interval_s: float) -> None:
-        self.open()
         failures = 0
         try:
+            self.open()  # inside the try: an open that half-succeeds is closed like any other
             due = clock()
             while not stop.is_set():
                 try:
@@ -245,12 +247,21 @@ class Recorder:
 
         return both
 
+    def halt(self) -> None:
+        """Stop sampling: signal every sampler, then wait for them all within one shared
+        ``STOP_JOIN_S`` (a stuck one is abandoned, not waited for). Idempotent.
+
+        The section is built later (``section``), once the worker's last progress lines have been
+        read: they mark where the fit ended."""
+        self._stop.set()
+        deadline = time.monotonic() + STOP_JOIN_S
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
     def stop(self) -> dict[str, Any]:
-        """Stop sampling and return the section; a second call returns the first one's section."""
+        """Halt and return the section; a second call returns the first one's section."""
         if self._section is None:
-            self._stop.set()
-            for thread in self._threads:
-                thread.join(STOP_JOIN_S)
+            self.halt()
             self._section = self.section()
         return self._section
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from suite.telemetry.core import (
@@ -29,20 +30,25 @@ class NvmlSampler(PolledSampler):
     def __init__(self, uuids: list[str]):
         super().__init__()
         self.uuids = uuids
-        self._nvml: Any = None
+        self._nvml: Any = None  # the module, set once nvmlInit succeeded: what close must undo
         self._handles: dict[str, Any] = {}
+        self._temperature_v = self._reasons_event = True  # the newer calls, until the driver says it lacks them
 
     def open(self) -> None:
         import pynvml  # optional at run time: absent, the sampler records why and the run goes on
 
+        self._temperature_v = hasattr(pynvml, "nvmlDeviceGetTemperatureV")
+        self._reasons_event = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
         pynvml.nvmlInit()
-        self._nvml = pynvml
+        self._nvml = pynvml  # initialised: from here on close() shuts it down, whatever fails next
         self._handles = {u: pynvml.nvmlDeviceGetHandleByUUID(u) for u in self.uuids}
 
     def close(self) -> None:
-        if self._nvml is not None:
+        """Undo a successful nvmlInit exactly once; safe after a failed or partial open."""
+        nvml, self._nvml, self._handles = self._nvml, None, {}
+        if nvml is not None:
             try:
-                self._nvml.nvmlShutdown()
+                nvml.nvmlShutdown()
             except Exception:  # noqa: BLE001 - shutting down a library that failed is not worth a record
                 pass
 
@@ -53,36 +59,60 @@ class NvmlSampler(PolledSampler):
                 out[(name, uuid)] = value
         return out
 
+    def _temperature(self, h: Any) -> float:
+        n = self._nvml
+        if self._temperature_v:
+            try:
+                return n.nvmlDeviceGetTemperatureV(h, n.NVML_TEMPERATURE_GPU)
+            except Exception as exc:
+                if not _function_not_found(n, exc):
+                    raise
+                self._temperature_v = False  # a driver without the call: the old one from now on
+        return n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)
+
+    def _reasons(self, h: Any) -> float:
+        n = self._nvml
+        if self._reasons_event:
+            try:
+                return n.nvmlDeviceGetCurrentClocksEventReasons(h)
+            except Exception as exc:
+                if not _function_not_found(n, exc):
+                    raise
+                self._reasons_event = False  # before R535: the call's older name
+        return n.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+
     def _device(self, h: Any) -> dict[str, float | None]:
         n = self._nvml
-        temperature = (
-            (lambda: n.nvmlDeviceGetTemperatureV(h, n.NVML_TEMPERATURE_GPU))
-            if hasattr(n, "nvmlDeviceGetTemperatureV")
-            else (lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
-        )
-        reasons = (
-            getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
-        )
         readers: dict[str, Callable[[], float]] = {
             GPU_UTIL_PERCENT: lambda: n.nvmlDeviceGetUtilizationRates(h).gpu,
             GPU_MEMORY_BYTES: lambda: n.nvmlDeviceGetMemoryInfo(h).used,
             GPU_SM_CLOCK_MHZ: lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
             GPU_POWER_W: lambda: n.nvmlDeviceGetPowerUsage(h) / 1000.0,  # NVML reports mW
-            GPU_TEMPERATURE_C: temperature,
-            GPU_CLOCK_REASONS: lambda: reasons(h),
+            GPU_TEMPERATURE_C: lambda: self._temperature(h),
+            GPU_CLOCK_REASONS: lambda: self._reasons(h),
         }
         out: dict[str, float | None] = {}
         for name, read in readers.items():
             try:
                 out[name] = float(read())
-            except n.NVMLError as exc:  # one field a product does not support: None, said once
+            except Exception as exc:  # noqa: BLE001 - one field a product or driver lacks: None, said once
                 out[name] = None
-                self.error = self.error or f"{name}: {exc}"
+                self.error = self.error or f"{name}: {type(exc).__name__}: {exc}"
         return out
+
+
+def _function_not_found(nvml: Any, exc: Exception) -> bool:
+    """NVML's answer for a call the installed driver does not have (the binding is newer than it)."""
+    not_found = getattr(nvml, "NVMLError_FunctionNotFound", None)
+    if isinstance(not_found, type) and isinstance(exc, not_found):
+        return True
+    code = getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
+    return getattr(exc, "value", None) == code and isinstance(exc, getattr(nvml, "NVMLError", ()))
 
 
 # nvidia-smi's query fields, in the order asked; the name each becomes; its scale to the metric's unit.
 SMI_FIELDS = (
+    ("timestamp", None, None),  # nvidia-smi's own time of the tick: the rows of one tick share it
     ("uuid", None, None),
     ("utilization.gpu", GPU_UTIL_PERCENT, 1.0),
     ("memory.used", GPU_MEMORY_BYTES, 1024.0 * 1024.0),  # MiB
@@ -97,7 +127,7 @@ _SMI_UNITS = (" %", " MiB", " MHz", " W")
 
 
 def smi_command(interval_s: float = INTERVAL_S) -> list[str]:
-    """The loop run inside the container; it sees only the container's GPUs, so no --id."""
+    """The loop run in a container given only the run's GPUs, so no --id."""
     cmd = [
         "nvidia-smi",
         "--query-gpu=" + ",".join(field for field, _, _ in SMI_FIELDS),
@@ -160,33 +190,59 @@ def smi_metrics(row: dict[str, Any]) -> dict[Key, float | None]:
     return out
 
 
+def smi_time(text: Any) -> float | None:
+    """Seconds of nvidia-smi's ``timestamp`` ("2019/08/23 14:54:47.307", the machine's local time)
+    on an arbitrary origin: only differences are used. None when it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        stamp = datetime.strptime(text.strip(), "%Y/%m/%d %H:%M:%S.%f")
+    except ValueError:
+        return None
+    return (stamp - _EPOCH).total_seconds()
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
 class SmiSampler(Sampler):
-    """GPUs of a remote engine: nvidia-smi looping inside the run's container, through the Engine API's exec."""
+    """GPUs of a remote engine: ``nvidia-smi --query-gpu ... -lms`` on the engine's machine.
+
+    ``stream(command)`` starts the command there and yields its output as bytes; it raises
+    RuntimeError when the command ends with an error (the Docker backend runs it in a helper
+    container of its own, ``suite.backends.docker_run.GpuPoller``).
+
+    nvidia-smi prints one row per GPU per tick, each with the tick's ``timestamp``: the rows of one
+    tick are one read (so the achieved rate is the tick rate, whatever the number of GPUs), and a
+    sample's time is nvidia-smi's timestamp, offset to the arrival of the first row, not the time
+    its row arrived (output comes in buffered bursts).
+    """
 
     name = "nvidia-smi"
-    method = "nvidia-smi --query-gpu ... -lms 200 inside the run's container (Engine API exec)"
+    method = "nvidia-smi --query-gpu ... -lms 200 on the engine's machine; samples timed by nvidia-smi's timestamp"
 
-    def __init__(self, client: Callable[[], Any], container_id: str):
+    def __init__(self, stream: Callable[[list[str]], Iterable[bytes]], method: str | None = None):
         super().__init__()
-        self._client_factory, self.container_id = client, container_id
+        self._stream = stream
+        if method is not None:
+            self.method = method
 
     def lines(self, interval_s: float) -> Iterator[str]:
-        api = self._client_factory().api
-        exec_id = api.exec_create(self.container_id, smi_command(interval_s), stdout=True, stderr=True)
         buffer = b""
-        for chunk in api.exec_start(exec_id, stream=True):
+        for chunk in self._stream(smi_command(interval_s)):
             buffer += chunk
             *whole, buffer = buffer.split(b"\n")
             yield from (line.decode("utf-8", errors="replace") for line in whole)
         if buffer:
             yield buffer.decode("utf-8", errors="replace")
-        info = api.exec_inspect(exec_id)
-        if info.get("ExitCode") not in (0, None):
-            raise RuntimeError(f"nvidia-smi exited with code {info.get('ExitCode')}")
 
     def run(self, clock: Callable[[], float], stop: threading.Event, interval_s: float) -> None:
         fields = [field for field, _, _ in SMI_FIELDS]
         last_text = ""
+        origin: tuple[float, float] | None = None  # (arrival on our clock, nvidia-smi time) of the first row
+        tick_t: float | None = None  # the current tick's time
+        tick_stamp: Any = None
+        tick_devices: set[Any] = set()
         try:
             for line in self.lines(interval_s):
                 if stop.is_set():
@@ -195,12 +251,29 @@ class SmiSampler(Sampler):
                 if row is None:
                     last_text = line.strip() or last_text
                     continue
-                t = clock()
-                with self._lock:
-                    if not self.reads or self.reads[-1] != t:
+                arrived = clock()
+                stamp = smi_time(row.get("timestamp"))
+                if stamp is not None and origin is None:
+                    origin = (arrived, stamp)
+                t = arrived if stamp is None or origin is None else origin[0] + (stamp - origin[1])
+                metrics = smi_metrics(row)
+                device = next((d for _, d in metrics), None)
+                same_tick = (
+                    tick_t is not None
+                    and device not in tick_devices
+                    and (
+                        row.get("timestamp") == tick_stamp
+                        if stamp is not None
+                        else abs(t - tick_t) < interval_s / 2  # no timestamp: rows that came together
+                    )
+                )
+                if not same_tick:
+                    tick_t, tick_stamp, tick_devices = t, row.get("timestamp"), set()
+                    with self._lock:
                         self.reads.append(t)
-                for key, value in smi_metrics(row).items():
-                    self.add(key, t, value)
+                tick_devices.add(device)
+                for key, value in metrics.items():
+                    self.add(key, tick_t, value)
         except RuntimeError as exc:  # its exit code, with what it printed last
             self.error = f"{exc}" + (f": {last_text}" if last_text else "")
             return

@@ -8,7 +8,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from suite.telemetry.core import CPU_PERCENT, MEMORY_BYTES, PROCESS_HWM_BYTES, Ended, Key, PolledSampler, Sampler
+from suite.telemetry.core import (
+    CONTAINER_MAX_USAGE_BYTES,
+    CPU_PERCENT,
+    MEMORY_BYTES,
+    PROCESS_HWM_BYTES,
+    Ended,
+    Key,
+    PolledSampler,
+    Sampler,
+)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -46,7 +55,8 @@ class ProcSampler(PolledSampler):
 
     name = "proc"
     method = (
-        "/proc: utime+stime+cutime+cstime of the worker's process tree and session, as % of one core; "
+        "/proc: utime+stime+cutime+cstime of the worker's process tree (and its session where all of /proc is "
+        "scanned), as % of one core; "
         "memory the tree's summed RSS, and the largest per-process VmHWM"
     )
 
@@ -164,7 +174,8 @@ class DockerStatsSampler(Sampler):
     name = "docker_stats"
     method = (
         "Engine API container stats stream (about 1 Hz): CPU % as the docker CLI computes it from "
-        "cpu_stats and precpu_stats (% of one core); memory usage minus inactive file cache as the CLI shows it"
+        "cpu_stats and precpu_stats (% of one core); memory usage minus inactive file cache as the CLI shows it, "
+        "and the engine's high-water mark memory_stats.max_usage where it keeps one (cgroup v1, file cache included)"
     )
 
     def __init__(self, client: Callable[[], Any], container_id: str):
@@ -174,24 +185,33 @@ class DockerStatsSampler(Sampler):
     def run(self, clock: Callable[[], float], stop: threading.Event, interval_s: float) -> None:
         api = self._client_factory().api
         for stats in api.stats(self.container_id, stream=True, decode=True):
-            if not ended_stats(stats):
-                t = clock()
-                with self._lock:
-                    self.reads.append(t)
-                for key, value in docker_sample(stats).items():
-                    self.add(key, t, value)
-            if stop.is_set() or ended_stats(stats):
+            if ended_stats(stats):
+                break
+            t = clock()
+            with self._lock:
+                self.reads.append(t)
+            for key, value in docker_sample(stats).items():
+                self.add(key, t, value)
+            if stop.is_set():
                 return
+        if not self.reads:
+            self.error = "no samples: the engine's stats stream ended before its first sample"
 
 
 def ended_stats(stats: dict[str, Any]) -> bool:
-    """A sample of a container that no longer runs: the engine sends zeros and a zero read time."""
-    return str(stats.get("read", "")).startswith("0001-") or not (stats.get("memory_stats") or {}).get("usage")
+    """A sample of a container that no longer runs: the engine sends a zero read time ("0001-01-01...").
+
+    A missing or zero memory usage is not taken as the end: some engines and cgroup setups leave it
+    out of live samples, and ending on it would stop the sampler silently."""
+    return str(stats.get("read", "")).startswith("0001-")
 
 
 def docker_sample(stats: dict[str, Any]) -> dict[Key, float | None]:
     """One Engine API stats sample as metrics; no CPU figure for the first (its precpu_stats is empty)."""
-    out: dict[Key, float | None] = {(MEMORY_BYTES, None): docker_memory_bytes(stats.get("memory_stats") or {})}
+    memory = stats.get("memory_stats") or {}
+    out: dict[Key, float | None] = {(MEMORY_BYTES, None): docker_memory_bytes(memory)}
+    if memory.get("max_usage"):  # cgroup v1's high-water mark; cgroup v2 engines report none
+        out[(CONTAINER_MAX_USAGE_BYTES, None)] = float(memory["max_usage"])
     previous = stats.get("precpu_stats") or {}
     if previous.get("system_cpu_usage"):
         out[(CPU_PERCENT, None)] = docker_cpu_percent(previous, stats.get("cpu_stats") or {})
