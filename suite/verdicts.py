@@ -5,9 +5,11 @@ sentence keeps, tested over generated inputs in tests/test_verdicts.py:
 
 - a difference is called a gain, a win or "faster" only when its interval excludes 1
   (``Ratio.faster``); otherwise the sentence says there is no measurable difference;
-- every point that could not be compared is named, with the reason;
+- every point that could not be compared is named, with the reason; a point trained on other data
+  than the one it is compared with (``config.data.identity``: source and sha256) is not compared;
 - how busy the GPU was is said only where the results carry GPU telemetry, and a GPU busy less than
-  ``FED_BUSY_PERCENT`` of the time is called too little work to keep it fed.
+  ``FED_BUSY_PERCENT`` of the time is said to have been idle between kernels most of the time (what
+  utilization shows; not why).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from suite.plan import axis_name, parse_device
 from suite.results import FIT_S, STATUS_SKIPPED
 from suite.views import ACCURACY_GATE, Point, ScenarioView
 
-# Below this share of time executing kernels, the GPU waits on the host more than it works: the
-# step (or each GPU's share of it) is too small to keep it fed.
+# Below this share of time executing kernels, the GPU was idle between kernels most of the time.
+# Utilization alone does not say why (a step too small, the input pipeline, synchronisation).
 FED_BUSY_PERCENT = 50.0
 
 
@@ -44,6 +46,30 @@ def why_unusable(p: Point | None) -> str:
     if not p.passes_gate:
         return f"below the accuracy gate ({ACCURACY_GATE:.0%})"
     return ""
+
+
+def data_identity(p: Point) -> tuple[str | None, str | None] | None:
+    """The data a point trained on, as its fingerprint sees it: (source, sha256) of the spec's
+    ``config.data.identity``; None for a record without one."""
+    identity = ((p.runs[0].spec.get("config") or {}).get("data") or {}).get("identity") if p.runs else None
+    if not isinstance(identity, dict):
+        return None
+    return identity.get("source"), identity.get("sha256")
+
+
+def _data_text(identity: tuple[str | None, str | None] | None) -> str:
+    if identity is None:
+        return "not recorded"
+    source, sha = identity
+    return f"{source} sha256 {sha[:12]}" if sha else str(source)
+
+
+def other_data(p: Point, base: Point) -> str:
+    """'' when two points trained on the same data, else why they are not compared."""
+    mine, theirs = data_identity(p), data_identity(base)
+    if mine == theirs:
+        return ""
+    return f"trained on other data: {_data_text(mine)}, against {_data_text(theirs)}"
 
 
 def _skip_reason(points: list[Point]) -> str:
@@ -85,6 +111,9 @@ def gpu_crossover(view: ScenarioView) -> str:
         value = cpu.coords.get(axis)
         gpu = view.point(**{**cpu.coords, "device": gpu_device})
         paired.add(id(gpu))
+        if usable(cpu) and usable(gpu) and (differs := other_data(gpu, cpu)):
+            missing.append((_name(axis, value), f"GPU: {differs} (CPU)"))
+            continue
         if usable(cpu) and usable(gpu):
             rows.append((value, stats.ratio(_fit(cpu), _fit(gpu))))
             busy.append((value, gpu.gpu_busy if gpu is not None else None))
@@ -128,9 +157,9 @@ def gpu_crossover(view: ScenarioView) -> str:
     return f"The GPU is faster from {_name(axis, value)} on{exceptions}: GPU speedup {at_first.text()}.{tail}"
 
 
-def _busy_text(percent: float, where: str, what: str = "the step is") -> str:
-    fed = f": {what} too small to keep it fed" if percent < FED_BUSY_PERCENT else ""
-    return f"{percent:.0f}% of the time {where}{fed}"
+def _busy_text(percent: float, where: str, what: str = "the GPU") -> str:
+    idle = f": {what} sat idle between kernels most of the time" if percent < FED_BUSY_PERCENT else ""
+    return f"{percent:.0f}% of the time {where}{idle}"
 
 
 def _busy_along(axis: str | None, busy: list[tuple[object, float | None]]) -> str:
@@ -170,6 +199,9 @@ def scaling(view: ScenarioView) -> str:
             if not usable(p):
                 missing.append((p.label, why_unusable(p)))
                 continue
+            if differs := other_data(p, one):
+                missing.append((p.label, f"{differs} ({base_device})"))
+                continue
             n = device_count(p.device) / device_count(base_device)
             r = stats.ratio(_fit(one), _fit(p))
             items.append(f"{p.device} {r.text()}, efficiency {r.value / n:.0%}")
@@ -198,8 +230,7 @@ def _busy_across(points: list[Point]) -> str:
     if not measured:
         return ""
     texts = [
-        _busy_text(b, f"on {device}", "each GPU's share of the step is" if device_count(device) > 1 else "the step is")
-        for device, b in measured
+        _busy_text(b, f"on {device}", "its GPUs" if device_count(device) > 1 else "the GPU") for device, b in measured
     ]
     return " (GPU busy " + "; ".join(texts) + ")"
 
@@ -228,7 +259,9 @@ def knobs(view: ScenarioView) -> str:
         base = view.baseline_for(p)
         if p is base:
             continue
-        if usable(p) and usable(base):
+        if usable(p) and usable(base) and (differs := other_data(p, base)):
+            missing.append((p.label, f"{differs} (its default)"))
+        elif usable(p) and usable(base):
             compared.append((p.label, stats.ratio(_fit(base), _fit(p))))
         else:
             why = why_unusable(p) if not usable(p) else f"its default {why_unusable(base)}"

@@ -303,7 +303,8 @@ def test_crossover_says_how_busy_the_gpu_was() -> None:
     text = verdicts.verdict(v)
     assert text.startswith("The GPU is faster from width 2000 on: GPU speedup 5.00x (95% CI")
     assert text.endswith(
-        " GPU busy 18% of the time at width 100: the step is too small to keep it fed; 85% of the time at width 2000."
+        " GPU busy 18% of the time at width 100: the GPU sat idle between kernels most of the time; "
+        "85% of the time at width 2000."
     )
 
 
@@ -322,7 +323,7 @@ def test_crossover_busy_only_for_compared_points() -> None:
     v = _view("gpu_crossover", {"device": "cpu"}, points)
     _with_busy(v, {"model.hidden.0=100, device=gpu": [30.0] * 3, "model.hidden.0=2000, device=gpu": [90.0] * 3})
     text = verdicts.verdict(v)
-    assert " GPU busy 30% of the time at width 100: the step is too small to keep it fed." in text
+    assert " GPU busy 30% of the time at width 100: the GPU sat idle between kernels most of the time." in text
     assert "width 2000" not in text.split("GPU busy")[1].split("Not compared")[0]
 
 
@@ -332,8 +333,8 @@ def test_scaling_says_how_busy_each_device_set_was() -> None:
     text = verdicts.verdict(v)
     assert (
         "gpu:4 0.50x (95% CI" in text
-        and "efficiency 13% (GPU busy 80% of the time on gpu:1; 20% of the time on gpu:4: each GPU's share of "
-        "the step is too small to keep it fed)."
+        and "efficiency 13% (GPU busy 80% of the time on gpu:1; 20% of the time on gpu:4: its GPUs sat idle "
+        "between kernels most of the time)."
         in text
     ), text
     no_telemetry = _view("scaling", {"device": "gpu:1"}, pts)
@@ -369,6 +370,76 @@ def test_busy_wording_holds_over_generated_inputs(seed: int) -> None:
     for p in {id(q): q for q in (measured[0], measured[-1])}.values():
         said = f"{p.gpu_busy:.0f}% of the time at width {p.coords['model.hidden.0']}"
         assert said in text, (said, text)
-        fed = f"{said}: the step is too small to keep it fed"
+        fed = f"{said}: the GPU sat idle between kernels most of the time"
         assert (fed in text) == (p.gpu_busy < verdicts.FED_BUSY_PERCENT), text
     assert text.count("% of the time") == len({id(measured[0]), id(measured[-1])})
+
+
+# Data identity: points trained on other data than their baseline are named, never compared
+
+MNIST = {"source": "mnist.npz", "sha256": "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"}
+SYNTHETIC = {"source": "synthetic"}
+
+
+def _with_data(view: ScenarioView, data: dict[str, dict]) -> ScenarioView:
+    """Give every run the data identity its point's label maps to (MNIST when not named)."""
+    for p in view.points:
+        for r in p.runs:
+            r.spec["config"]["data"] = {"identity": {**data.get(p.label, MNIST), "note": "where it lay"}}
+    return view
+
+
+def test_crossover_does_not_compare_points_on_other_data() -> None:
+    v = _width({100: _reps(3.0), 750: _reps(9.0)}, {100: _reps(1.0), 750: _reps(1.5)})
+    _with_data(v, {"model.hidden.0=100, device=gpu": SYNTHETIC})
+    text = verdicts.verdict(v)
+    assert text.startswith("The GPU is faster at width 750 and beyond"), text
+    assert text.endswith(
+        "Not compared: width 100 (GPU: trained on other data: synthetic, against mnist.npz sha256 731c5ac60275 (CPU))."
+    ), text
+
+
+def test_the_note_beside_an_identity_does_not_count() -> None:
+    v = _with_data(_width({100: _reps(3.0)}, {100: _reps(1.0)}), {})
+    v.points[0].runs[0].spec["config"]["data"]["identity"]["note"] = "another path"
+    assert "Not compared" not in verdicts.verdict(v)
+
+
+def test_scaling_and_knobs_do_not_compare_points_on_other_data() -> None:
+    pts = [({"device": f"gpu:{n}"}, _reps(f), "ok") for n, f in ((1, 10.0), (2, 6.0), (4, 4.0))]
+    v = _with_data(_view("scaling", {"device": "gpu:1"}, pts), {"device=gpu:4": SYNTHETIC})
+    text = verdicts.verdict(v)
+    assert "gpu:2 1.67x" in text and "gpu:4 2.50x" not in text
+    assert text.endswith(
+        "Not compared: device=gpu:4 (trained on other data: synthetic, against mnist.npz sha256 731c5ac60275 (gpu:1))."
+    )
+    k = _with_data(
+        _knobs({"default": _reps(10.0), "xla": _reps(5.0), "spe": _reps(2.5)}),
+        {"variant=spe, training.batch_size=128": SYNTHETIC},
+    )
+    text = verdicts.verdict(k)
+    assert text.startswith("Biggest gain: variant=xla, training.batch_size=128, 2.00x"), text
+    assert "variant=spe, training.batch_size=128 (trained on other data: synthetic" in text
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_mixed_data_is_never_compared_over_generated_inputs(seed: int) -> None:
+    rng = np.random.default_rng(9000 + seed)
+    widths = rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist()
+    points = []
+    for w in widths:
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "cpu"}, 1.0))
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "gpu"}, float(rng.choice([0.3, 1, 3]))))
+    view = _view("gpu_crossover", {"device": "cpu"}, points)
+    data = {p.label: SYNTHETIC for p in view.points if rng.random() < 0.3}
+    _with_data(view, data)
+    text = verdicts.verdict(view)
+    for w in widths:
+        cpu = view.point(**{"model.hidden.0": w, "device": "cpu"})
+        gpu = view.point(**{"model.hidden.0": w, "device": "gpu"})
+        if data.get(cpu.label) != data.get(gpu.label):
+            assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)
+            claim = re.search(r"faster (?:from|at) width (\d+)", text)
+            assert not claim or int(claim.group(1)) != w, text
+            if verdicts.usable(cpu) and verdicts.usable(gpu):
+                assert re.search(rf"width {w}\b[^;.]*trained on other data", text), (w, text)
