@@ -7,13 +7,27 @@ reported), 2 bad input (scenario, results or arguments), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from suite import backends, datasets, hostinfo, plan, results, runner
-from suite.scenario import ScenarioError, load_all
+from suite import backends, datasets, hostinfo, plan, results, runner, select
+from suite.progress import duration_text
+from suite.scenario import (
+    Override,
+    ScenarioError,
+    as_dict,
+    load_all,
+    override_problems,
+    overrides_problems,
+    parse_overrides,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCENARIOS = REPO_ROOT / "scenarios"
@@ -36,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         backends.BackendUnavailable,
         runner.FolderBusy,
         datasets.BadSource,
+        datasets.wdata.DataUnavailable,
+        select.SelectError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -47,8 +63,46 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+class _Version(argparse.Action):
+    """``--version``: worked out when asked, so git runs only then."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    """``keras-speed-suite 0.1.0 (git 1a2b3c4d5e6f)``, ``+ uncommitted changes`` where the tree differs."""
+    import tomllib
+
+    try:
+        project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        name, version = project["name"], project["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        name, version = "keras-speed-suite", "unknown"
+    revision = _git(["rev-parse", "--short=12", "HEAD"])
+    if revision is None:
+        return f"{name} {version} (no git revision: not a git checkout, or git is missing)"
+    dirty = _git(["status", "--porcelain", "--untracked-files=no"])
+    return f"{name} {version} (git {revision}{' + uncommitted changes' if dirty else ''})"
+
+
+def _git(args: list[str]) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action=_Version, help="the suite's version (pyproject.toml) and git revision")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run scenarios and record one result file per run")
@@ -75,37 +129,83 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=cmd_run)
 
-    c = sub.add_parser("check", help="validate scenarios and print the expanded plan without running")
+    c = sub.add_parser(
+        "check",
+        help="validate scenarios and print the plan without running: per point, whether it runs here, and how long",
+    )
     _scenario_args(c)
+    _backend_arg(c)
+    c.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="results folder whose earlier runs say what is done and how long a point takes (default: reports/results)",
+    )
+    c.add_argument("--fresh", action="store_true", help="plan as `run --fresh` would: runs with an ok result run again")
+    c.add_argument("--machine", help="this machine's results folder name, as for run (default: the hostname)")
+    c.add_argument("--docker-host", help="Docker daemon address, as for run (default: DOCKER_HOST or the local socket)")
+    c.add_argument("--gpus", help="the GPUs the suite may hand out, as for run (default: every GPU the host has)")
     c.set_defaults(func=cmd_check)
 
-    rep = sub.add_parser("report", help="write Markdown reports from result files only")
-    rep.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
-    rep.add_argument("--out", type=Path, default=DEFAULT_REPORTS)
+    rep = sub.add_parser("report", help="write Markdown reports (and JSON, CSV) from result files only")
+    rep.add_argument(
+        "--results", type=Path, default=DEFAULT_RESULTS, help="results folder to read (default: reports/results)"
+    )
+    rep.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="where the pages go (default: reports)")
+    rep.add_argument(
+        "-k",
+        dest="select",
+        metavar="EXPR",
+        help="show only the points EXPR takes (as run -k); each page says what it leaves out",
+    )
+    rep.add_argument(
+        "--format",
+        default="md",
+        help="md, json, csv or several, comma-separated (default md): Markdown pages, report.json, "
+        "points.csv + runs.csv (docs/export.md)",
+    )
     rep.add_argument("--reference", help="machine the hardware comparison divides by (default: first by name)")
     rep.set_defaults(func=cmd_report)
 
     cmp = sub.add_parser("compare", help="two result folders side by side: times, ratios, differing facts")
-    cmp.add_argument("folders", nargs=2, type=Path, metavar="DIR")
+    cmp.add_argument("folders", nargs=2, type=Path, metavar="DIR", help="two results folders, the first the reference")
+    cmp.add_argument("--json", action="store_true", help="the comparison as JSON (docs/export.md)")
     cmp.set_defaults(func=cmd_compare)
 
+    sh = sub.add_parser("show", help="one result file, readable: status, spec, timings, telemetry, environment")
+    sh.add_argument("result", type=Path, metavar="RESULT.json", help="a result file under the results folder")
+    sh.add_argument("--json", action="store_true", help="the raw record, after schema migration")
+    sh.set_defaults(func=cmd_show)
+
     im = sub.add_parser("images", help="the Docker images of docker/images.yaml: list, build, lock")
-    im.add_argument("action", choices=("list", "build", "lock"))
+    im.add_argument(
+        "action",
+        choices=("list", "build", "lock"),
+        help="list: state on the engine; build: the images (skipped while the recipe is unchanged); lock: base digests",
+    )
     im.add_argument("names", nargs="*", help="image names from docker/images.yaml (default: all)")
     im.add_argument("--force", action="store_true", help="build: rebuild even when the recipe label matches")
     im.add_argument("--needed", action="store_true", help="build: only the defaults this machine uses (GPU if any)")
     im.add_argument("--base", help="build: FROM this image instead of the catalog's base (an image on the engine)")
-    im.add_argument("--docker-host")
+    im.add_argument(
+        "--from-debian",
+        action="store_true",
+        help="build: on a base made from Debian packages (debootstrap, this machine's pip), without asking a "
+        "registry (default: only where the engine cannot pull the catalog's base)",
+    )
+    im.add_argument("--docker-host", help=DOCKER_HOST_HELP)
     im.set_defaults(func=cmd_images)
 
     b = sub.add_parser("backends", help="the backends --backend accepts; --prepare gets one ready (builds images)")
     b.add_argument("--names", action="store_true", help="names only, one per line (for scripts)")
     b.add_argument("--prepare", choices=backends.names(), metavar="NAME", help="get NAME ready; auto: every backend")
-    b.add_argument("--docker-host")
+    b.add_argument("--docker-host", help=DOCKER_HOST_HELP)
     b.set_defaults(func=cmd_backends, results=DEFAULT_RESULTS, machine=None)
 
     d = sub.add_parser("data", help="MNIST on this machine: fetch it once into the Keras cache, show what is there")
-    d.add_argument("action", choices=("fetch", "show"))
+    d.add_argument(
+        "action", choices=("fetch", "show"), help="fetch: into the Keras cache, checked; show: what is there"
+    )
     d.add_argument(
         "--from",
         dest="source",
@@ -118,7 +218,8 @@ def _parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_data)
 
     e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
-    e.add_argument("--docker-host")
+    e.add_argument("--docker-host", help=DOCKER_HOST_HELP)
+    e.add_argument("--json", action="store_true", help="the same facts as JSON")
     e.set_defaults(func=cmd_env)
 
     sc = sub.add_parser("schema", help="print a JSON Schema of the scenario format, for editors to validate with")
@@ -136,21 +237,80 @@ def _backend_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+DOCKER_HOST_HELP = "Docker daemon address (default: DOCKER_HOST or the local socket)"
+
+
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenarios", nargs="*", type=Path, help="scenario YAML files (default: every file in scenarios/)")
     p.add_argument("--smoke", action="store_true", help="smoke size: the scenarios' smoke overrides, 1 repetition")
     p.add_argument("--repeats", type=int, help="repetitions per point (default: the scenario's)")
+    p.add_argument(
+        "-k",
+        dest="select",
+        metavar="EXPR",
+        help="only the points EXPR takes: KEY=VALUE terms as the point labels show them (width=750, "
+        "device=gpu, variant=xla, scenario=NAME) or words in the label, with and, or, not, parentheses",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one setting of every scenario before its matrix, checked as in the YAML (repeatable): "
+        "--set training.epochs=3 --set model.hidden=[512,256]; part of the fingerprint and the report",
+    )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    specs: list[plan.RunSpec]  # what runs, in order
+    runs: int  # before -k
+    points: int  # before -k
+    overrides: list[Override]
+
+    def lines(self, select_text: str | None) -> list[str]:
+        """How big the plan is, and what -k and --set did to it, for run and check to say."""
+        points = select.points_of(self.specs)
+        if select_text is None:
+            out = [f"{points} points, {len(self.specs)} runs"]
+        else:
+            out = [f"{points} of {self.points} points, {len(self.specs)} of {self.runs} runs match -k {select_text!r}"]
+        if self.overrides:
+            out.append("--set, for every point: " + ", ".join(o.text for o in self.overrides))
+        return out
 
 
 def _load_plan(args: argparse.Namespace) -> list[plan.RunSpec]:
+    return _make_plan(args).specs
+
+
+def _make_plan(args: argparse.Namespace) -> _Plan:
+    """The scenarios, with ``--set`` applied and ``-k``'s points taken, as one interleaved plan.
+
+    ``--set`` is checked only on scenarios that keep points after ``-k``: ``-k scenario=a --set
+    training.batch_size=64`` must not fail because another scenario sweeps the batch size.
+    """
     files = args.scenarios or sorted(DEFAULT_SCENARIOS.glob("*.yaml"))
     if not files:
         raise UsageError(f"no scenario files given and none in {DEFAULT_SCENARIOS}")
     if args.repeats is not None and args.repeats < 1:
         raise UsageError(f"--repeats {args.repeats}: must be >= 1")
     scenarios = load_all([_display_path(f) for f in files])
-    specs = [s for sc in scenarios for s in plan.expand(sc, smoke=args.smoke, repeats=args.repeats)]
-    return plan.interleave(specs)
+    overrides = parse_overrides(getattr(args, "overrides", None) or [])
+    specs = []
+    for sc in scenarios:
+        # A scenario the overrides do not fit is expanded without them, for -k to see its labels.
+        fits = bool(overrides) and not override_problems(sc, overrides)
+        given = as_dict(overrides) if fits else None
+        specs += plan.expand(sc, smoke=args.smoke, repeats=args.repeats, overrides=given)
+    chosen = select.select_specs(specs, getattr(args, "select", None))
+    if overrides:
+        kept = {s.scenario for s in chosen}
+        problems = overrides_problems([sc for sc in scenarios if sc.name in kept], overrides)
+        if problems:
+            raise ScenarioError(problems)
+    return _Plan(plan.interleave(chosen), len(specs), select.points_of(specs), overrides)
 
 
 def _display_path(path: Path) -> Path:
@@ -162,25 +322,134 @@ def _display_path(path: Path) -> Path:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    specs = _load_plan(args)
+    """The plan, point by point: whether it runs on this machine (or is skipped, or done), and for how long.
+
+    The backend is the one ``run`` would use (``--backend``, or what ``auto`` picks here); earlier
+    results come from this machine's folder under ``--results``, as ``run`` would resume from.
+    """
+    made = _make_plan(args)
+    specs = made.specs
     from tabulate import tabulate
 
-    rows = {}
-    for s in specs:
-        key = (s.scenario, s.point_label)
-        rows.setdefault(key, [s.scenario, s.point_label, s.device, 0, s.fingerprint[:12]])[3] += 1
-    print(
-        tabulate(list(rows.values()), headers=["scenario", "point", "device", "reps", "fingerprint"], tablefmt="github")
-    )
-    print(f"\n{len(rows)} points, {len(specs)} runs")
+    machine = args.machine or hostinfo.machine_name()
+    folder = runner.machine_dir(args.results, machine)
+    on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+    done = {} if args.fresh else results.latest_by_run(on_file)
+    walls = _wall_times(on_file)
+    backend, chosen = _check_backend(args)
+    try:
+        points: dict[tuple[str, str], list[plan.RunSpec]] = {}
+        for s in specs:
+            points.setdefault((s.scenario, s.point_label), []).append(s)
+        rows, total = [], _Totals()
+        for (scenario, label), runs in points.items():
+            first = runs[0]
+            status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)
+            rows.append([scenario, label, first.device, len(runs), first.fingerprint[:12], status, estimate])
+    finally:
+        backend.close()
+    headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
+    print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+    print()
+    for line in made.lines(args.select):
+        print(line)
+    print(f"backend: {chosen}; earlier results: {_display_path(folder)}" + ("" if folder.is_dir() else " (none yet)"))
+    print(total.text())
     data: dict[str, tuple[int, str]] = {}
     for s in specs:
         identity = s.config["data"]["identity"]
         key = ", ".join(f"{k} {v}" for k, v in datasets.fingerprinted(identity).items())
         data[key] = (data.get(key, (0, ""))[0] + 1, identity.get("note", ""))
     for key, (n, note) in data.items():
-        print(f"data for {n} runs: {key} ({note})")
+        print(f"data for {_runs(n)}: {key} ({note})")
     return 0
+
+
+def _check_backend(args: argparse.Namespace) -> tuple[Any, str]:
+    """The backend ``run`` would use, and how it was chosen; for asking which points it would skip."""
+    opts = _backend_options(args)
+    name, why = args.backend, "--backend"
+    if name == backends.AUTO:
+        name, why = backends.choose(opts)
+        why = f"auto: {why}"
+    return backends.make(name, opts), f"{name} ({why})"
+
+
+def _wall_times(on_file: list[results.RunResult]) -> dict[str, list[float]]:
+    """Fingerprint -> wall seconds (start to end, as the host saw them) of every ok run on file."""
+    out: dict[str, list[float]] = {}
+    for r in on_file:
+        started, finished = r.run.get("started_at"), r.run.get(results.FINISHED_AT.key)
+        if not (r.ok and started and finished):
+            continue
+        try:
+            seconds = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+        except (TypeError, ValueError):
+            continue
+        out.setdefault(r.fingerprint, []).append(seconds)
+    return out
+
+
+@dataclass
+class _Totals:
+    """The plan on this machine, added up: counts of runs and the time they are expected to take."""
+
+    run: int = 0
+    skipped: int = 0
+    done: int = 0
+    known_s: float = 0.0  # from earlier results
+    unknown: int = 0  # runs without an earlier result
+    bound_s: float = 0.0  # their timeouts, added up
+
+    def text(self) -> str:
+        counts = f"{_runs(self.run)} will run, {self.skipped} skipped, {self.done} already done (ok on file)"
+        if not self.run:
+            return f"here: {counts}; nothing to run"
+        parts = []
+        if self.run > self.unknown:
+            parts.append(f"about {duration_text(self.known_s)} from earlier results")
+        if self.unknown:
+            parts.append(
+                f"at most {duration_text(self.bound_s)} for {_runs(self.unknown)} without an earlier result "
+                "(timeout_s each)"
+            )
+        return f"here: {counts}; estimated time: " + " + ".join(parts)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def _point_plan(
+    runs: list[plan.RunSpec],
+    skip: str | None,
+    done: dict[tuple[str, int], results.RunResult],
+    walls: list[float] | None,
+    total: _Totals,
+) -> tuple[str, str]:
+    """(what run does with this point here, how long it takes), as run would: ok on file is done,
+    then the backend's skip rule, then run. The estimate is the median wall time of the point's
+    earlier ok runs (same fingerprint) per run, else its timeout as an upper bound."""
+    ok = sum(1 for s in runs if (r := done.get((s.fingerprint, s.repetition))) is not None and r.ok)
+    left = len(runs) - ok
+    total.done += ok
+    if left == 0:
+        return "done (ok on file; --fresh reruns)", "-"
+    also = f" ({ok} of {len(runs)} ok on file)" if ok else ""
+    if skip is not None:
+        total.skipped += left
+        return f"skipped: {skip}{also}", "-"
+    total.run += left
+    status = ("will run" if not ok else f"will run {left} of {len(runs)}") + also
+    if walls:
+        each = statistics.median(walls)
+        total.known_s += left * each
+        times = f"{left} x {duration_text(each)}, " if left > 1 else ""
+        return status, f"~{duration_text(left * each)} ({times}median of {len(walls)} earlier)"
+    total.unknown += left
+    total.bound_s += left * runs[0].timeout_s
+    per = f"{left} x " if left > 1 else ""
+    return status, f"<= {duration_text(left * runs[0].timeout_s)} ({per}timeout_s; no earlier result)"
 
 
 def _backend_options(args: argparse.Namespace) -> backends.BackendOptions:
@@ -203,7 +472,11 @@ def make_backend(name: str, args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    specs = _load_plan(args)
+    made = _make_plan(args)
+    specs = made.specs
+    if args.select is not None or made.overrides:  # otherwise the plan's size is said below, with the backend
+        for line in made.lines(args.select):
+            print(line)
     if args.hosts is not None:
         _refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
@@ -217,7 +490,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except UsageError:
             backend.close()
             raise
-        print(f"{len(specs)} runs on backend {backend.name}, results in {folder}")
+        print(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
         summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty())
     for line in summary.lines():
         print(line)
@@ -248,6 +521,10 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
     run_args += ["--allow-synthetic"] * args.allow_synthetic
     if args.repeats is not None:
         run_args += ["--repeats", str(args.repeats)]
+    if args.select is not None:  # each host plans the same points with the same settings
+        run_args += ["-k", args.select]
+    for text in args.overrides:
+        run_args += ["--set", text]
     names = ", ".join(h.name for h in hosts)
     print(f"{len(specs)} runs on each of {len(hosts)} hosts ({names}), results in {args.results}")
     return fleet.run_fleet(hosts, run_args, args.results, specs, probe=engine.why_not_answering)
@@ -293,11 +570,16 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from suite import report
+    from suite import export, report
 
+    try:
+        formats = export.parse_formats(args.format)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if not args.results.is_dir():
         raise UsageError(f"no results folder {args.results}; run `python -m suite run` first")
-    written = report.write_reports(args.results, args.out, args.reference)
+    written = report.write_reports(args.results, args.out, args.reference, args.select) if "md" in formats else []
+    written += export.write_exports(args.results, args.out, formats, args.select)
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -318,7 +600,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not loaded:
             raise UsageError(f"{folder}: holds no result files")
         views += [dataclasses.replace(v, machine=str(folder)) for v in loaded]
+    if args.json:
+        print(json.dumps(compare.collect(views, reference=str(args.folders[0])), indent=1, allow_nan=False))
+        return 0
     print(compare.render(views, reference=str(args.folders[0]), title="Comparison"), end="")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from suite import show
+
+    result = show.load(args.result)
+    print(show.raw(result) if args.json else show.render(args.result, result), end="")
     return 0
 
 
@@ -330,12 +623,20 @@ def cmd_images(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             rows = images.list_images(docker_host=args.docker_host)
-            keys = ("name", "tag", "tensorflow", "cuda", "default_for", "state", "base", "base_digest")
+            keys = ("name", "tag", "tensorflow", "cuda", "default_for", "state", "built_on", "base", "base_digest")
             print(tabulate([[r[k] for k in keys] for r in rows], headers=keys, tablefmt="github"))
         elif args.action == "build":
+            if args.base and args.from_debian:
+                raise UsageError("images build: --base and --from-debian exclude each other")
             override = {"BASE_IMAGE": args.base} if args.base else None
             names = args.names or (images.needed_images() if args.needed else None)
-            images.build_images(names, override, docker_host=args.docker_host, force=args.force)
+            images.build_images(
+                names,
+                override,
+                docker_host=args.docker_host,
+                force=args.force,
+                from_debian=True if args.from_debian else None,
+            )
         else:
             images.lock_images(args.names or None, docker_host=args.docker_host)
     except images.UnknownImage as exc:
@@ -349,7 +650,8 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace) -> int:
     from suite import envinfo
 
-    print(envinfo.render(envinfo.collect(docker_host=args.docker_host)))
+    facts = envinfo.collect(docker_host=args.docker_host)
+    print(json.dumps(facts, indent=1, default=str) if args.json else envinfo.render(facts))
     return 0
 
 

@@ -7,6 +7,7 @@ result can be matched to the run that produced it and a rerun can skip what is a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -18,7 +19,17 @@ from suite import datasets
 from suite.settings import Scenario, apply_overrides
 from suite.worker.devices import parse_device  # one definition, shared with the worker
 
-__all__ = ["RunSpec", "axis_name", "expand", "fingerprint_of", "interleave", "parse_device", "with_data"]
+__all__ = [
+    "RunSpec",
+    "axis_name",
+    "coordinates",
+    "expand",
+    "fingerprint_of",
+    "interleave",
+    "override_flag",
+    "parse_device",
+    "with_data",
+]
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,9 @@ class RunSpec:
     order: int = 0  # position in the interleaved plan
     report: dict[str, Any] = field(default_factory=dict)  # verdict kind, baseline: how to read it
     calibrate_peak: bool = False  # the host asks for a peak measurement when none is cached
+    # ``--set`` on the command line, path -> value, as given: already applied to ``config`` (which
+    # the fingerprint hashes), kept apart so the report can say what was changed and repeat it.
+    overrides: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +65,7 @@ class RunSpec:
             "order": self.order,
             "report": self.report,
             "calibrate_peak": self.calibrate_peak,
+            "overrides": self.overrides,
             "fingerprint": self.fingerprint or fingerprint_of(self),
         }
 
@@ -77,6 +92,8 @@ def fingerprint_of(spec: RunSpec) -> str:
 
     The config includes the data's identity (source and sha256), but not its note: that says where
     the file lies or why the data is synthetic, which differs between machines with the same data.
+    ``--set`` overrides count through the config they changed: one that sets a value the scenario
+    already has measures the same thing, and finds the runs already done.
     """
     config = spec.config
     identity = (config.get("data") or {}).get("identity")
@@ -88,7 +105,15 @@ def fingerprint_of(spec: RunSpec) -> str:
 
 
 def _label(point: dict[str, Any]) -> str:
-    return ", ".join(f"{axis_name(k)}={_fmt(v)}" for k, v in point.items()) or "default"
+    return ", ".join(f"{name}={value}" for name, value in coordinates(point).values()) or "default"
+
+
+def coordinates(point: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """A point's coordinates as its label shows them: path -> (axis name, value text).
+
+    ``-k`` matches against these, so a filter reads like the label it selects.
+    """
+    return {path: (axis_name(path), _fmt(value)) for path, value in point.items()}
 
 
 def axis_name(path: str) -> str:
@@ -106,11 +131,32 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def override_flag(path: str, value: Any) -> str:
+    """``--set``'s argument for one override, which YAML reads back as the same value:
+    ``training.epochs=3``, ``model.hidden=[512, 256]``, ``image=null``. A string stays plain where
+    YAML reads it back as that string (``device=gpu:2``), else it is quoted (``image="null"``: the
+    string, not null)."""
+    import yaml  # host side only; the worker never formats flags
+
+    if isinstance(value, str):
+        try:
+            plain = yaml.safe_load(value) == value and "\n" not in value
+        except yaml.YAMLError:
+            plain = False
+        return f"{path}={value if plain else json.dumps(value)}"
+    return f"{path}={json.dumps(value, separators=(', ', ': '))}"
+
+
 DataResolver = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def expand(
-    scenario: Scenario, *, smoke: bool = False, repeats: int | None = None, data: DataResolver | None = None
+    scenario: Scenario,
+    *,
+    smoke: bool = False,
+    repeats: int | None = None,
+    data: DataResolver | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> list[RunSpec]:
     """Cartesian product of variants x matrix, smoke overrides last, one spec per repetition.
 
@@ -118,9 +164,18 @@ def expand(
     that slow drift on the machine spreads evenly over the points instead of favouring one.
     ``data`` maps a point's ``data`` section to the identity of the data it will use (default:
     what this host has, ``datasets.identity_for``); it becomes ``config.data.identity``.
+    ``overrides`` (``--set``, checked by ``scenario.override_problems`` first) change the scenario's
+    own settings before the matrix, and win over its smoke size where both set a value.
     """
     reps = repeats if repeats is not None else (1 if smoke else scenario.repeats)
     resolve = data or datasets.identity_for
+    overrides = dict(overrides or {})
+    if overrides:
+        scenario = dataclasses.replace(
+            scenario,
+            config=apply_overrides(scenario.config, overrides, "--set", "set"),
+            smoke={k: v for k, v in scenario.smoke.items() if not any(overlaps(k, o) for o in overrides)},
+        )
     points = []
     for point, config in _points(scenario):
         if smoke:
@@ -145,9 +200,16 @@ def expand(
                     "baseline": scenario.baseline,
                     "description": scenario.description,
                 },
+                overrides=dict(overrides),
             )
             specs.append(_with_fingerprint(spec))
     return specs
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether setting paths ``a`` and ``b`` touch the same value: equal, or one inside the other
+    (``model.hidden`` and ``model.hidden.0``)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 def with_data(config: dict[str, Any], resolve: DataResolver | None = None) -> dict[str, Any]:

@@ -6,38 +6,30 @@ One page per scenario (``<scenario>.md``) with a section per machine, and an ind
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import numpy as np
 from tabulate import tabulate
 
-from suite import compare, plots, stats, verdicts
+from suite import compare, export, plots, stats, verdicts
 from suite.markdown import cell, code, paragraph
-from suite.plan import parse_device
+from suite.plan import override_flag
 from suite.results import (
-    ACHIEVED_FLOPS_PER_S,
     DATA_DETAIL,
     DATA_SOURCE,
     ENV_GPUS,
     ENV_HOST,
     ENV_VERSIONS,
-    FIRST_EPOCH_OVERHEAD_S,
-    FIT_S,
     FLOPS_COUNTED,
-    PEAK,
     RUN_BACKEND,
     RUN_IMAGE,
-    STEADY_EPOCH_S,
-    STEADY_EXAMPLES_PER_S,
-    STEADY_INCLUDES_FIRST_EPOCH,
-    STEP_FLOOR_S,
-    STEP_S,
 )
-from suite.views import ACCURACY_GATE, Point, ScenarioView, load_views
+from suite.select import expression_for, select_views
+from suite.views import Point, ScenarioView, load_views
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
 
@@ -64,85 +56,64 @@ def _num(value: float | None, fmt: str = ".2f") -> str:
 
 
 def _row(view: ScenarioView, p: Point) -> list[str]:
-    fit = p.summary(FIT_S)
-    steady = p.summary(STEADY_EPOCH_S)
-    eps = p.summary(STEADY_EXAMPLES_PER_S)
-    first = p.summary(FIRST_EPOCH_OVERHEAD_S)
-    notes = []
-    if fit and fit.unstable:
-        notes.append(f"unstable: fit times spread {fit.spread:.0%}")
-    if stats.first_is_outlier(p.values(FIT_S)):
-        notes.append("first repetition an outlier")
-    if p.ok_runs and not p.passes_gate:
-        notes.append(f"below the accuracy gate ({ACCURACY_GATE:.0%}): excluded from the verdict")
-    if any(STEADY_INCLUDES_FIRST_EPOCH.of(r) for r in p.ok_runs):
-        notes.append("one epoch: the steady epoch includes tracing and compilation")
-    if steady and first and first.median > 2 * steady.median:
-        notes.append("first epoch much slower (tracing/compilation)")
-    base = view.baseline_for(p)
-    if base is None or base is p:
-        speed = "baseline" if base is p else "-"
-    elif fit and base.summary(FIT_S):
-        speed = stats.ratio(base.values(FIT_S), p.values(FIT_S)).text()
-    else:
-        speed = "-"
-    steady_text = f"{steady.median:.3f} ({steady.low:.3f}-{steady.high:.3f})" if steady else "-"
-    row = [
-        p.label,
-        p.status,
-        f"{len(p.ok_runs)}/{len(p.runs)}",
-        _num(fit.median if fit else None),
-        steady_text,
-        _num(eps.median if eps else None, ",.0f"),
-        _first_epoch(first),
-        _step_overhead(p),
-        _flops(p),
-        _gpu_busy(p),
-        _peak_memory(p),
+    """The table row: the figures ``export`` computes, formatted (so the JSON and CSV say the same)."""
+    return [cell(c) for c in _cells(export.point_figures(view, p))]
+
+
+def _cells(f: export.PointFigures) -> list[str]:
+    ratio = export.ratio_of(f)
+    speed = "baseline" if f.is_baseline else ratio.text() if ratio else "-"
+    steady = (
+        f"{f.steady_epoch_s_median:.3f} ({f.steady_epoch_s_min:.3f}-{f.steady_epoch_s_max:.3f})"
+        if f.steady_epoch_s_median is not None
+        else "-"
+    )
+    return [
+        f.point,
+        f.status,
+        f"{f.runs_ok}/{f.runs_total}",
+        _num(f.fit_s_median),
+        steady,
+        _num(f.steady_examples_per_s_median, ",.0f"),
+        _first_epoch(f.first_epoch_overhead_s_median),
+        _step_overhead(f),
+        _flops(f),
+        _gpu_busy(f),
+        _peak_memory(f),
         speed,
-        _num(p.accuracy, ".3f"),
-        "; ".join(notes),
+        _num(f.test_accuracy_min, ".3f"),
+        "; ".join(f.notes),
     ]
-    return [cell(c) for c in row]
 
 
-def _first_epoch(first: stats.Summary | None) -> str:
+def _first_epoch(first: float | None) -> str:
     """The first epoch's time beyond a steady one; below zero it is noise, and says so."""
     if first is None:
         return "-"
-    return f"{first.median:.2f}" if first.median >= 0 else f"{first.median:.2f} (noise: none measurable)"
+    return f"{first:.2f}" if first >= 0 else f"{first:.2f} (noise: none measurable)"
 
 
-def _step_overhead(p: Point) -> str:
+def _step_overhead(f: export.PointFigures) -> str:
     """'X of Y (Z%)': the model with every width 1, trained the same way, against this model's step, in ms."""
-    step, floor = p.summary(STEP_S), p.summary(STEP_FLOOR_S)
-    if not (step and floor):
+    step, floor = f.step_s_median, f.step_floor_s_median
+    if step is None or floor is None:
         return "-"
-    text = f"{floor.median * 1e3:.2f} of {step.median * 1e3:.2f}"
-    if floor.median >= step.median:
+    text = f"{floor * 1e3:.2f} of {step * 1e3:.2f}"
+    if floor >= step:
         return f"{text} (at or above the step time: all fixed cost, within noise)"
-    return f"{text} ({floor.median / step.median:.0%})"
+    return f"{text} ({f.fixed_cost_fraction:.0%})"
 
 
-def peak_of(run: Any) -> float | None:
-    """The calibrated peak of the device set in the run's compute dtype: per-device peak x GPUs
-    (logical CPU devices share one CPU, so one peak)."""
-    peak = PEAK.of(run) or {}
-    if not peak.get("flops_per_s"):
-        return None
-    kind, count = parse_device(str(run.spec["config"]["device"]))
-    return peak["flops_per_s"] * (count if kind == "gpu" else 1)
+peak_of = export.peak_of
 
 
-def _flops(p: Point) -> str:
-    achieved = p.summary(ACHIEVED_FLOPS_PER_S)
-    if not achieved:
+def _flops(f: export.PointFigures) -> str:
+    achieved, share = f.achieved_flops_per_s_median, f.peak_fraction
+    if achieved is None:
         return "-"
-    peaks = [peak_of(r) for r in p.ok_runs if peak_of(r)]
-    text = f"{achieved.median / 1e9:,.1f}"
-    if not peaks:
+    text = f"{achieved / 1e9:,.1f}"
+    if share is None:
         return text
-    share = achieved.median / float(np.median(peaks))
     flag = ": above the measured peak, check the calibration" if share > 1 else ""
     return f"{text} ({share:.1%}{flag})"
 
@@ -150,23 +121,22 @@ def _flops(p: Point) -> str:
 NOT_MEASURED = "not measured"
 
 
-def _gpu_busy(p: Point) -> str:
+def _gpu_busy(f: export.PointFigures) -> str:
     """The mean GPU utilization over the steady epochs; "not measured" for CPU points and old results."""
-    if not p.ok_runs:
+    if not f.runs_ok:
         return "-"
-    busy = p.gpu_busy
-    return NOT_MEASURED if busy is None else f"{busy:.0f}%"
+    return NOT_MEASURED if f.gpu_busy_percent is None else f"{f.gpu_busy_percent:.0f}%"
 
 
 def gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:.2f} GiB"
 
 
-def _peak_memory(p: Point) -> str:
+def _peak_memory(f: export.PointFigures) -> str:
     """Peak host memory of the run (process tree or container), and of one GPU where sampled."""
-    if not p.ok_runs:
+    if not f.runs_ok:
         return "-"
-    host, gpu = p.peak_memory, p.peak_gpu_memory
+    host, gpu = f.peak_memory_bytes, f.peak_gpu_memory_bytes
     if host is None and gpu is None:
         return NOT_MEASURED
     text = gib(host) if host is not None else NOT_MEASURED
@@ -196,7 +166,38 @@ def _environment(view: ScenarioView) -> list[str]:
         lines.append(
             "- **Smoke size**: fewer samples and epochs than the scenario; a check that it runs, not a measurement"
         )
+    lines += _overrides_lines(view)
     lines += [f"- Also on file: {cell(o)}" for o in view.other_sizes]
+    return lines
+
+
+def _override_groups(view: ScenarioView) -> list[tuple[dict[str, Any], list[Point]]]:
+    """The ``--set`` overrides the shown points ran with, each with its points, in the page's order
+    (a point's repetitions share one fingerprint, so one config: its first run speaks for it)."""
+    groups: dict[str, tuple[dict[str, Any], list[Point]]] = {}
+    for p in view.points:
+        overrides = dict(p.runs[0].spec.get("overrides") or {}) if p.runs else {}
+        groups.setdefault(json.dumps(overrides, sort_keys=True), (overrides, []))[1].append(p)
+    return list(groups.values())
+
+
+def _set_flags(overrides: dict[str, Any]) -> str:
+    return " ".join(code(f"--set {override_flag(k, v)}") for k, v in overrides.items())
+
+
+def _overrides_lines(view: ScenarioView) -> list[str]:
+    """What ``run --set`` changed from the scenario file; nothing when every point ran as the file says."""
+    groups = _override_groups(view)
+    if len(groups) == 1:
+        overrides = groups[0][0]
+        return [f"- Changed from the scenario file (every point): {_set_flags(overrides)}"] if overrides else []
+    lines = []
+    for overrides, points in groups:
+        labels = "; ".join(p.label for p in points)
+        if overrides:
+            lines.append(f"- Changed from the scenario file for {cell(labels)}: {_set_flags(overrides)}")
+        else:
+            lines.append(f"- As the scenario file says (no `--set`) for {cell(labels)}")
     return lines
 
 
@@ -225,12 +226,29 @@ def _failures(view: ScenarioView) -> list[str]:
 
 
 def _reproduce(view: ScenarioView) -> str:
+    """The commands that measure the shown points again, as they were measured, and remake the page.
+
+    Points run with different ``--set`` overrides get a ``run`` each, with ``-k`` naming its points;
+    a page cut with ``report -k`` repeats that ``-k``.
+    """
     spec, run = view.spec, view.newest.run
-    parts = ["python -m suite run", shlex.quote(spec.get("scenario_file", f"scenarios/{view.scenario}.yaml"))]
-    parts.append(f"--backend {shlex.quote(str(run.get(RUN_BACKEND.key, 'local')))}")
+    base = ["python -m suite run", shlex.quote(spec.get("scenario_file", f"scenarios/{view.scenario}.yaml"))]
+    base.append(f"--backend {shlex.quote(str(run.get(RUN_BACKEND.key, 'local')))}")
     if view.smoke:
-        parts.append("--smoke")
-    return " ".join(parts) + " && python -m suite report"
+        base.append("--smoke")
+    selection = getattr(view, "selection", None)  # suite.select.SelectedView: the page was cut with -k
+    groups = _override_groups(view) or [({}, [])]
+    commands = []
+    for overrides, points in groups:
+        parts = list(base)
+        if len(groups) > 1:
+            parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in points]))}")
+        elif selection:
+            parts.append(f"-k {shlex.quote(selection)}")
+        parts += [f"--set {shlex.quote(override_flag(k, v))}" for k, v in overrides.items()]
+        commands.append(" ".join(parts))
+    again = "python -m suite report" + (f" -k {shlex.quote(selection)}" if selection else "")
+    return " && ".join([*commands, again])
 
 
 def _method(views: list[ScenarioView]) -> str:
@@ -319,10 +337,15 @@ def render_index(by_scenario: dict[str, list[ScenarioView]]) -> str:
     )
 
 
-def write_reports(results_dir: Path, out_dir: Path, reference: str | None = None) -> list[Path]:
-    """Scenario pages, their plots, the index and the hardware comparison; returns the paths written."""
+def write_reports(
+    results_dir: Path, out_dir: Path, reference: str | None = None, select: str | None = None
+) -> list[Path]:
+    """Scenario pages, their plots, the index and the hardware comparison; returns the paths written.
+
+    ``select``: a ``-k`` expression; only the points it takes are shown, and each page says so.
+    """
     by_scenario: dict[str, list[ScenarioView]] = defaultdict(list)
-    for view in load_views(results_dir):
+    for view in select_views(load_views(results_dir), select):
         by_scenario[view.scenario].append(view)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -1,0 +1,338 @@
+"""``-k EXPR``: which points of a plan (``run``, ``check``) or of the results (``report``) to take.
+
+The language is pytest's ``-k``, over point labels instead of test names, parsed here and never
+handed to ``eval``::
+
+    expr := or_expr
+    or   := and_expr ("or" and_expr)*
+    and  := not_expr ("and" not_expr)*
+    not  := "not" not_expr | "(" expr ")" | term
+    term := KEY=VALUE | WORD
+
+``KEY=VALUE`` compares one coordinate of the point as its label shows it (``width=750``,
+``device=gpu``, ``variant=jit_compile``, ``mixed_precision=on``). A key is an axis name as the label
+spells it, the full setting path (``model.hidden.0=750``, ``training.batch_size=1024``), or
+``scenario`` (the scenario's name). The value may hold ``*`` as a wildcard (``device=gpu*``) and may
+be quoted where it holds spaces or parentheses (``variant='tf.data prefetch'``). A bare ``WORD``
+matches when it is part of the label (``-k xla``, ``-k "not jit_compile"``). Matching ignores case,
+as pytest's does. A key no point has is an error naming the keys there are; so is an expression
+that matches nothing (it lists the labels there are): a typo must not pass for an empty plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from suite.plan import RunSpec, coordinates
+
+SCENARIO_KEY = "scenario"
+KEYWORDS = ("and", "or", "not")
+MAX_LISTED = 60  # labels listed when nothing matched; a bigger plan says how many more
+
+
+class SelectError(Exception):
+    """A ``-k`` expression that cannot be read, names a key no point has, or matches nothing."""
+
+
+# --------------------------------------------------------------------------- the expression
+
+
+@dataclass(frozen=True)
+class Item:
+    """What a term is matched against: one point."""
+
+    scenario: str
+    label: str
+    coords: dict[str, str]  # lower-cased key -> value as the label shows it (lower-cased)
+
+
+@dataclass(frozen=True)
+class _Term:
+    key: str | None  # None: a bare word
+    value: str
+
+    def __call__(self, item: Item) -> bool:
+        if self.key is None:
+            return self.value in item.label.lower()
+        have = item.scenario.lower() if self.key == SCENARIO_KEY else item.coords.get(self.key)
+        if have is None:
+            return False
+        return fnmatch.fnmatchcase(have, self.value) if "*" in self.value else have == self.value
+
+
+@dataclass(frozen=True)
+class _Not:
+    inner: Any
+
+    def __call__(self, item: Item) -> bool:
+        return not self.inner(item)
+
+
+@dataclass(frozen=True)
+class _Both:
+    op: str  # "and" | "or"
+    left: Any
+    right: Any
+
+    def __call__(self, item: Item) -> bool:
+        if self.op == "and":
+            return self.left(item) and self.right(item)
+        return self.left(item) or self.right(item)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A parsed ``-k`` expression: call it on an Item."""
+
+    text: str
+    root: Any
+    keys: tuple[str, ...]  # the keys its terms name, lower-cased, in order
+
+    def __call__(self, item: Item) -> bool:
+        return bool(self.root(item))
+
+
+def parse(text: str) -> Selection:
+    """Parse ``text``; raises SelectError saying where it stopped making sense."""
+    tokens = _tokens(text)
+    if not tokens:
+        raise SelectError(f'-k {text!r}: empty expression; e.g. -k "width=750 and device=gpu"')
+    parser = _Parser(text, tokens)
+    root = parser.expr()
+    if parser.pos < len(tokens):
+        tok = tokens[parser.pos]
+        raise SelectError(f"-k {text!r}: unexpected {tok.text!r} at character {tok.pos + 1}; join terms with and, or")
+    keys = tuple(dict.fromkeys(t.key for t in parser.terms if t.key is not None))
+    return Selection(text, root, keys)
+
+
+@dataclass(frozen=True)
+class _Token:
+    pos: int  # where it starts in the expression, 0-based
+    text: str  # quotes removed
+    quoted: bool  # a quoted "and" is a word, a quoted "(" part of a value
+    eq: int  # where the first '=' outside quotes is in ``text``; -1: none (a bare word)
+
+    def bare(self, *words: str) -> bool:
+        return not self.quoted and self.text.lower() in words
+
+
+def _tokens(text: str) -> list[_Token]:
+    """Tokens: "(", ")" and terms. Quotes group spaces and parentheses into a term and are dropped."""
+    out: list[_Token] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+        elif ch in "()":
+            out.append(_Token(i, ch, False, -1))
+            i += 1
+        else:
+            start, word, quoted, eq = i, "", False, -1
+            while i < len(text) and not text[i].isspace() and text[i] not in "()":
+                if text[i] in "'\"":
+                    end = text.find(text[i], i + 1)
+                    if end < 0:
+                        raise SelectError(f"-k {text!r}: the quote at character {i + 1} is not closed")
+                    word, quoted, i = word + text[i + 1 : end], True, end + 1
+                else:
+                    if text[i] == "=" and eq < 0:
+                        eq = len(word)
+                    word, i = word + text[i], i + 1
+            out.append(_Token(start, word, quoted, eq))
+    return out
+
+
+class _Parser:
+    """Recursive descent over the grammar in the module docstring; ``terms`` collects every term."""
+
+    def __init__(self, text: str, tokens: list[_Token]):
+        self.text, self.tokens, self.pos = text, tokens, 0
+        self.terms: list[_Term] = []
+
+    def _peek(self) -> _Token | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _keyword(self, word: str) -> bool:
+        tok = self._peek()
+        if tok is not None and tok.bare(word):
+            self.pos += 1
+            return True
+        return False
+
+    def expr(self) -> Any:
+        node = self._and()
+        while self._keyword("or"):
+            node = _Both("or", node, self._and())
+        return node
+
+    def _and(self) -> Any:
+        node = self._not()
+        while self._keyword("and"):
+            node = _Both("and", node, self._not())
+        return node
+
+    def _not(self) -> Any:
+        if self._keyword("not"):
+            return _Not(self._not())
+        tok = self._peek()
+        if tok is None:
+            raise SelectError(f"-k {self.text!r}: ends where a term was expected (KEY=VALUE, a word, or '(')")
+        if tok.bare("("):
+            self.pos += 1
+            node = self.expr()
+            close = self._peek()
+            if close is None or not close.bare(")"):
+                raise SelectError(f"-k {self.text!r}: the '(' at character {tok.pos + 1} is not closed")
+            self.pos += 1
+            return node
+        if tok.bare(")", *KEYWORDS):
+            raise SelectError(
+                f"-k {self.text!r}: unexpected {tok.text!r} at character {tok.pos + 1}; a term was expected"
+            )
+        self.pos += 1
+        return self._term(tok)
+
+    def _term(self, tok: _Token) -> _Term:
+        if tok.eq < 0:
+            term = _Term(None, tok.text.lower())
+        else:
+            key, value = tok.text[: tok.eq].strip(), tok.text[tok.eq + 1 :].strip()
+            if not key or not value:
+                raise SelectError(
+                    f"-k {self.text!r}: {tok.text!r} at character {tok.pos + 1} needs a key and a value, e.g. width=750"
+                )
+            term = _Term(key.lower(), value.lower())
+        self.terms.append(term)
+        return term
+
+
+# --------------------------------------------------------------------------- plans and views
+
+
+def item_of(scenario: str, point: dict[str, Any], label: str) -> Item:
+    """A point as ``-k`` sees it: each coordinate by its axis name and by its full setting path."""
+    coords: dict[str, str] = {}
+    for path, (name, value) in coordinates(point).items():
+        coords.setdefault(name.lower(), value.lower())
+        coords.setdefault(path.lower(), value.lower())
+    return Item(scenario, label, coords)
+
+
+def _spec_item(spec: RunSpec) -> Item:
+    return item_of(spec.scenario, spec.point, spec.point_label)
+
+
+def choose(items: list[Item], text: str) -> list[bool]:
+    """Which of ``items`` the expression ``text`` takes; raises SelectError for an unknown key or no match."""
+    selection = parse(text)
+    known = {SCENARIO_KEY} | {k for item in items for k in item.coords}
+    unknown = [k for k in selection.keys if k not in known]
+    if unknown:
+        names = sorted(known - {SCENARIO_KEY}, key=lambda k: ("." in k, k))
+        close = {c for k in unknown for c in difflib.get_close_matches(k, sorted(known), n=2, cutoff=0.6)}
+        hint = f" (did you mean {' or '.join(sorted(close))}?)" if close else ""
+        raise SelectError(
+            f"-k {text!r}: no point has the key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+            f"{hint}; keys: {SCENARIO_KEY}, {', '.join(names) or '(no matrix axes)'}"
+        )
+    taken = [selection(item) for item in items]
+    if not any(taken):
+        raise SelectError(f"-k {text!r} matches none of the {len(items)} points; the points are:\n" + _listing(items))
+    return taken
+
+
+def _listing(items: Iterable[Item]) -> str:
+    seen = list(dict.fromkeys((i.scenario, i.label) for i in items))
+    lines = [f"  {scenario}: {label}" for scenario, label in seen[:MAX_LISTED]]
+    if len(seen) > MAX_LISTED:
+        lines.append(f"  ... and {len(seen) - MAX_LISTED} more (python -m suite check lists them all)")
+    return "\n".join(lines)
+
+
+def select_specs(specs: list[RunSpec], text: str | None) -> list[RunSpec]:
+    """The specs whose point ``text`` takes (all of them for None), in their order."""
+    if text is None:
+        return specs
+    taken = choose([_spec_item(s) for s in specs], text)
+    return [s for s, keep in zip(specs, taken, strict=True) if keep]
+
+
+def expression_for(points: list[tuple[dict[str, Any], str]]) -> str:
+    """A ``-k`` expression taking exactly these points ((coordinates, label) each): the inverse of
+    ``choose``, for "Reproduce" commands. A coordinate goes by its axis name unless two share it."""
+    terms = []
+    for point, label in points:
+        coords = coordinates(point)
+        names = [name for name, _ in coords.values()]
+        parts = [
+            f"{name if names.count(name) == 1 else path}={_quoted(value)}" for path, (name, value) in coords.items()
+        ]
+        terms.append(" and ".join(parts) if parts else _quoted(label))
+    if len(terms) == 1:
+        return terms[0]
+    return " or ".join(f"({t})" if " and " in t else t for t in terms)
+
+
+def _quoted(value: str) -> str:
+    """A value as one term: quoted where it holds spaces, parentheses or quotes, or is an operator."""
+    if value and not any(c.isspace() or c in "()'\"" for c in value) and value.lower() not in KEYWORDS:
+        return value
+    return f'"{value}"' if "'" in value else f"'{value}'"
+
+
+def points_of(specs: Iterable[RunSpec]) -> int:
+    return len({(s.scenario, s.point_label) for s in specs})
+
+
+def select_views(views: list[Any], text: str | None, *, make: Callable[..., Any] | None = None) -> list[Any]:
+    """Report views cut down to the points ``text`` takes; a view with none of them is left out.
+
+    Each cut view says on its page what was left out (its "Also on file" lines) and carries the
+    expression, so its "Reproduce" command runs the same points (``selection``, see SelectedView).
+    """
+    if text is None:
+        return views
+    items = [(v, p, item_of(v.scenario, p.coords, p.label)) for v in views for p in v.points]
+    taken = choose([item for _, _, item in items], text)
+    kept: dict[int, list[Any]] = {}
+    for (view, point, _), keep in zip(items, taken, strict=True):
+        if keep:
+            kept.setdefault(id(view), []).append(point)
+    out = []
+    for view in views:
+        points = kept.get(id(view))
+        if not points:
+            continue
+        dropped = len(view.points) - len(points)
+        notes = list(view.other_sizes)
+        if dropped:
+            notes.append(f"{dropped} of {len(view.points)} points, not shown: the page was made with -k {text!r}")
+        out.append((make or selected_view)(view, points=points, other_sizes=notes, selection=text))
+    return out
+
+
+def selected_view(view: Any, **changes: Any) -> Any:
+    """``view`` with ``changes``, as a SelectedView: a ScenarioView that remembers its ``-k``."""
+    cls = _selected_view_class()
+    fields = {f.name: getattr(view, f.name) for f in dataclasses.fields(view)}
+    return cls(**{**fields, **changes})
+
+
+@functools.cache
+def _selected_view_class() -> type:
+    # suite.views pulls in scipy (a second and more): imported when a report is cut, not for every CLI call.
+    from suite.views import ScenarioView
+
+    @dataclass
+    class SelectedView(ScenarioView):
+        selection: str | None = None  # the -k expression the page was cut with
+
+    return SelectedView

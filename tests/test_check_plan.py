@@ -1,0 +1,133 @@
+"""``check`` plans before anything runs: per point, whether ``run`` would run it here, skip it (and
+why) or find it done, and how long it should take, from earlier results or else the timeout."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import suite_cli, write_scenario
+
+from suite import plan, results, scenario
+
+TINY = """\
+name: tiny_plan
+question: How long will it take?
+model: {hidden: [32]}
+training: {epochs: 1}
+data: {allow_synthetic: true, train_samples: 512, test_samples: 256}
+repeats: 3
+timeout_s: 200
+matrix:
+  model.hidden.0: [8, 16, 32]
+  device: [cpu, "gpu:64"]
+smoke:
+  timeout_s: 100
+"""
+
+
+def _rows(stdout: str) -> dict[str, list[str]]:
+    """point label -> [device, reps, fingerprint, plan here, estimate]."""
+    rows = [[c.strip() for c in line.split("|")[2:-1]] for line in stdout.splitlines()[2:] if line.startswith("| ")]
+    return {r[0]: r[1:] for r in rows}
+
+
+def _record(folder: Path, spec: plan.RunSpec, status: str, seconds: float) -> None:
+    start = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(hours=spec.order)
+    run = {
+        "machine": "m",
+        "started_at": start.isoformat(),
+        "finished_at": (start + timedelta(seconds=seconds)).isoformat(),
+    }
+    results.save(results.RunResult(status=status, spec=spec.to_dict(), run=run), folder / spec.scenario, spec.run_id)
+
+
+def _on_file(tmp_path: Path, path: Path, *, walls: dict[tuple[int, int], float], overrides: dict | None = None) -> Path:
+    """Results as ``run`` would have left them: {(width, repetition): wall seconds} ok, width 32 rep 0 an error."""
+    res = tmp_path / "results"
+    specs = plan.expand(scenario.load(path), overrides=overrides)  # this host's data identity, as check resolves it
+    for spec in specs:
+        key = (spec.point["model.hidden.0"], spec.repetition)
+        if spec.device == "cpu" and key in walls:
+            _record(res / "m", spec, "ok", walls[key])
+        if spec.device == "cpu" and key == (32, 0):
+            _record(res / "m", spec, "error", 5.0)  # a failed run says nothing about how long one takes
+    return res
+
+
+def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    walls = {(8, 0): 10.0, (8, 1): 20.0, (8, 2): 60.0, (16, 0): 30.0}
+    res = _on_file(tmp_path, path, walls=walls)
+    proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m")
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(proc.stdout)
+    assert rows["width=8, device=cpu"][3:] == ["done (ok on file; --fresh reruns)", "-"]
+    assert rows["width=16, device=cpu"][3:] == [
+        "will run 2 of 3 (1 of 3 ok on file)",
+        "~1 min 0 s (2 x 30 s, median of 1 earlier)",
+    ]
+    assert rows["width=32, device=cpu"][3:] == ["will run", "<= 10 min 0 s (3 x timeout_s; no earlier result)"]
+    for width in (8, 16, 32):
+        status, estimate = rows[f"width={width}, device=gpu:64"][3:]
+        assert status.startswith("skipped: needs 64 GPU(s); this machine has") and estimate == "-"
+    assert "6 points, 18 runs" in proc.stdout
+    assert f"backend: local (--backend); earlier results: {res / 'm'}" in proc.stdout
+    assert (
+        "here: 5 runs will run, 9 skipped, 4 already done (ok on file); estimated time: about 1 min 0 s from "
+        "earlier results + at most 10 min 0 s for 3 runs without an earlier result (timeout_s each)"
+    ) in proc.stdout
+
+    fresh = _rows(suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--fresh").stdout)
+    assert fresh["width=8, device=cpu"][3:] == ["will run", "~1 min 0 s (3 x 20 s, median of 3 earlier)"]
+
+
+def test_smoke_size_and_another_machine_have_their_own_results(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    res = _on_file(tmp_path, path, walls={(8, 0): 10.0})
+    smoke = _rows(suite_cli("check", path, "--smoke", "--backend", "local", "--results", res, "--machine", "m").stdout)
+    assert smoke["width=8, device=cpu"][3:] == ["will run", "<= 1 min 40 s (timeout_s; no earlier result)"]
+    other = _rows(suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "other").stdout)
+    assert other["width=8, device=cpu"][3] == "will run"
+
+
+def test_set_makes_other_runs_and_k_plans_only_its_points(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    res = _on_file(tmp_path, path, walls={(8, 0): 10.0, (8, 1): 10.0, (8, 2): 10.0})
+    where = ["--backend", "local", "--results", res, "--machine", "m"]
+    changed = suite_cli("check", path, *where, "--set", "training.epochs=2", "-k", "width=8")
+    assert changed.returncode == 0, changed.stderr
+    rows = _rows(changed.stdout)
+    assert list(rows) == ["width=8, device=cpu", "width=8, device=gpu:64"]
+    assert rows["width=8, device=cpu"][3] == "will run", "two epochs are not the one measured"
+    assert "2 of 6 points, 6 of 18 runs match -k 'width=8'" in changed.stdout
+    assert "--set, for every point: training.epochs=2" in changed.stdout
+    same = _on_file(tmp_path / "again", path, walls={(8, 0): 10.0}, overrides={"training.epochs": 2})
+    rows = _rows(
+        suite_cli("check", path, *where[:2], "--results", same, "--machine", "m", "--set", "training.epochs=2").stdout
+    )
+    assert rows["width=8, device=cpu"][3] == "will run 2 of 3 (1 of 3 ok on file)"
+
+
+def test_an_unusable_backend_is_bad_input(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    proc = suite_cli("check", path, "--backend", "docker", "--docker-host", "tcp://127.0.0.1:9")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --backend docker: no Docker engine answers")
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_check_after_a_real_run(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    where = ["--smoke", "--backend", "local", "--results", tmp_path / "r", "--machine", "m", "-k", "width=8"]
+    before = _rows(suite_cli("check", path, *where).stdout)
+    assert before["width=8, device=cpu"][3:] == ["will run", "<= 1 min 40 s (timeout_s; no earlier result)"]
+    proc = suite_cli("run", path, *where)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = suite_cli("check", path, *where)
+    assert _rows(after.stdout)["width=8, device=cpu"][3] == "done (ok on file; --fresh reruns)"
+    assert "here: 0 runs will run, 1 skipped, 1 already done (ok on file); nothing to run" in after.stdout
+    fresh = _rows(suite_cli("check", path, *where, "--fresh").stdout)
+    status, estimate = fresh["width=8, device=cpu"][3:]
+    assert status == "will run" and estimate.startswith("~") and estimate.endswith("(median of 1 earlier)")

@@ -1,0 +1,73 @@
+"""Every flag of every command has help text; ``--version`` says the version and the git revision."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import tomllib
+
+import pytest
+from conftest import REPO, suite_cli
+
+from suite import cli
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = cli._parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"": parser, **sub.choices}
+
+
+def _undocumented(parser: argparse.ArgumentParser) -> list[str]:
+    return [
+        "/".join(a.option_strings) or a.dest
+        for a in parser._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        and (not a.help or a.help == argparse.SUPPRESS or not a.help.strip())
+    ]
+
+
+def test_every_flag_of_every_command_has_help() -> None:
+    missing = {name or "(top)": found for name, p in _commands().items() if (found := _undocumented(p))}
+    assert not missing, f"arguments without help text: {missing}"
+
+
+def test_every_command_has_help() -> None:
+    parser = cli._parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    listed = {a.dest: a.help for a in sub._choices_actions}
+    assert set(listed) == set(sub.choices)
+    assert all(listed.values()), listed
+
+
+@pytest.mark.parametrize("command", sorted(set(_commands()) - {""}))
+def test_help_lists_each_flag(command: str) -> None:
+    proc = suite_cli(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    for action in _commands()[command]._actions:
+        for flag in action.option_strings:
+            assert flag in proc.stdout, f"{command} --help lacks {flag}"
+
+
+def test_version_names_the_release_and_the_revision() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    proc = suite_cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        assert line == f"keras-speed-suite {version} (no git revision: not a git checkout, or git is missing)"
+        return
+    assert re.fullmatch(
+        rf"keras-speed-suite {re.escape(version)} \(git [0-9a-f]{{12}}( \+ uncommitted changes)?\)", line
+    )
+    assert head.stdout.strip() in line
+
+
+def test_version_without_git(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cli, "_git", lambda args: None)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert "(no git revision: not a git checkout, or git is missing)" in capsys.readouterr().out

@@ -1,0 +1,281 @@
+"""``--set KEY=VALUE``: read as YAML, checked as the YAML is, applied before the matrix, in the
+fingerprint, the result, the report and its Reproduce command; passed on to each host of a fleet."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SCENARIOS, suite_cli, write_scenario
+
+from suite import cli, fleet, plan, results, scenario
+from suite.scenario import ScenarioError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+TINY = """\
+name: tiny_set
+question: Does --set change one setting?
+model: {hidden: [32, 16]}
+training: {epochs: 3}
+data: {allow_synthetic: true, train_samples: 512, test_samples: 256}
+repeats: 1
+timeout_s: 300
+matrix:
+  model.hidden.0: [8, 16]
+  device: [cpu, "gpu:64"]
+variants:
+  - name: plain
+  - name: prefetch
+    set: {training.input_pipeline: tf_data}
+smoke:
+  training.epochs: 1
+  data.train_samples: 256
+"""
+
+
+# The same without sweeping the model or the device, for the rules of those settings' values.
+FLAT = TINY.replace('  model.hidden.0: [8, 16]\n  device: [cpu, "gpu:64"]\n', "  training.seed: [1, 2]\n")
+
+
+def _tiny(tmp_path: Path, text: str = TINY) -> Path:
+    return write_scenario(tmp_path, "tiny_set", text)
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "value"),
+    [
+        ("training.epochs=3", "training.epochs", 3),
+        ("model.hidden=[512,256]", "model.hidden", [512, 256]),
+        ("model.hidden=[512, 256]", "model.hidden", [512, 256]),
+        ("image=null", "image", None),
+        ("training.jit_compile=true", "training.jit_compile", True),
+        ("device=gpu:2", "device", "gpu:2"),
+        ("model.dropout=0.25", "model.dropout", 0.25),
+        ("data.data_dir=/data/mnist idx", "data.data_dir", "/data/mnist idx"),
+        (" training.seed =7", "training.seed", 7),
+    ],
+)
+def test_values_are_read_as_yaml(text: str, path: str, value: object) -> None:
+    [o] = scenario.parse_overrides([text])
+    assert (o.path, o.value, o.source) == (path, value, f"--set {text}")
+
+
+def test_override_flag_reads_back_as_the_same_value() -> None:
+    for value in (3, 0.25, True, None, [512, 256], "gpu:2", "null", "true", "3", "a b", "x: y"):
+        flag = plan.override_flag("k", value)
+        [o] = scenario.parse_overrides([flag])
+        assert o.value == value and type(o.value) is type(value), flag
+    assert plan.override_flag("model.hidden", [512, 256]) == "model.hidden=[512, 256]"
+    assert plan.override_flag("device", "gpu:2") == "device=gpu:2"
+
+
+def test_applied_before_the_matrix_and_over_the_smoke_size(tmp_path: Path) -> None:
+    sc = scenario.load(_tiny(tmp_path))
+    given = {"model.hidden.1": 64, "training.epochs": 2}
+    specs = plan.expand(sc, smoke=True, overrides=given, data=lambda d: {"source": "synthetic"})
+    assert {tuple(s.config["model"]["hidden"]) for s in specs} == {(8, 64), (16, 64)}, "the matrix still sweeps"
+    assert all(s.config["training"]["epochs"] == 2 for s in specs), "--set wins over the smoke size's 1"
+    assert all(s.config["data"]["train_samples"] == 256 for s in specs), "the rest of the smoke size stays"
+    assert all(s.overrides == given for s in specs)
+    assert all(s.to_dict()["overrides"] == given for s in specs), "the spec (so the result) records them"
+    plain = plan.expand(sc, smoke=True, data=lambda d: {"source": "synthetic"})
+    assert all(s.overrides == {} for s in plain)
+    assert {s.fingerprint for s in plain}.isdisjoint(s.fingerprint for s in specs)
+
+
+def _fingerprints(*args: object) -> dict[str, str]:
+    proc = suite_cli("check", "--backend", "local", *args)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("|") for line in proc.stdout.splitlines()[2:] if line.startswith("| ")]
+    return {r[2].strip(): r[5].strip() for r in rows}
+
+
+def test_fingerprint_is_that_of_the_file_with_the_value_written_in(tmp_path: Path) -> None:
+    """--set training.epochs=5 measures what a file saying epochs: 5 measures: the same fingerprints;
+    without it, others."""
+    flagged = _fingerprints(_tiny(tmp_path), "--set", "training.epochs=5", "--set", "model.activation=tanh")
+    other = tmp_path / "edited"
+    other.mkdir()
+    edited = TINY.replace("training: {epochs: 3}", "training: {epochs: 5}").replace(
+        "model: {hidden: [32, 16]}", "model: {hidden: [32, 16], activation: tanh}"
+    )
+    assert flagged == _fingerprints(write_scenario(other, "tiny_set", edited))
+    plain = _fingerprints(_tiny(tmp_path))
+    assert flagged.keys() == plain.keys() and not set(flagged.values()) & set(plain.values())
+
+
+BAD = [
+    (["training.epochs=0"], "--set training.epochs=0: key 'training.epochs': got 0 (int); allowed: an integer >= 1"),
+    (
+        ["training.epoch=3"],
+        "--set training.epoch=3: key 'training.epoch': no such setting in the scenario; did you mean",
+    ),
+    (["training.epochs"], "--set training.epochs: expected KEY=VALUE"),
+    (["=3"], "--set =3: expected KEY=VALUE"),
+    (["model.hidden=[512,"], "--set model.hidden=[512,: the value is not YAML"),
+    (
+        ["model.hidden=[512, 0]"],
+        "--set model.hidden=[512, 0]: key 'model.hidden.1': got 0 (int); allowed: an integer",
+        FLAT,
+    ),
+    (["training"], "--set training: expected KEY=VALUE"),
+    (["training={epochs: 2}"], "--set training={epochs: 2}: key 'training': names a whole section"),
+    (["device=tpu"], "--set device=tpu: key 'device': got 'tpu' (str); allowed: 'cpu', 'gpu'", FLAT),
+    (["repeats=2"], "--set repeats=2: key 'repeats': not a setting; --repeats N sets the repetitions per point"),
+    (
+        ["model.hidden.0=64"],
+        "--set model.hidden.0=64: key 'model.hidden.0': {file} sweeps model.hidden.0 in its matrix (8, 16); "
+        "leave that scenario out (name the files to run, or -k) or drop this --set",
+    ),
+    (["model.hidden=[64]"], "--set model.hidden=[64]: key 'model.hidden': {file} sweeps model.hidden.0 in its matrix"),
+    (
+        ["training.input_pipeline=numpy"],
+        "--set training.input_pipeline=numpy: key 'training.input_pipeline': {file} sets it in its variants 'prefetch'",
+    ),
+    (
+        ["backend=torch"],
+        "{file} --set backend=torch: key 'matrix point [variant=plain, width=8, device=gpu:64]': device 'gpu:64' "
+        "runs with MirroredStrategy, which needs backend tensorflow\n",
+    ),
+    (
+        ["training.epochs=2", "training.epochs=4"],
+        "--set training.epochs=4: key 'training.epochs': also set by --set training.epochs=2",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[" ".join(case[0]) for case in BAD])
+def test_bad_overrides_exit_2_naming_the_flag(tmp_path: Path, case: tuple) -> None:
+    sets, expected, text = (*case, TINY)[:3]
+    path = _tiny(tmp_path, text)
+    flags = [arg for s in sets for arg in ("--set", s)]
+    for command in ("check", "run"):
+        proc = suite_cli(command, path, "--backend", "local", "--smoke", *flags)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.startswith("error: " + expected.replace("{file}", str(path))), proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert "runs on backend" not in proc.stdout, "nothing ran"
+
+
+def test_a_swept_key_is_checked_only_where_points_are_kept() -> None:
+    files = [SCENARIOS / "gpu_knobs.yaml", SCENARIOS / "mnist_mlp_width.yaml"]
+    bad = suite_cli("check", *files, "--backend", "local", "--smoke", "--set", "training.batch_size=256")
+    assert bad.returncode == 2
+    assert "key 'training.batch_size': scenarios/gpu_knobs.yaml sweeps training.batch_size in its matrix" in bad.stderr
+    good = suite_cli(
+        "check", *files, "--backend", "local", "--smoke", "--set", "training.batch_size=256", "-k", "width=100"
+    )
+    assert good.returncode == 0, good.stderr
+    assert "--set, for every point: training.batch_size=256" in good.stdout
+
+
+def test_a_problem_some_scenarios_have_names_their_files(tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text(TINY.replace("tiny_set", "other").replace("model.hidden.0: [8, 16]", "training.seed: [1, 2]"))
+    problems = scenario.overrides_problems(
+        [scenario.load(_tiny(tmp_path)), scenario.load(other)], scenario.parse_overrides(["training.seed=3"])
+    )
+    assert problems == [
+        f"--set training.seed=3: key 'training.seed': {other} sweeps training.seed in its matrix (1, 2); "
+        "leave that scenario out (name the files to run, or -k) or drop this --set"
+    ]
+    with pytest.raises(ScenarioError, match="also set by"):
+        scenario.parse_overrides(["model.hidden=[1]", "model.hidden.0=2"])
+
+
+def test_run_hosts_passes_k_and_set_to_every_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict = {}
+
+    def fake_run_fleet(hosts, run_args, results_dir, specs, **_):
+        seen.update(hosts=hosts, run_args=run_args, specs=specs)
+        return 0
+
+    monkeypatch.setattr(fleet, "run_fleet", fake_run_fleet)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  a: {docker: 'ssh://a'}\n  b: {docker: 'ssh://b'}\n")
+    path = _tiny(tmp_path)
+    code = cli.main(
+        ["run", str(path), "--smoke", "--hosts", str(hosts), "--results", str(tmp_path / "r"), "-k", "width=8"]
+        + ["--set", "training.epochs=2", "--set", "model.activation=tanh"]
+    )
+    assert code == 0
+    args = seen["run_args"]
+    assert args[args.index("-k") + 1] == "width=8"
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--set"] == ["training.epochs=2", "model.activation=tanh"]
+    assert {s.point_label for s in seen["specs"]} == {
+        f"variant={v}, width=8, device={d}" for v in ("plain", "prefetch") for d in ("cpu", "gpu:64")
+    }
+    assert all(s.config["training"]["epochs"] == 2 for s in seen["specs"])
+    _, child = fleet.child_commands(seen["hosts"][0], args, tmp_path / "r")
+    proc_args = child[child.index("run") + 1 :]
+    parsed = cli._parser().parse_args(["run", *proc_args])
+    assert parsed.select == "width=8" and parsed.overrides == ["training.epochs=2", "model.activation=tanh"]
+
+
+def test_report_lists_overrides_and_reproduces_each_group(tmp_path: Path) -> None:
+    """Points measured with different --set (a later -k rerun) are told apart on the page, and the
+    Reproduce command gives each group its own run with a -k taking exactly its points."""
+    res = tmp_path / "results"
+    shutil.copytree(FIXTURES / "results" / "fixture-local" / "fx_width", res / "box" / "fx_width")
+    for path in (res / "box" / "fx_width").glob("*.json"):
+        data = json.loads(path.read_text())
+        data["run"]["machine"] = "box"
+        if data["spec"]["point"]["model.hidden.0"] == 750:
+            data["spec"]["overrides"] = {"training.epochs": 3, "model.activation": "tanh"}
+        path.write_text(json.dumps(data))
+    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    assert (
+        "- Changed from the scenario file for width=750, device=cpu; width=750, device=gpu: "
+        "`--set training.epochs=3` `--set model.activation=tanh`"  # as the result files hold them
+    ) in page
+    assert "- As the scenario file says (no `--set`) for width=100, device=cpu; width=100, device=gpu" in page
+    command = page.split("### Reproduce\n\n`")[1].split("`\n")[0]
+    runs = [shlex.split(c) for c in command.split(" && ")]
+    assert runs[-1] == ["python", "-m", "suite", "report"]
+    by_k = {}
+    for run in runs[:-1]:
+        assert run[:4] == ["python", "-m", "suite", "run"]
+        check = suite_cli("check", *run[4:])
+        assert check.returncode == 0, check.stderr
+        labels = [line.split("|")[2].strip() for line in check.stdout.splitlines()[2:] if line.startswith("| ")]
+        by_k[tuple(a for i, a in enumerate(run) if i and run[i - 1] == "--set")] = labels
+    assert by_k == {
+        (): ["width=100, device=cpu", "width=100, device=gpu"],
+        ("training.epochs=3", "model.activation=tanh"): ["width=750, device=cpu", "width=750, device=gpu"],
+    }
+
+
+@pytest.mark.slow
+def test_run_with_set_end_to_end(tmp_path: Path) -> None:
+    """A smoke run with --set: the result holds the overrides and their effect, the report says so,
+    and its Reproduce command finds the same runs done."""
+    path, res, out = _tiny(tmp_path), tmp_path / "results", tmp_path / "out"
+    where = ["--backend", "local", "--results", res, "--machine", "m"]
+    k = "variant=plain and width=8 and device=cpu"
+    sets = ["--set", "training.epochs=2", "--set", "model.activation=tanh"]
+    proc = suite_cli("run", path, "--smoke", *where, "-k", k, *sets)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--set, for every point: training.epochs=2, model.activation=tanh" in proc.stdout
+    [(_, result)] = results.load_folder(res / "m")
+    assert result.ok and result.spec["overrides"] == {"training.epochs": 2, "model.activation": "tanh"}
+    assert result.spec["config"]["model"]["activation"] == "tanh"
+    assert len(result.timing["epoch_s"]) == 2, "--set's 2 epochs, not the smoke size's 1"
+    rep = suite_cli("report", "--results", res, "--out", out)
+    assert rep.returncode == 0, rep.stderr
+    page = (out / "tiny_set.md").read_text()
+    assert (
+        "- Changed from the scenario file (every point): `--set model.activation=tanh` `--set training.epochs=2`"
+        in (page)
+    )
+    command = page.split("### Reproduce\n\n`")[1].split("`\n")[0]
+    first = shlex.split(command.split(" && ")[0])
+    assert first[:4] == ["python", "-m", "suite", "run"] and "--smoke" in first
+    again = suite_cli(*first[3:], "-k", k, *where)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count(": already done (") == 1, again.stdout
