@@ -35,7 +35,10 @@ def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
     cannot shift that curve against the others; any other axis gets one shared slot per value.
     """
     axis = view.size_axis
-    values = list(dict.fromkeys(p.coords.get(axis) for p in view.points))
+    values: list = []  # in order, once each; by equality, as a value may be a list (model.hidden: [[512, 512], ...])
+    for p in view.points:
+        if p.coords.get(axis) not in values:
+            values.append(p.coords.get(axis))
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
     drawn = False
     for device in sorted({p.device for p in view.points}):

@@ -8,14 +8,14 @@ are chosen by name from registries.
 
 from __future__ import annotations
 
-import copy
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from suite.plan import expand
+from suite.plan import expand, overlaps
 from suite.settings import (
     DEFAULTS,
     REPORT_KEYS,
@@ -24,16 +24,28 @@ from suite.settings import (
     Checker,
     Scenario,
     ScenarioError,
+    apply_overrides,
     check_config,
     check_value,
     cross_checks,
     is_int,
     path_problem,
+    resolve,
     type_name,
 )
 
-__all__ = ["DEFAULTS", "Checker", "Scenario", "ScenarioError", "load", "load_all"]
-
+__all__ = [
+    "DEFAULTS",
+    "Checker",
+    "Override",
+    "Scenario",
+    "ScenarioError",
+    "load",
+    "load_all",
+    "override_problems",
+    "overrides_problems",
+    "parse_overrides",
+]
 
 
 # --------------------------------------------------------------------------- YAML with lines
@@ -116,14 +128,9 @@ def load(path: str | Path) -> Scenario:
     if not (is_int(repeats) and repeats >= 1):
         ck.fail("repeats", f"got {repeats!r}; allowed: an integer >= 1")
 
-    config = copy.deepcopy(DEFAULTS)
     own = {k: v for k, v in data.items() if k in DEFAULTS}
     check_config(ck, own, line_of=lambda p: p)
-    for key, value in own.items():
-        if isinstance(DEFAULTS[key], dict) and isinstance(value, dict):
-            config[key].update({k: v for k, v in value.items() if k in DEFAULTS[key]})
-        elif not isinstance(DEFAULTS[key], dict):
-            config[key] = value
+    config = resolve(own)  # the defaults of the file's model kind, its own settings merged in
 
     matrix = _load_matrix(ck, data.get("matrix", {}), config)
     variants = _load_variants(ck, data.get("variants", []), config)
@@ -239,16 +246,121 @@ def _load_report(ck: Checker, raw: Any, matrix: dict[str, list[Any]], has_varian
     return baseline, verdict
 
 
-def _check_points(scenario: Scenario) -> None:
+def _check_points(scenario: Scenario, overrides: list[Override] | None = None) -> None:
     """Resolve every point once (also with smoke) so cross-field errors surface at load time."""
-    problems: list[str] = []
-    for smoke in (False, True):
-        for spec in expand(scenario, smoke=smoke, repeats=1):
-            ck = Checker(scenario.source, {})
-            cross_checks(ck, spec.config, f"matrix point [{spec.point_label}]")
-            problems += [p for p in ck.problems if p not in problems]
+    problems = _point_problems(scenario, overrides or [])
     if problems:
         raise ScenarioError(problems)
+
+
+def _point_problems(scenario: Scenario, overrides: list[Override]) -> list[str]:
+    source = scenario.source + "".join(f" {o.source}" for o in overrides)  # "x.yaml --set backend=torch"
+    problems: list[str] = []
+    for smoke in (False, True):
+        for spec in expand(scenario, smoke=smoke, repeats=1, overrides=as_dict(overrides)):
+            ck = Checker(source, {})
+            cross_checks(ck, spec.config, f"matrix point [{spec.point_label}]")
+            problems += [p for p in ck.problems if p not in problems]
+    return problems
+
+
+# --------------------------------------------------------------------------- --set KEY=VALUE
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``--set KEY=VALUE``: a setting's dotted path and its value, read as YAML."""
+
+    text: str  # the flag's argument as given: it names the "file" in every message about it
+    path: str
+    value: Any
+
+    @property
+    def source(self) -> str:
+        return f"--set {self.text}"
+
+
+def parse_overrides(texts: list[str]) -> list[Override]:
+    """Each ``KEY=VALUE``, the value read as YAML would read it in a scenario file (``3``, ``true``,
+    ``null``, ``gpu:2``, ``[512, 256]``). Raises ScenarioError with every problem, each naming its flag."""
+    out: list[Override] = []
+    problems: list[str] = []
+    for text in texts:
+        path, eq, raw = text.partition("=")
+        path = path.strip()
+        if not eq or not path:
+            problems.append(f"--set {text}: expected KEY=VALUE with KEY a setting's path, e.g. --set training.epochs=3")
+            continue
+        try:
+            value = yaml.load(raw, Loader=_Loader)  # the files' loader: a duplicate key in {a: 1, a: 2} is refused
+        except yaml.YAMLError as exc:
+            problems.append(f"--set {text}: the value is not YAML: {getattr(exc, 'problem', None) or exc}")
+            continue
+        clash = next((o for o in out if overlaps(o.path, path)), None)
+        if clash is not None:
+            problems.append(f"--set {text}: key '{path}': also set by {clash.source}; give each setting once")
+            continue
+        out.append(Override(text, path, value))
+    if problems:
+        raise ScenarioError(problems)
+    return out
+
+
+def as_dict(overrides: list[Override]) -> dict[str, Any]:
+    return {o.path: o.value for o in overrides}
+
+
+def override_problems(scenario: Scenario, overrides: list[Override]) -> list[str]:
+    """Why ``overrides`` cannot apply to ``scenario``: each checked like a line of its file (the key
+    must name one setting, the value pass that setting's rules), with the flag named as the file;
+    a setting the scenario's matrix or variants vary cannot be set for all its points."""
+    problems: list[str] = []
+    config = scenario.config
+    for o in overrides:
+        ck = Checker(o.source, {})
+        if o.path == "repeats":
+            ck.fail(o.path, "not a setting; --repeats N sets the repetitions per point")
+        elif (problem := path_problem(config, o.path)) is not None:
+            ck.fail(o.path, problem)
+        elif (sweep := _varied(scenario, o.path)) is not None:
+            ck.fail(o.path, sweep)
+        else:
+            try:
+                config = apply_overrides(config, {o.path: o.value}, o.source, "set")
+            except ScenarioError as exc:
+                ck.problems += exc.problems
+        problems += ck.problems
+    if problems:
+        return problems
+    return _point_problems(scenario, overrides)
+
+
+def _varied(scenario: Scenario, path: str) -> str | None:
+    """Where ``scenario`` varies the setting at ``path`` (its matrix or variants), in words; None if it does not."""
+    advice = "leave that scenario out (name the files to run, or -k) or drop this --set"
+    for axis, values in scenario.matrix.items():
+        if overlaps(axis, path):
+            shown = ", ".join(str(v) for v in values)
+            return f"{scenario.source} sweeps {axis} in its matrix ({shown}); {advice}"
+    names = [name for name, sets in scenario.variants if any(overlaps(k, path) for k in sets)]
+    if names:
+        return f"{scenario.source} sets it in its variants {', '.join(map(repr, names))}; {advice}"
+    return None
+
+
+def overrides_problems(scenarios: list[Scenario], overrides: list[Override]) -> list[str]:
+    """``override_problems`` over several scenarios: a problem all of them share is said once, one
+    only some have names their files."""
+    found: dict[str, list[str]] = {}
+    for sc in scenarios:
+        for problem in override_problems(sc, overrides):
+            found.setdefault(problem, []).append(sc.source)
+    out = []
+    for problem, files in found.items():
+        if len(files) < len(scenarios) and not any(f in problem for f in files):
+            problem += f" (in {', '.join(files)})"
+        out.append(problem)
+    return out
 
 
 def load_all(paths: list[str | Path]) -> list[Scenario]:

@@ -43,13 +43,13 @@ def test_cpu_points_measured_gpu_points_skipped_with_reason(smoke_run) -> None:
     loaded = [r for _, r in results.load_folder(res / "testbox")]
     cpu = [r for r in loaded if r.spec["config"]["device"] == "cpu"]
     gpu = [r for r in loaded if r.spec["config"]["device"].startswith("gpu")]
-    assert len(cpu) == 6 and all(r.ok for r in cpu)
+    assert len(cpu) == 6 + 4 and all(r.ok for r in cpu)  # mnist_mlp_width, mnist_cnn_filters
     for r in cpu:
         assert r.timing["fit_s"] > 0 and len(r.timing["epoch_s"]) == 2
         assert r.quality["data_source"] in ("synthetic", "mnist.npz", "download")
         assert r.environment["versions"]["tensorflow"]
         assert r.work["flops_per_example_train"] > 0
-    assert len(gpu) == 6 + 6 + 21
+    assert len(gpu) == 6 + 6 + 21 + 4
     assert all(r.status == "skipped" and "GPU" in r.message for r in gpu)
     page = (out / "mnist_mlp_width.md").read_text()
     assert "`skipped`: needs 1 GPU(s)" in page

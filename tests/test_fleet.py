@@ -44,13 +44,16 @@ hosts:
     ("text", "expected"),
     [
         ("hosts:\n  a: {docker: 'http://x'}\n", "line 2 key 'hosts.a.docker': required; a Docker engine address"),
-        ("hosts:\n  a: {docker: 'ssh://x', gpu: [0]}\n", "line 2 key 'hosts.a.gpu': unknown key; allowed: docker"),
+        (
+            "hosts:\n  a: {docker: 'ssh://x', gpu: [0]}\n",
+            "line 2 key 'hosts.a.gpu': unknown key; did you mean gpus?; allowed: docker, gpus",
+        ),
         ("hosts:\n  a: {docker: 'ssh://x', gpus: [0, 0]}\n", "line 2 key 'hosts.a.gpus': a non-empty list of distinct"),
         ("hosts:\n  a: {docker: 'ssh://x', gpus: [-1]}\n", "key 'hosts.a.gpus'"),
         ("hosts:\n  'a b': {docker: 'ssh://x'}\n", "key 'hosts.a b': a host name"),
         ("hosts:\n  a: {docker: 'ssh://x'}\n  b: {docker: 'ssh://x'}\n", "line 3 key 'hosts.b.docker': the same"),
         ("hosts: []\n", "key 'hosts': required"),
-        ("host:\n  a: {docker: 'ssh://x'}\n", "key 'host': unknown key; allowed: hosts"),
+        ("host:\n  a: {docker: 'ssh://x'}\n", "key 'host': unknown key; did you mean hosts?; allowed: hosts"),
         ("- a\n", "must hold a mapping"),
         ("hosts:\n  a: {docker: 'ssh://x'}\n  a: {docker: 'ssh://y'}\n", "duplicate key 'a'"),
     ],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,34 +9,7 @@ from conftest import SCENARIOS, suite_cli, write_scenario
 
 from suite import results, scenario, settings
 from suite.plan import axis_name
-from suite.scenario import ScenarioError
 from suite.worker import kinds, probes, train
-
-
-def _cnn_files_load() -> bool:
-    """Whether scenario files get the settings of their model kind (suite.scenario building its config
-    with settings.resolve); until then a CNN file's own model keys are dropped while loading."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "c.yaml"
-        path.write_text("name: c\nquestion: q?\nmodel: {kind: cnn, filters: [4]}\nmatrix: {model.filters.0: [4, 8]}\n")
-        try:
-            scenario.load(path)
-        except ScenarioError:
-            return False
-    return True
-
-
-CNN_FILES_LOAD = _cnn_files_load()
-needs_resolve = pytest.mark.xfail(
-    not CNN_FILES_LOAD,
-    reason="suite/scenario.py load() must build its config with settings.resolve(own)",
-    strict=True,
-)
-needs_kind_flops_text = pytest.mark.xfail(
-    "model_mod.FLOPS_COUNTED" in inspect.getsource(train),
-    reason="suite/worker/train.py _derive must record model_mod.flops_counted(model_cfg), the kind's own text",
-    strict=True,
-)
 
 CNN_TEXT = """\
 name: cnn_digits
@@ -97,7 +68,6 @@ def test_axis_names_come_from_the_kinds() -> None:
     assert axis_name("model.hidden.1") == "hidden"
 
 
-@needs_resolve
 def test_cnn_scenario_resolves_to_the_cnn_defaults(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "c", "name: c\nquestion: q?\nmodel: {kind: cnn, filters: [4]}\n")
     model = scenario.load(path).config["model"]
@@ -121,12 +91,6 @@ def test_bad_cnn_value_exits_2(tmp_path: Path) -> None:
     assert "'model.filters'" in proc.stderr and "a list of 1 to 4 items" in proc.stderr, proc.stderr
 
 
-def test_cnn_scenario_not_shipped_until_it_loads() -> None:
-    """A shipped file that does not load stops `suite run` for every scenario."""
-    assert CNN_FILES_LOAD or not (SCENARIOS / "mnist_cnn_filters.yaml").exists()
-
-
-@needs_kind_flops_text
 def test_result_records_what_its_kind_counts() -> None:
     for kind in kinds.KINDS.values():
         record: dict = {"timing": {"epoch_s": [2.0, 1.0, 1.0]}, "work": {}}
@@ -135,8 +99,6 @@ def test_result_records_what_its_kind_counts() -> None:
         assert record["work"]["flops_per_example_train"] == kind.flops_per_example(kind.defaults())["train"]
 
 
-@needs_resolve
-@needs_kind_flops_text
 @pytest.mark.slow
 def test_cnn_trains_on_real_digits_above_the_gate(tmp_path: Path, mnist_dir: Path) -> None:
     path = write_scenario(tmp_path, "cnn_digits", CNN_TEXT.replace("DIR", str(mnist_dir)))
@@ -152,8 +114,6 @@ def test_cnn_trains_on_real_digits_above_the_gate(tmp_path: Path, mnist_dir: Pat
     assert run.work["flops_counted"] == kinds.CNN_FLOPS_COUNTED
 
 
-@needs_resolve
-@needs_kind_flops_text
 @pytest.mark.slow
 def test_shipped_cnn_scenario_smoke_report_names_the_filters_axis(tmp_path: Path) -> None:
     src = SCENARIOS / "mnist_cnn_filters.yaml"

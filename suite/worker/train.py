@@ -145,7 +145,7 @@ def _derive(record: dict[str, Any], model_cfg: dict[str, Any], n_train: int, glo
     work.update(
         flops_per_example_forward=flops["forward"],
         flops_per_example_train=flops["train"],
-        flops_counted=model_mod.FLOPS_COUNTED,
+        flops_counted=model_mod.flops_counted(model_cfg),
         parameters=model_mod.parameter_count(model_cfg),
         achieved_flops_per_s=flops["train"] * eps if eps else None,
     )
