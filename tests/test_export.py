@@ -130,7 +130,7 @@ def _check_row(p: dict[str, Any], row: dict[str, str]) -> None:
         else:
             assert _agrees(row[column], values), (label, column, row[column], values)
     step, floor = p["step_s_median"], p["step_floor_s_median"]
-    if step is None:
+    if step is None or floor is None:
         assert row["fixed cost per step (ms)"] == "-"
     else:
         share = [] if floor >= step else [100 * p["fixed_cost_fraction"]]
