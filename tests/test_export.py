@@ -403,3 +403,11 @@ def test_show_summarizes_telemetry(exported) -> None:
     assert f"gpu_util_percent [GPU-a] (%): steady: mean {busy:g}, n 9" in proc.stdout
     assert f"memory_bytes (GiB): run: max {memory / GIB:.2f}, n 9" in proc.stdout
     assert f"gpu_memory_used_bytes [GPU-a] (GiB): run: max {gpu / GIB:.2f}" in proc.stdout
+
+
+def test_exports_are_the_same_bytes_from_the_same_results(exported, tmp_path: Path) -> None:
+    res, out = exported
+    proc = suite_cli("report", "--results", res, "--out", tmp_path, "--format", "json,csv")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("report.json", "points.csv", "runs.csv"):
+        assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
