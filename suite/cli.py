@@ -1,4 +1,4 @@
-"""``python -m suite``: run, check, report, data, env, images, compare, backends.
+"""``python -m suite``: run, check, report, compare, show, data, env, images, backends, schema.
 
 Exit codes: 0 everything ran (skips included), 1 some run failed (the failure is recorded and
 reported), 2 bad input (scenario, results or arguments), 130 interrupted.
