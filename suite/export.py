@@ -133,8 +133,11 @@ def point_figures(view: ScenarioView, p: Point) -> PointFigures:
     peak = float(np.median(peaks)) if peaks and achieved else None
     base = view.baseline_for(p)
     ratio = None
+    not_compared = ""
     if base is not None and base is not p and fit and base.summary(FIT_S):
-        ratio = stats.ratio(base.values(FIT_S), p.values(FIT_S))
+        not_compared = verdicts.not_comparable(p, base)
+        if not not_compared:
+            ratio = stats.ratio(base.values(FIT_S), p.values(FIT_S))
     counts: dict[str, int] = {}
     for r in p.runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -181,7 +184,7 @@ def point_figures(view: ScenarioView, p: Point) -> PointFigures:
         first_repetition_outlier=outlier,
         status_counts=dict(sorted(counts.items())),
         coords=dict(p.coords),
-        notes=_notes(p, fit, steady, first, outlier),
+        notes=_notes(p, fit, steady, first, outlier) + ([f"not compared: {not_compared}"] if not_compared else []),
     )
 
 

@@ -6,7 +6,9 @@ sentence keeps, tested over generated inputs in tests/test_verdicts.py:
 - a difference is called a gain, a win or "faster" only when its interval excludes 1
   (``Ratio.faster``); otherwise the sentence says there is no measurable difference;
 - every point that could not be compared is named, with the reason; a point trained on other data
-  than the one it is compared with (``config.data.identity``: source and sha256) is not compared;
+  than the one it is compared with (``config.data.identity``: source and sha256) is not compared,
+  nor one measured with other settings (``--set``, or a config that differs beyond the matrix
+  coordinates that tell the two points apart);
 - how busy the GPU was is said only where the results carry GPU telemetry, and a GPU busy less than
   ``FED_BUSY_PERCENT`` of the time is said to have been idle between kernels most of the time (what
   utilization shows; not why).
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from suite import stats
-from suite.plan import axis_name, parse_device
+from suite.plan import axis_name, override_flag, parse_device
 from suite.results import FIT_S, STATUS_SKIPPED
 from suite.views import ACCURACY_GATE, Point, ScenarioView
 
@@ -72,6 +74,56 @@ def other_data(p: Point, base: Point) -> str:
     return f"trained on other data: {_data_text(mine)}, against {_data_text(theirs)}"
 
 
+# Config paths that do not change what is measured: how long a run may take, and the data's identity
+# (the data itself is ``other_data``'s to compare).
+NOT_MEASURED = ("timeout_s", "data.identity")
+
+
+def _measured(path: str, skip: set[str]) -> bool:
+    return not any(path == s or path.startswith(s + ".") for s in (*NOT_MEASURED, *skip))
+
+
+def _leaves(value: object, prefix: str = "") -> dict[str, object]:
+    """A config as dotted path -> value (lists indexed: model.filters.0); {} stays a leaf."""
+    if isinstance(value, dict) and value:
+        return {k: v for key, item in value.items() for k, v in _leaves(item, f"{prefix}{key}.").items()}
+    if isinstance(value, list) and value:
+        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: value}
+
+
+def _overrides_text(overrides: dict[str, object]) -> str:
+    return "--set " + " ".join(override_flag(k, v) for k, v in sorted(overrides.items())) if overrides else "no --set"
+
+
+def other_settings(p: Point, base: Point) -> str:
+    """'' when two points were measured with the same settings, except for the matrix coordinates
+    that tell them apart, else why they are not compared: other ``--set`` overrides, or a config
+    that differs elsewhere (the scenario changed between their runs)."""
+    if not p.runs or not base.runs:
+        return ""
+    mine, theirs = p.runs[0].spec, base.runs[0].spec
+    skip = {k for k in (*p.coords, *base.coords) if k != "variant"}
+    set_mine = {k: v for k, v in (mine.get("overrides") or {}).items() if _measured(k, set())}
+    set_theirs = {k: v for k, v in (theirs.get("overrides") or {}).items() if _measured(k, set())}
+    if set_mine != set_theirs:
+        return f"other settings ({_overrides_text(set_mine)}, against {_overrides_text(set_theirs)})"
+    if p.coords.get("variant") != base.coords.get("variant"):
+        return ""  # a variant sets paths its results do not name: the overrides are all that can be compared
+    config_mine, config_theirs = _leaves(mine.get("config") or {}), _leaves(theirs.get("config") or {})
+    differs = [
+        f"{path} {config_mine.get(path)} against {config_theirs.get(path)}"
+        for path in sorted(set(config_mine) | set(config_theirs))
+        if _measured(path, skip) and config_mine.get(path) != config_theirs.get(path)
+    ]
+    return f"other settings ({'; '.join(differs)})" if differs else ""
+
+
+def not_comparable(p: Point, base: Point) -> str:
+    """'' when two usable points may be compared, else why not: other data or other settings."""
+    return other_data(p, base) or other_settings(p, base)
+
+
 def _skip_reason(points: list[Point]) -> str:
     """The recorded reason of the first skipped point, to say why a whole device kind is missing."""
     for p in points:
@@ -111,7 +163,7 @@ def gpu_crossover(view: ScenarioView) -> str:
         value = cpu.coords.get(axis)
         gpu = view.point(**{**cpu.coords, "device": gpu_device})
         paired.add(id(gpu))
-        if usable(cpu) and usable(gpu) and (differs := other_data(gpu, cpu)):
+        if usable(cpu) and usable(gpu) and (differs := not_comparable(gpu, cpu)):
             missing.append((_name(axis, value), f"GPU: {differs} (CPU)"))
             continue
         if usable(cpu) and usable(gpu):
@@ -199,7 +251,7 @@ def scaling(view: ScenarioView) -> str:
             if not usable(p):
                 missing.append((p.label, why_unusable(p)))
                 continue
-            if differs := other_data(p, one):
+            if differs := not_comparable(p, one):
                 missing.append((p.label, f"{differs} ({base_device})"))
                 continue
             n = device_count(p.device) / device_count(base_device)
@@ -242,7 +294,7 @@ def _batch_mode_effect(view: ScenarioView) -> str:
         for g in view.points
         if g.coords.get("training.batch_mode") == "global"
         for p in [view.point(**{**g.coords, "training.batch_mode": "per_replica"})]
-        if usable(g) and usable(p) and device_count(g.device) > 1
+        if usable(g) and usable(p) and device_count(g.device) > 1 and not not_comparable(g, p)
     ]
     if not both:
         return ""
@@ -259,7 +311,7 @@ def knobs(view: ScenarioView) -> str:
         base = view.baseline_for(p)
         if p is base:
             continue
-        if usable(p) and usable(base) and (differs := other_data(p, base)):
+        if usable(p) and usable(base) and (differs := not_comparable(p, base)):
             missing.append((p.label, f"{differs} (its default)"))
         elif usable(p) and usable(base):
             compared.append((p.label, stats.ratio(_fit(base), _fit(p))))

@@ -411,3 +411,30 @@ def test_exports_are_the_same_bytes_from_the_same_results(exported, tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     for name in ("report.json", "points.csv", "runs.csv"):
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_a_point_measured_with_other_settings_gets_no_speedup(tmp_path: Path) -> None:
+    # As after `run -k "device=cpu:2" --set training.epochs=1` following a full run.
+    res, out = tmp_path / "results", tmp_path / "out"
+    shutil.copytree(FIXTURES, res)
+    for path in sorted((res / "fixture-local" / "fx_scaling").glob("*.json")):
+        data = json.loads(path.read_text())
+        if data["spec"]["point"]["device"] == "cpu:2" and data["spec"]["point"]["training.batch_mode"] == "global":
+            data["spec"]["overrides"] = {"training.epochs": 1}
+            data["spec"]["config"]["training"]["epochs"] = 1
+            path.write_text(json.dumps(data))
+    proc = suite_cli("report", "--results", res, "--out", out, "--format", "md,json,csv")
+    assert proc.returncode == 0, proc.stderr
+    why = "not compared: other settings (--set training.epochs=1, against no --set)"
+    points = {p["point"]: p for p in _json(out)["points"] if p["scenario"] == "fx_scaling"}
+    changed, same = points["batch_mode=global, device=cpu:2"], points["batch_mode=per_replica, device=cpu:2"]
+    assert changed["speedup"] is None and changed["speedup_ci_low"] is None, changed
+    assert changed["speedup_significant"] is None and why in changed["notes"], changed["notes"]
+    assert same["speedup"] is not None and not any("not compared" in n for n in same["notes"]), same
+    rows = {r["point"]: r for r in _scenario_tables((out / "fx_scaling.md").read_text())["fixture-local"]}
+    assert rows["batch_mode=global, device=cpu:2"]["speedup vs baseline"] == "-"
+    assert why in rows["batch_mode=global, device=cpu:2"]["notes"]
+    assert rows["batch_mode=per_replica, device=cpu:2"]["speedup vs baseline"].endswith(")")
+    csv_rows = {r["point"]: r for r in _csv_rows(out / "points.csv") if r["scenario"] == "fx_scaling"}
+    assert csv_rows["batch_mode=global, device=cpu:2"]["speedup"] == ""
+    assert why in csv_rows["batch_mode=global, device=cpu:2"]["notes"]

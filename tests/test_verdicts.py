@@ -443,3 +443,87 @@ def test_mixed_data_is_never_compared_over_generated_inputs(seed: int) -> None:
             assert not claim or int(claim.group(1)) != w, text
             if verdicts.usable(cpu) and verdicts.usable(gpu):
                 assert re.search(rf"width {w}\b[^;.]*trained on other data", text), (w, text)
+
+
+# Settings: points measured with other --set overrides, or another config beyond their own matrix
+# coordinates, are named, never compared
+
+
+def _with_set(view: ScenarioView, label: str, overrides: dict[str, Any]) -> ScenarioView:
+    """Give the point ``label`` the overrides, applied to its config as ``--set`` would."""
+    p = view.point_by_label(label)
+    assert p is not None, label
+    for r in p.runs:
+        r.spec["overrides"] = dict(overrides)
+        for path, value in overrides.items():
+            section, key = path.split(".")
+            r.spec["config"].setdefault(section, {})[key] = value
+    return view
+
+
+def test_crossover_does_not_compare_points_measured_with_other_settings() -> None:
+    # A full run, then `run -k device=gpu --set training.batch_size=1024` at width 100.
+    v = _width({100: _reps(3.0), 750: _reps(9.0)}, {100: _reps(1.0), 750: _reps(1.5)})
+    _with_set(v, "model.hidden.0=100, device=gpu", {"training.batch_size": 1024})
+    text = verdicts.verdict(v)
+    assert text.startswith("The GPU is faster at width 750 and beyond"), text
+    assert text.endswith(
+        "Not compared: width 100 (GPU: other settings (--set training.batch_size=1024, against no --set) (CPU))."
+    ), text
+
+
+def test_the_same_set_on_both_points_compares() -> None:
+    v = _width({100: _reps(3.0)}, {100: _reps(1.0)})
+    for p in v.points:
+        _with_set(v, p.label, {"training.batch_size": 1024})
+    assert "Not compared" not in verdicts.verdict(v)
+
+
+def test_a_config_changed_beyond_the_matrix_is_not_compared() -> None:
+    # No --set, but the scenario file changed between the two points' runs.
+    v = _width({100: _reps(3.0)}, {100: _reps(1.0)})
+    for r in v.point_by_label("model.hidden.0=100, device=gpu").runs:
+        r.spec["config"]["training"]["batch_size"] = 256
+    text = verdicts.verdict(v)
+    assert text.startswith("No CPU-GPU comparison"), text
+    assert "other settings (training.batch_size 256 against 128)" in text, text
+
+
+def test_scaling_and_knobs_do_not_compare_points_with_other_settings() -> None:
+    pts = [({"device": f"gpu:{n}"}, _reps(f), "ok") for n, f in ((1, 10.0), (2, 6.0), (4, 4.0))]
+    v = _with_set(_view("scaling", {"device": "gpu:1"}, pts), "device=gpu:4", {"training.epochs": 1})
+    text = verdicts.verdict(v)
+    assert "gpu:2 1.67x" in text and "gpu:4" not in text.split("Not compared")[0], text
+    assert text.endswith("Not compared: device=gpu:4 (other settings (--set training.epochs=1, against no --set) (gpu:1)).")
+    k = _with_set(
+        _knobs({"default": _reps(10.0), "xla": _reps(5.0), "spe": _reps(2.5)}),
+        "variant=spe, training.batch_size=128",
+        {"training.epochs": 1},
+    )
+    text = verdicts.verdict(k)
+    assert text.startswith("Biggest gain: variant=xla, training.batch_size=128, 2.00x"), text
+    assert "variant=spe, training.batch_size=128 (other settings (--set training.epochs=1" in text, text
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_mixed_settings_are_never_compared_over_generated_inputs(seed: int) -> None:
+    rng = np.random.default_rng(12000 + seed)
+    widths = rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist()
+    points = []
+    for w in widths:
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "cpu"}, 1.0))
+        points.append(_random_point(rng, {"model.hidden.0": w, "device": "gpu"}, float(rng.choice([0.3, 1, 3]))))
+    view = _view("gpu_crossover", {"device": "cpu"}, points)
+    changed = {p.label for p in view.points if rng.random() < 0.3}
+    for label in changed:
+        _with_set(view, label, {"training.batch_size": 1024})
+    text = verdicts.verdict(view)
+    for w in widths:
+        cpu = view.point(**{"model.hidden.0": w, "device": "cpu"})
+        gpu = view.point(**{"model.hidden.0": w, "device": "gpu"})
+        if (cpu.label in changed) != (gpu.label in changed):
+            assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)
+            claim = re.search(r"faster (?:from|at) width (\d+)", text)
+            assert not claim or int(claim.group(1)) != w, text
+            if verdicts.usable(cpu) and verdicts.usable(gpu):
+                assert re.search(rf"width {w}\b[^;.]*other settings", text), (w, text)
