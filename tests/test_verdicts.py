@@ -494,7 +494,8 @@ def test_scaling_and_knobs_do_not_compare_points_with_other_settings() -> None:
     v = _with_set(_view("scaling", {"device": "gpu:1"}, pts), "device=gpu:4", {"training.epochs": 1})
     text = verdicts.verdict(v)
     assert "gpu:2 1.67x" in text and "gpu:4" not in text.split("Not compared")[0], text
-    assert text.endswith("Not compared: device=gpu:4 (other settings (--set training.epochs=1, against no --set) (gpu:1)).")
+    why = "other settings (--set training.epochs=1, against no --set)"
+    assert text.endswith(f"Not compared: device=gpu:4 ({why} (gpu:1)).")
     k = _with_set(
         _knobs({"default": _reps(10.0), "xla": _reps(5.0), "spe": _reps(2.5)}),
         "variant=spe, training.batch_size=128",
