@@ -401,12 +401,28 @@ def _get(tree: Any, path: str) -> Any:
     return node
 
 
+def _index(part: str) -> int | None:
+    """A list index as a path writes it: ASCII digits without a leading zero (``0``, ``12``; not
+    ``00`` or ``01``, which would name the same item as another text and slip past the checks that
+    compare paths as text); None otherwise."""
+    if part.isascii() and part.isdigit() and part == str(int(part)):
+        return int(part)
+    return None
+
+
+def _non_canonical(path: str) -> str | None:
+    """``path`` with its list indices written plainly, when one has a leading zero; else None."""
+    parts = path.split(".")
+    fixed = [str(int(p)) if p.isascii() and p.isdigit() else p for p in parts]
+    return ".".join(fixed) if fixed != parts else None
+
+
 def path_exists(tree: Any, path: str) -> bool:
     node = tree
     for part in path.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif isinstance(node, list) and _index(part) is not None and int(part) < len(node):
             node = node[int(part)]
         else:
             return False
@@ -461,6 +477,8 @@ def path_problem(config: dict[str, Any], path: Any) -> str | None:
         if isinstance(_get(config, path), dict):
             return "names a whole section; give a path to one setting, e.g. data.train_samples"
         return None
+    if isinstance(path, str) and (plain := _non_canonical(path)) is not None and path_exists(config, plain):
+        return f"a list index is written without leading zeros: write {plain}"
     leaves = [p for p in _leaf_paths(config) if "." in p or not isinstance(config.get(p), dict)]
     close = difflib.get_close_matches(str(path), leaves, n=3, cutoff=0.6)
     sections = ", ".join(sorted(config))

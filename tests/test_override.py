@@ -279,3 +279,18 @@ def test_run_with_set_end_to_end(tmp_path: Path) -> None:
     again = suite_cli(*first[3:], "-k", k, *where)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count(": already done (") == 1, again.stdout
+
+
+@pytest.mark.parametrize("key", ["model.filters.00", "model.filters.01", "model.filters.001"])
+def test_a_list_index_with_a_leading_zero_is_refused(key: str) -> None:
+    # 00 would name the same filter count as the matrix's model.filters.0 and slip past the sweep check.
+    proc = suite_cli("check", SCENARIOS / "mnist_cnn_filters.yaml", "--set", f"{key}=5")
+    assert proc.returncode == 2, proc.stdout
+    assert "Traceback" not in proc.stderr
+    plain = "model.filters." + str(int(key.rsplit(".", 1)[1]))
+    assert f"--set {key}=5: key '{key}': a list index is written without leading zeros: write {plain}" in proc.stderr
+
+
+def test_a_plain_index_still_applies() -> None:
+    proc = suite_cli("check", SCENARIOS / "mnist_cnn_filters.yaml", "--set", "model.filters.1=48")
+    assert proc.returncode == 0, proc.stderr

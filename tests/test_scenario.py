@@ -89,6 +89,24 @@ BAD = {
         "line 9",
         "no such setting",
     ),
+    "matrix index with a leading zero": (
+        _replace("model.hidden.0:", "model.hidden.00:"),
+        "'matrix.model.hidden.00'",
+        "line 9",
+        "a list index is written without leading zeros: write model.hidden.0",
+    ),
+    "smoke index with a leading zero": (
+        _replace("data.train_samples: 256", "model.hidden.01: 8"),
+        "'smoke.model.hidden.01'",
+        "line 12",
+        "write model.hidden.1",
+    ),
+    "variant index with a leading zero": (
+        GOOD + "variants:\n  - name: narrow\n    set: {model.hidden.01: 8}\n",
+        "model.hidden.01",
+        "",
+        "write model.hidden.1",
+    ),
     "matrix value wrong type": (_replace("[16, 64]", "[16, wide]"), "'matrix.model.hidden.0'", "line 9", "integer"),
     "smoke path missing": (
         _replace("data.train_samples", "data.train_sample"),
