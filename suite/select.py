@@ -273,7 +273,8 @@ def expression_for(points: list[tuple[dict[str, Any], str]]) -> str:
         coords = coordinates(point)
         names = [name for name, _ in coords.values()]
         parts = [
-            f"{name if names.count(name) == 1 else path}={_quoted(value)}" for path, (name, value) in coords.items()
+            f"{_quoted(name if names.count(name) == 1 else path)}={_quoted(value)}"
+            for path, (name, value) in coords.items()
         ]
         terms.append(" and ".join(parts) if parts else _quoted(label))
     if len(terms) == 1:
@@ -282,8 +283,9 @@ def expression_for(points: list[tuple[dict[str, Any], str]]) -> str:
 
 
 def _quoted(value: str) -> str:
-    """A value as one term: quoted where it holds spaces, parentheses or quotes, or is an operator."""
-    if value and not any(c.isspace() or c in "()'\"" for c in value) and value.lower() not in KEYWORDS:
+    """A key or value as one term: quoted where it holds spaces, parentheses, quotes or '=', or is
+    an operator."""
+    if value and not any(c.isspace() or c in "()'\"=" for c in value) and value.lower() not in KEYWORDS:
         return value
     return f'"{value}"' if "'" in value else f"'{value}'"
 

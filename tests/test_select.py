@@ -12,7 +12,9 @@ from conftest import SCENARIOS, suite_cli, write_scenario
 from suite import plan, results, scenario, select
 
 FIXTURE_RESULTS = Path(__file__).parent / "fixtures" / "results"
-SHIPPED = [SCENARIOS / f"{name}.yaml" for name in ("mnist_mlp_width", "mlp4096_gpus", "gpu_knobs")]
+SHIPPED = [
+    SCENARIOS / f"{name}.yaml" for name in ("mnist_mlp_width", "mlp4096_gpus", "gpu_knobs", "mnist_cnn_filters")
+]
 
 TINY = """\
 name: tiny_select
@@ -125,6 +127,45 @@ def test_expression_for_takes_exactly_its_points(path: Path) -> None:
         expr = select.expression_for(subset)
         taken = select.select_specs(specs, expr)
         assert [s.point_label for s in taken] == [label for _, label in subset], expr
+
+
+DENSE = """\
+name: cnn_dense
+question: Does the dense layer's width matter?
+model: {kind: cnn, filters: [8, 16], dense: 32}
+training: {epochs: 1}
+data: {allow_synthetic: true, train_samples: 512, test_samples: 256}
+repeats: 1
+timeout_s: 300
+matrix:
+  model.dense: [16, 64]
+  device: [cpu, gpu]
+"""
+
+
+def _round_trips(specs: list[plan.RunSpec]) -> None:
+    items = [(s.point, s.point_label) for s in specs]
+    for subset in ([item] for item in items):
+        expr = select.expression_for(subset)
+        assert [s.point_label for s in select.select_specs(specs, select.parse(expr).text)] == [subset[0][1]], expr
+
+
+def test_expression_for_round_trips_a_cnn_sweeping_model_dense(tmp_path: Path) -> None:
+    sc = scenario.load(write_scenario(tmp_path, "cnn_dense", DENSE))
+    specs = plan.expand(sc, repeats=1, data=lambda d: {"source": "synthetic"})
+    assert specs[0].point_label == "dense=16, device=cpu"
+    assert select.expression_for([(specs[0].point, specs[0].point_label)]) == "dense=16 and device=cpu"
+    _round_trips(specs)
+
+
+def test_expression_for_quotes_a_key_that_needs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from suite.worker import kinds
+
+    monkeypatch.setitem(kinds.CNN.axis_names, "model.dense", "dense width")
+    sc = scenario.load(write_scenario(tmp_path, "cnn_dense", DENSE))
+    specs = plan.expand(sc, repeats=1, data=lambda d: {"source": "synthetic"})
+    assert select.expression_for([(specs[0].point, specs[0].point_label)]).startswith("'dense width'=16 and ")
+    _round_trips(specs)
 
 
 # --------------------------------------------------------------------------- through the CLI

@@ -232,7 +232,7 @@ CNN = ModelKind(
         "dropout": {**_DROPOUT, "description": "dropout rate after the dense layer"},
         "output_activation": _OUTPUT,
     },
-    axis_names={"model.filters": "filters", "model.filters.0": "filters", "model.dense": "dense width"},
+    axis_names={"model.filters": "filters", "model.filters.0": "filters", "model.dense": "dense"},
     flops_counted=CNN_FLOPS_COUNTED,
     build=_cnn_build,
     flops_per_example=_cnn_flops,
