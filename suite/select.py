@@ -245,7 +245,8 @@ def choose(items: list[Item], text: str) -> list[bool]:
         )
     taken = [selection(item) for item in items]
     if not any(taken):
-        raise SelectError(f"-k {text!r} matches none of the {len(items)} points; the points are:\n" + _listing(items))
+        points = len({(i.scenario, i.label) for i in items})  # a plan's items are runs: several per point
+        raise SelectError(f"-k {text!r} matches none of the {points} points; the points are:\n" + _listing(items))
     return taken
 
 

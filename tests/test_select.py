@@ -203,6 +203,14 @@ def test_bad_filters_exit_2_naming_the_flag(expr: str, expected: str) -> None:
         assert "runs on backend" not in proc.stdout, "nothing ran"
 
 
+def test_a_filter_matching_nothing_counts_points_not_runs() -> None:
+    # mnist_mlp_width: 12 points of 5 repetitions each, 60 runs.
+    proc = suite_cli("check", SCENARIOS / "mnist_mlp_width.yaml", "--backend", "local", "-k", "width=751")
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.startswith("error: -k 'width=751' matches none of the 12 points; the points are:\n"), proc.stderr
+    assert proc.stderr.count("\n  mnist_mlp_width: ") == 12, proc.stderr
+
+
 def test_report_k_shows_only_matching_points_and_says_so(tmp_path: Path) -> None:
     proc = suite_cli(
         "report", "--results", FIXTURE_RESULTS, "--out", tmp_path, "-k", "scenario=fx_width and device=cpu"
