@@ -113,16 +113,27 @@ def coordinates(point: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
     ``-k`` matches against these, so a filter reads like the label it selects.
     """
-    return {path: (axis_name(path), _fmt(value)) for path, value in point.items()}
+    names = {path: axis_name(path) for path in point}
+    shared = {name for name in names.values() if list(names.values()).count(name) > 1}
+    # Two axes that would read alike (model.dense and a data.dense, say) go by their full paths.
+    return {path: (path if names[path] in shared else names[path], _fmt(value)) for path, value in point.items()}
 
 
 def axis_name(path: str) -> str:
     """A matrix path as people say it: the name its model kind gives it (model.hidden.0 -> width,
-    model.filters.0 -> filters), else its last named part (training.batch_size -> batch_size)."""
+    model.filters.0 -> filters), else its last named part (training.batch_size -> batch_size), with
+    the list index after it unless that is 0 (model.filters.1 -> filters.1: not the first layer's
+    filters)."""
     from suite.worker.kinds import axis_name as kind_axis_name
 
-    named = [part for part in path.split(".") if not part.isdigit()]
-    return kind_axis_name(path) or (named[-1] if named else path)
+    if (named := kind_axis_name(path)) is not None:
+        return named
+    parts = path.split(".")
+    last = max((i for i, part in enumerate(parts) if not part.isdigit()), default=None)
+    if last is None:
+        return path
+    index = parts[last + 1 :]
+    return ".".join(parts[last:]) if index and any(part != "0" for part in index) else parts[last]
 
 
 def _fmt(value: Any) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import SCENARIOS, suite_cli, write_scenario
 
-from suite import results, scenario, settings
+from suite import plan, results, scenario, settings
 from suite.plan import axis_name
 from suite.worker import kinds, probes, train
 
@@ -65,7 +65,19 @@ def test_axis_names_come_from_the_kinds() -> None:
     assert axis_name("model.hidden.0") == "width"
     assert axis_name("model.filters.0") == "filters" and axis_name("model.filters") == "filters"
     assert axis_name("training.batch_size") == "batch_size"
-    assert axis_name("model.hidden.1") == "hidden"
+    # Another layer than the first keeps its index: its label must not read like the first layer's.
+    assert axis_name("model.hidden.1") == "hidden.1"
+    assert axis_name("model.filters.1") == "filters.1"
+
+
+def test_two_filter_axes_get_labels_that_differ() -> None:
+    point = {"model.filters.0": 8, "model.filters.1": 16, "device": "cpu"}
+    assert plan._label(point) == "filters=8, filters.1=16, device=cpu"
+
+
+def test_axes_that_would_read_alike_go_by_their_paths() -> None:
+    point = {"training.seed": 1, "data.seed": 2}
+    assert plan._label(point) == "training.seed=1, data.seed=2"
 
 
 def test_cnn_scenario_resolves_to_the_cnn_defaults(tmp_path: Path) -> None:

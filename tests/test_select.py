@@ -137,6 +137,8 @@ repeats: 1
 timeout_s: 300
 matrix:
   model.dense: [16, 64]
+  model.filters.0: [4, 8]
+  model.filters.1: [16, 32]
   device: [cpu, gpu]
 """
 
@@ -151,8 +153,9 @@ def _round_trips(specs: list[plan.RunSpec]) -> None:
 def test_expression_for_round_trips_a_cnn_sweeping_model_dense(tmp_path: Path) -> None:
     sc = scenario.load(write_scenario(tmp_path, "cnn_dense", DENSE))
     specs = plan.expand(sc, repeats=1, data=lambda d: {"source": "synthetic"})
-    assert specs[0].point_label == "dense=16, device=cpu"
-    assert select.expression_for([(specs[0].point, specs[0].point_label)]) == "dense=16 and device=cpu"
+    assert specs[0].point_label == "dense=16, filters=4, filters.1=16, device=cpu"
+    expr = select.expression_for([(specs[0].point, specs[0].point_label)])
+    assert expr == "dense=16 and filters=4 and filters.1=16 and device=cpu"
     _round_trips(specs)
 
 
