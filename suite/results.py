@@ -242,11 +242,14 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def load(path: Path) -> RunResult:
+def load(path: Path, in_folder: bool = False) -> RunResult:
+    """The result in ``path``; ResultError naming the file when it cannot be read (not UTF-8, not
+    JSON) or is not a result. ``in_folder``: it was found in a results folder, which it blocks."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ResultError(f"{path}: not a readable result file ({exc}); move it out of the results folder") from None
+    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError and UnicodeDecodeError
+        advice = "; move it out of the results folder" if in_folder else ""
+        raise ResultError(f"{path}: not a readable result file ({exc}){advice}") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int):
         raise ResultError(f"{path}: no schema_version; this is not a result file of this suite")
@@ -275,7 +278,8 @@ def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
     Names starting with '.' (temp files) or '_' (a version-1 peak calibration cache) are not results.
     """
     paths = sorted(folder.rglob("*.json"))
-    return [(p, load(p)) for p in paths if not any(part[0] in "._" for part in p.relative_to(folder).parts)]
+    kept = [p for p in paths if not any(part[0] in "._" for part in p.relative_to(folder).parts)]
+    return [(p, load(p, in_folder=True)) for p in kept]
 
 
 def latest_by_run(results: list[RunResult]) -> dict[tuple[str, int], RunResult]:

@@ -56,6 +56,27 @@ def test_not_a_result_file(tmp_path: Path, text: str) -> None:
         results.load(path)
 
 
+def test_a_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_bytes(b'{"status": "\xff\xfe"}')
+    with pytest.raises(ResultError, match=f"{path}: not a readable result file") as err:
+        results.load(path)
+    assert "results folder" not in str(err.value), "one file given by name is not in a folder"
+    with pytest.raises(ResultError, match="; move it out of the results folder"):
+        results.load_folder(tmp_path)
+
+
+def test_show_on_a_file_that_is_not_utf8_exits_2(tmp_path: Path) -> None:
+    from conftest import suite_cli
+
+    path = tmp_path / "r.json"
+    path.write_bytes(b"\x80\x81 not text")
+    proc = suite_cli("show", path)
+    assert proc.returncode == 2, proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert f"{path}: not a readable result file" in proc.stderr and "results folder" not in proc.stderr
+
+
 def test_unknown_status_rejected() -> None:
     with pytest.raises(ValueError, match="unknown status"):
         RunResult(status="fast", spec=SPEC)
