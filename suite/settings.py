@@ -447,7 +447,15 @@ def apply_overrides(config: dict[str, Any], overrides: dict[str, Any], source: s
     for path, value in overrides.items():
         problem = path_problem(out, path)
         if problem:
-            ck.fail(f"{section}.{path}", problem)
+            ck.fail(_key(section, path), problem)
+            continue
+        if path == "model.kind" and value in KINDS and value != out["model"].get("kind"):
+            by = "--set" if section == "set" else f"the scenario's {section}"
+            ck.fail(
+                _key(section, path),
+                f"model.kind cannot be changed by {by} (the scenario's model is {out['model'].get('kind')!r}, and each "
+                f"kind has its own keys): write one scenario file per kind",
+            )
             continue
         _set(out, path, copy.deepcopy(value))
         check_config(ck, {path.split(".")[0]: _get(out, path.split(".")[0])})
@@ -455,6 +463,11 @@ def apply_overrides(config: dict[str, Any], overrides: dict[str, Any], source: s
     if ck.problems:
         raise ScenarioError(ck.problems)
     return out
+
+
+def _key(section: str, path: str) -> str:
+    """The key a problem names: the path itself for --set (its flag is the source), else under its section."""
+    return path if section == "set" else f"{section}.{path}"
 
 
 def _check_model_keys(ck: Checker, config: dict[str, Any], section: str) -> None:
@@ -465,7 +478,7 @@ def _check_model_keys(ck: Checker, config: dict[str, Any], section: str) -> None
     if kind in KINDS and set(model) != set(KINDS[kind].keys):
         odd = ", ".join(sorted(set(model) ^ set(KINDS[kind].keys)))
         ck.fail(
-            f"{section}.model.kind",
+            _key(section, "model.kind"),
             f"the model section does not hold the keys of kind {kind!r} (differs in: {odd}); a matrix, variant or "
             "--set cannot change model.kind: ask one scenario file per kind",
         )

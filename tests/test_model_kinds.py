@@ -154,4 +154,21 @@ def test_an_override_cannot_change_the_model_kind(tmp_path: Path) -> None:
     text = "name: c\nquestion: q?\nmatrix:\n  model.kind: [mlp, cnn]\n"
     proc = suite_cli("check", write_scenario(tmp_path, "c", text))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert "key 'matrix.model.kind'" in proc.stderr and "cannot change model.kind" in proc.stderr, proc.stderr
+    assert "key 'matrix.model.kind'" in proc.stderr, proc.stderr
+    assert "model.kind cannot be changed by the scenario's matrix" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("path", "kind"), [("mnist_cnn_filters", "mlp"), ("mnist_mlp_width", "cnn")])
+def test_set_cannot_change_the_model_kind_in_one_line(path: str, kind: str) -> None:
+    proc = suite_cli("check", SCENARIOS / f"{path}.yaml", "--set", f"model.kind={kind}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    flag = f"error: --set model.kind={kind}: key 'model.kind': "
+    assert lines[0].startswith(flag + "model.kind cannot be changed by --set ("), proc.stderr
+    assert "set.model.kind" not in proc.stderr
+
+
+def test_set_to_the_scenario_own_kind_is_fine() -> None:
+    proc = suite_cli("check", SCENARIOS / "mnist_cnn_filters.yaml", "--set", "model.kind=cnn")
+    assert proc.returncode == 0, proc.stderr
