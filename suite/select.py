@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import fnmatch
 import functools
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +63,13 @@ class _Term:
         have = item.scenario.lower() if self.key == SCENARIO_KEY else item.coords.get(self.key)
         if have is None:
             return False
-        return fnmatch.fnmatchcase(have, self.value) if "*" in self.value else have == self.value
+        return _wildcard(self.value).fullmatch(have) is not None if "*" in self.value else have == self.value
+
+
+@functools.cache
+def _wildcard(value: str) -> re.Pattern[str]:
+    """``*`` matches any run of characters; every other character only itself (``[``, ``?`` too)."""
+    return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,10 @@ class _Parser:
         return self._term(tok)
 
     def _term(self, tok: _Token) -> _Term:
+        if not tok.text.strip():
+            raise SelectError(
+                f"-k {self.text!r}: the empty quotes at character {tok.pos + 1} name nothing; give a word or KEY=VALUE"
+            )
         if tok.eq < 0:
             term = _Term(None, tok.text.lower())
         else:

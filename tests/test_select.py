@@ -64,6 +64,10 @@ MIXED = {"variant": "tf.data prefetch", "training.mixed_precision": True}
         ("scenario=s and prefetch", MIXED, True),
         ("scenario=other", MIXED, False),
         ("'and'", {"variant": "this and that"}, True),  # a quoted keyword is a word
+        ("variant=[ab]*", {"variant": "a"}, False),  # only * is a wildcard: brackets are themselves
+        ("variant=[ab]*", {"variant": "[ab] prefetch"}, True),
+        ("variant=?*", {"variant": "xy"}, False),  # ? is itself, not any one character
+        ("variant=a*b*c", {"variant": "a.b-c"}, True),
     ],
 )
 def test_expression_matches_labels(expr: str, point: dict, expected: bool) -> None:
@@ -82,6 +86,8 @@ def test_expression_matches_labels(expr: str, point: dict, expected: bool) -> No
         ("variant='tf.data", "the quote at character 9 is not closed"),
         ("=750", "'=750' at character 1 needs a key and a value"),
         ("width=", "needs a key and a value"),
+        ("''", "the empty quotes at character 1 name nothing"),
+        ('width=750 or ""', "the empty quotes at character 14 name nothing"),
     ],
 )
 def test_bad_expressions_say_where(expr: str, message: str) -> None:
