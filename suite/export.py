@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from suite import results, stats, verdicts
-from suite.plan import parse_device
+from suite.plan import override_flag, parse_device
 from suite.results import (
     ACHIEVED_FLOPS_PER_S,
     FIRST_EPOCH_OVERHEAD_S,
@@ -122,6 +122,12 @@ class PointFigures:
     status_counts: dict[str, int] = field(default_factory=dict)
     coords: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)  # the --set its runs were measured with
+
+
+def overrides_text(overrides: dict[str, Any] | None) -> str:
+    """``--set`` overrides as the flags' arguments, space-separated (``training.batch_size=1024``)."""
+    return " ".join(override_flag(k, v) for k, v in sorted((overrides or {}).items()))
 
 
 def point_figures(view: ScenarioView, p: Point) -> PointFigures:
@@ -185,6 +191,7 @@ def point_figures(view: ScenarioView, p: Point) -> PointFigures:
         status_counts=dict(sorted(counts.items())),
         coords=dict(p.coords),
         notes=_notes(p, fit, steady, first, outlier) + ([f"not compared: {not_compared}"] if not_compared else []),
+        overrides=dict(p.runs[0].spec.get("overrides") or {}) if p.runs else {},
     )
 
 
@@ -228,6 +235,7 @@ def run_record(path: str, r: RunResult, machine: str, counted: bool) -> dict[str
         "counted": counted,
         "smoke": bool(r.spec.get("smoke")),
         "fingerprint": r.fingerprint,
+        "overrides": dict(r.spec.get("overrides") or {}),
         "backend": RUN_BACKEND.of(r),
         "finished_at": results.finished_at(r) or None,
         **timing,
@@ -288,9 +296,9 @@ def _view_record(view: ScenarioView) -> dict[str, Any]:
 # notes joined by "; "; coords are left to the point label (their keys differ between scenarios).
 _COUNTED = [s for s in results.STATUSES if s != results.STATUS_OK]
 POINT_COLUMNS = (
-    [f.name for f in fields(PointFigures) if f.name not in ("status_counts", "coords", "notes")]
+    [f.name for f in fields(PointFigures) if f.name not in ("status_counts", "coords", "notes", "overrides")]
     + [f"runs_{s}" for s in _COUNTED]
-    + ["notes"]
+    + ["notes", "overrides"]
 )
 
 
@@ -300,6 +308,7 @@ def points_csv(doc: dict[str, Any]) -> str:
         row = {k: p[k] for k in POINT_COLUMNS if k in p}
         row.update({f"runs_{s}": p["status_counts"].get(s, 0) for s in _COUNTED})
         row["notes"] = "; ".join(p["notes"])
+        row["overrides"] = overrides_text(p["overrides"])
         rows.append(row)
     return _csv(POINT_COLUMNS, rows)
 
@@ -321,6 +330,7 @@ def runs_csv(doc: dict[str, Any]) -> str:
     rows = []
     for r in doc["runs"]:
         row = {k: v for k, v in r.items() if k not in LIST_COLUMNS}
+        row["overrides"] = overrides_text(r["overrides"])
         for key, name in LIST_COLUMNS.items():
             row.update({name.format(i): v for i, v in enumerate(r[key] or [], 1)})
         rows.append(row)

@@ -246,6 +246,8 @@ def test_points_csv_holds_the_json_numbers_exactly(exported) -> None:
         for key, value in row.items():
             if key == "notes":
                 assert value == "; ".join(p["notes"])
+            elif key == "overrides":
+                assert value == export.overrides_text(p["overrides"])
             elif key.startswith("runs_") and key not in p:
                 assert int(value) == p["status_counts"].get(key.removeprefix("runs_"), 0)
             elif key in ("point", "status", "machine", "scenario", "device", "baseline"):
@@ -438,3 +440,12 @@ def test_a_point_measured_with_other_settings_gets_no_speedup(tmp_path: Path) ->
     csv_rows = {r["point"]: r for r in _csv_rows(out / "points.csv") if r["scenario"] == "fx_scaling"}
     assert csv_rows["batch_mode=global, device=cpu:2"]["speedup"] == ""
     assert why in csv_rows["batch_mode=global, device=cpu:2"]["notes"]
+    # Every record says which --set it was measured with.
+    assert changed["overrides"] == {"training.epochs": 1} and same["overrides"] == {}
+    assert csv_rows["batch_mode=global, device=cpu:2"]["overrides"] == "training.epochs=1"
+    assert csv_rows["batch_mode=per_replica, device=cpu:2"]["overrides"] == ""
+    runs = [r for r in _json(out)["runs"] if r["scenario"] == "fx_scaling"]
+    assert {r["point"] for r in runs if r["overrides"]} == {"batch_mode=global, device=cpu:2"}
+    assert all(r["overrides"] in ({}, {"training.epochs": 1}) for r in runs)
+    csv_runs = [r for r in _csv_rows(out / "runs.csv") if r["scenario"] == "fx_scaling"]
+    assert {r["point"] for r in csv_runs if r["overrides"] == "training.epochs=1"} == {changed["point"]}
