@@ -254,7 +254,7 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
         dest="select",
         metavar="EXPR",
         help="only the points EXPR takes: KEY=VALUE terms as the point labels show them (width=750, "
-        "device=gpu, variant=xla, scenario=NAME) or words in the label, with and, or, not, parentheses",
+        "device=gpu, variant=jit_compile, scenario=NAME) or words in the label, with and, or, not, parentheses",
     )
     p.add_argument(
         "--set",

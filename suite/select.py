@@ -10,13 +10,14 @@ handed to ``eval``::
     term := KEY=VALUE | WORD
 
 ``KEY=VALUE`` compares one coordinate of the point as its label shows it (``width=750``,
-``device=gpu``, ``variant=jit_compile``, ``mixed_precision=on``). A key is an axis name as the label
-spells it, the full setting path (``model.hidden.0=750``, ``training.batch_size=1024``), or
-``scenario`` (the scenario's name). The value may hold ``*`` as a wildcard (``device=gpu*``) and may
-be quoted where it holds spaces or parentheses (``variant='tf.data prefetch'``). A bare ``WORD``
-matches when it is part of the label (``-k xla``, ``-k "not jit_compile"``). Matching ignores case,
-as pytest's does. A key no point has is an error naming the keys there are; so is an expression
-that matches nothing (it lists the labels there are): a typo must not pass for an empty plan.
+``device=gpu``, ``variant=jit_compile``, ``batch_size=1024``; a boolean reads ``on`` or ``off``).
+A key is an axis name as the label spells it, the full setting path (``model.hidden.0=750``,
+``training.batch_size=1024``), or ``scenario`` (the scenario's name). The value may hold ``*`` as a
+wildcard (``device=gpu*``) and may be quoted where it holds spaces or parentheses
+(``variant='tf.data prefetch'``). A bare ``WORD`` matches when it is part of the label
+(``-k prefetch``, ``-k "not jit_compile"``). Matching ignores case, as pytest's does. A key no
+point has is an error naming the keys there are; so is an expression that matches nothing (it
+lists the labels there are): a typo must not pass for an empty plan.
 """
 
 from __future__ import annotations

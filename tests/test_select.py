@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from conftest import SCENARIOS, suite_cli, write_scenario
 
-from suite import plan, results, scenario, select
+from suite import cli, plan, results, scenario, select
 
 FIXTURE_RESULTS = Path(__file__).parent / "fixtures" / "results"
 SHIPPED = [SCENARIOS / f"{name}.yaml" for name in ("mnist_mlp_width", "mlp4096_gpus", "gpu_knobs")]
@@ -267,3 +269,23 @@ def test_run_k_runs_only_the_matching_points(tmp_path: Path) -> None:
     assert rest.stdout.count(": already done (") == 1 and rest.stdout.count(": ok,") == 1
     spec = json.loads(next((res / "m" / "tiny_select").glob("*.json")).read_text())["spec"]
     assert spec["overrides"] == {}
+
+
+def _examples(text: str) -> list[str]:
+    """The -k examples a text gives: ``KEY=VALUE`` in backticks or in the help's parentheses."""
+    found = re.findall(r"`{1,2}((?:-k )?[^`]+?)`{1,2}", text) + re.findall(r"[(, ]([\w.]+=[\w:*]+)", text)
+    found = [" ".join(e.removeprefix("-k ").strip('"').split()) for e in found if "=" in e or e.startswith("-k ")]
+    return sorted(set(found) - {"scenario=NAME", "KEY=VALUE", "EXPR"})
+
+
+def test_the_documented_examples_match_shipped_points() -> None:
+    """Every -k example in the README, the -k help and this module's docstring takes some shipped point."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Run some points", 1)[1].split("```", 1)[0]
+    commands = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
+    help_text = next(a.help for a in commands.choices["check"]._actions if a.dest == "select") or ""
+    specs = [s for path in sorted(SCENARIOS.glob("*.yaml")) for s in plan.expand(scenario.load(path), repeats=1)]
+    examples = _examples(section) + _examples(help_text) + _examples(select.__doc__ or "")
+    assert "variant=jit_compile" in examples and "prefetch" in examples, examples
+    for expr in examples:
+        assert select.select_specs(specs, expr), expr
