@@ -133,6 +133,13 @@ def test_no_gpu_says_why() -> None:
     assert text.endswith("Not compared: width 100, width 750 (GPU: skipped).")
 
 
+def test_no_gpu_with_one_cpu_point_says_its_time_once() -> None:
+    v = _width({750: [1.84]}, {750: [0]}, status="skipped")
+    text = verdicts.verdict(v)
+    assert "CPU fit time: 1.84 s at width 750. Not compared" in text, text
+    assert " to " not in text, text
+
+
 def test_all_failed() -> None:
     v = _width({100: [1.0], 750: [2.0]}, {100: [0], 750: [0]}, status="timeout")
     text = verdicts.verdict(v)
