@@ -182,7 +182,8 @@ def gpu_crossover(view: ScenarioView) -> str:
         cpu_fits = [(p.coords.get(axis), p.summary(FIT_S)) for p in view.points if p.device == "cpu"]
         cpu_fits = [(v, s) for v, s in cpu_fits if s]
         ends = cpu_fits[:1] if len(cpu_fits) == 1 else [cpu_fits[0], cpu_fits[-1]] if cpu_fits else []
-        span = (" CPU fit time: " + " to ".join(f"{s.median:.2f} s at {_name(axis, v)}" for v, s in ends) + ".") if ends else ""
+        times = " to ".join(f"{s.median:.2f} s at {_name(axis, v)}" for v, s in ends)
+        span = f" CPU fit time: {times}." if ends else ""
         return f"No CPU-GPU comparison on this machine ({reason}).{span}{_not_compared(missing)}"
     tail = _busy_along(axis, busy) + _not_compared(missing)
     wins = [i for i, (_, r) in enumerate(rows) if r.faster]
