@@ -21,11 +21,6 @@ OPTIMIZERS = {
 }
 
 
-def layer_sizes(model_cfg: dict[str, Any]) -> list[int]:
-    """An MLP's layer widths, input to output."""
-    return kinds.layer_sizes(model_cfg)
-
-
 # What the MLP's count includes; each kind states its own (``flops_counted``).
 FLOPS_COUNTED = kinds.MLP_FLOPS_COUNTED
 
