@@ -12,7 +12,8 @@ Each kind of model (``suite.worker.kinds``) is held to the same reference. For t
 is the elementwise work on its activation maps (bias, ReLU, max pooling and its gradient), which
 scales with the maps rather than with the products: 6.7% of the step at filters [8, 16], under 5%
 from [16, 32] on. Its convolutions alone are counted exactly: each conv layer's count equals XLA's
-for that convolution by itself.
+for that convolution by itself, and for each of its two gradient convolutions (with respect to the
+weights and to the input).
 """
 
 from __future__ import annotations
@@ -125,14 +126,21 @@ out = []
 for side, k, cin, cout in json.loads(sys.argv[1]):
     x, w = jnp.zeros((1, side, side, cin)), jnp.zeros((k, k, cin, cout))
     conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    cost = jax.jit(conv).lower(x, w).compile().cost_analysis()
-    out.append((cost[0] if isinstance(cost, list) else cost)["flops"])
+    input_grad = lambda x, w, g: jax.vjp(lambda x: conv(x, w), x)[1](g)[0]
+    weight_grad = lambda x, w, g: jax.vjp(lambda w: conv(x, w), w)[1](g)[0]
+    def flops(f, *args):
+        cost = jax.jit(f).lower(*args).compile().cost_analysis()
+        return (cost[0] if isinstance(cost, list) else cost)["flops"]
+    g = jnp.zeros((1, side, side, cout))
+    out.append([flops(conv, x, w), flops(weight_grad, x, w, g), flops(input_grad, x, w, g)])
 print(json.dumps(out))
 """
 
 
 def test_each_conv_layer_counted_exactly_as_xla_counts_it() -> None:
-    """Forward conv counts, padding taps left out, against XLA's count of each convolution alone."""
+    """Conv counts, padding taps left out, against XLA's count of each convolution alone: the forward
+    one and its two gradients, which the training count takes to cost the same (the input gradient
+    for every conv but the first)."""
     if importlib.util.find_spec("jax") is None:
         pytest.skip("jax is not installed (requirements/dev.txt installs it)")
     cfgs = [
@@ -145,9 +153,11 @@ def test_each_conv_layer_counted_exactly_as_xla_counts_it() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     compiler = json.loads(proc.stdout.strip().splitlines()[-1])
-    for (side, k, cin, cout), xla in zip(layers, compiler, strict=True):
+    for (side, k, cin, cout), (forward, weight_grad, input_grad) in zip(layers, compiler, strict=True):
         counted = 2 * cin * cout * kinds._same_taps(side, k) ** 2
-        assert counted == xla, ((side, k, cin, cout), counted, xla)
+        assert counted == forward, ((side, k, cin, cout), counted, forward)
+        assert counted == weight_grad, ("weight gradient", (side, k, cin, cout), counted, weight_grad)
+        assert counted == input_grad, ("input gradient", (side, k, cin, cout), counted, input_grad)
         assert counted < 2 * k * k * cin * cout * side * side  # taps on the zero padding are not arithmetic
 
 
