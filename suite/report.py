@@ -285,9 +285,9 @@ def _method(views: list[ScenarioView]) -> str:
         "of each run's "
         "peak host memory: for a local run the worker's process tree (summed resident memory sampled at 5 Hz, "
         "or the kernel's high-water mark of its largest process if higher), for a container the engine's "
-        "memory usage less inactive file cache, as `docker stats` shows it, or the engine's high-water mark "
-        "where it keeps one (cgroup v1; it includes file cache; cgroup v2 gives none) if higher (the engine "
-        "reports about once a second; it leaves out most of the mapped libraries a local run's resident memory "
+        "memory usage less inactive file cache, as `docker stats` shows it (the engine "
+        "reports about once a second, so a shorter spike can be missed; it leaves out most of the mapped "
+        "libraries a local run's resident memory "
         "counts, so the two "
         "backends' figures are not comparable); in brackets the most memory used on one GPU, the device as a "
         'whole. "not measured": the '

@@ -185,12 +185,17 @@ def gpu_busy_percent(result: RunResult) -> float | None:
 
 
 def peak_memory_bytes(result: RunResult) -> float | None:
-    """The run's peak host memory: the largest of the sampled peak (process tree RSS or container
-    usage), the largest per-process kernel high-water mark (local runs) and the engine's high-water
-    mark of the container (cgroup v1 only; it includes file cache); None when not sampled."""
+    """The run's peak host memory: the larger of the sampled peak (process tree RSS, or container
+    usage less inactive file cache) and the largest per-process kernel high-water mark (local runs);
+    None when not sampled.
+
+    The engine's own high-water mark of a container (cgroup v1 ``max_usage``) stays in the telemetry
+    but is not taken here: it counts file cache, which the sampled figure leaves out, and cgroup v2
+    has none, so taking it would make the same run read differently on two hosts.
+    """
     peaks = [
         tm.window_stat(e, "max", ("run",))
-        for name in (tm.MEMORY_BYTES, tm.PROCESS_HWM_BYTES, tm.CONTAINER_MAX_USAGE_BYTES)
+        for name in (tm.MEMORY_BYTES, tm.PROCESS_HWM_BYTES)
         for e in tm.metric_entries(result.telemetry, name)
     ]
     peaks = [p for p in peaks if p is not None]
