@@ -8,26 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import SCENARIOS, suite_cli, write_scenario
+from test_scenario import GOOD
 
 from suite import scenario
 from suite.scenario import ScenarioError
 
 jsonschema = pytest.importorskip("jsonschema", reason="requirements/dev.txt installs jsonschema")
 
-BASE = """\
-name: tiny
-question: Does it parse?
-model:
-  hidden: [64, 32]
-training:
-  optimizer: nadam
-  epochs: 2
-matrix:
-  model.hidden.0: [16, 64]
-  device: [cpu, gpu]
-smoke:
-  data.train_samples: 256
-"""
+BASE = GOOD  # the checker's own minimal good file: the schema must accept what it accepts
 CNN = """\
 name: conv
 question: Does a CNN parse?

@@ -429,15 +429,21 @@ def test_scaling_and_knobs_do_not_compare_points_on_other_data() -> None:
     assert "variant=spe, training.batch_size=128 (trained on other data: synthetic" in text
 
 
-@pytest.mark.parametrize("seed", range(100))
-def test_mixed_data_is_never_compared_over_generated_inputs(seed: int) -> None:
-    rng = np.random.default_rng(9000 + seed)
+def _random_width_view(rng: np.random.Generator) -> ScenarioView:
+    """A crossover view over 1 to 4 random widths, CPU and GPU, with random repetitions."""
     widths = rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist()
     points = []
     for w in widths:
         points.append(_random_point(rng, {"model.hidden.0": w, "device": "cpu"}, 1.0))
         points.append(_random_point(rng, {"model.hidden.0": w, "device": "gpu"}, float(rng.choice([0.3, 1, 3]))))
-    view = _view("gpu_crossover", {"device": "cpu"}, points)
+    return _view("gpu_crossover", {"device": "cpu"}, points)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_mixed_data_is_never_compared_over_generated_inputs(seed: int) -> None:
+    rng = np.random.default_rng(9000 + seed)
+    view = _random_width_view(rng)
+    widths = sorted({p.coords["model.hidden.0"] for p in view.points})
     data = {p.label: SYNTHETIC for p in view.points if rng.random() < 0.3}
     _with_data(view, data)
     text = verdicts.verdict(view)
@@ -516,12 +522,8 @@ def test_scaling_and_knobs_do_not_compare_points_with_other_settings() -> None:
 @pytest.mark.parametrize("seed", range(50))
 def test_mixed_settings_are_never_compared_over_generated_inputs(seed: int) -> None:
     rng = np.random.default_rng(12000 + seed)
-    widths = rng.choice([100, 250, 500, 750, 1000, 2000], int(rng.integers(1, 5)), replace=False).tolist()
-    points = []
-    for w in widths:
-        points.append(_random_point(rng, {"model.hidden.0": w, "device": "cpu"}, 1.0))
-        points.append(_random_point(rng, {"model.hidden.0": w, "device": "gpu"}, float(rng.choice([0.3, 1, 3]))))
-    view = _view("gpu_crossover", {"device": "cpu"}, points)
+    view = _random_width_view(rng)
+    widths = sorted({p.coords["model.hidden.0"] for p in view.points})
     changed = {p.label for p in view.points if rng.random() < 0.3}
     for label in changed:
         _with_set(view, label, {"training.batch_size": 1024})
