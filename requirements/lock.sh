@@ -67,12 +67,14 @@ for py in "${HOST_PYTHONS[@]}"; do
     requirements/host.txt requirements/worker-cpu.txt
   compile "requirements/locks/run-gpu-py$py.txt" "requirements/host.txt + requirements/worker-gpu.txt" "$py" \
     requirements/host.txt requirements/worker-gpu.txt
+  # Under the run lock: a venv holding dev holds run too, at the same versions (ensure_venv relies on it).
   compile "requirements/locks/dev-py$py.txt" \
-    "requirements/host.txt + requirements/worker-cpu.txt + requirements/dev.txt" "$py" \
-    requirements/host.txt requirements/worker-cpu.txt requirements/dev.txt
+    "requirements/host.txt + requirements/worker-cpu.txt + requirements/dev.txt (under the run lock)" "$py" \
+    requirements/host.txt requirements/worker-cpu.txt requirements/dev.txt -c "requirements/locks/run-py$py.txt"
 done
 
-# One line per image: NAME<TAB>CONSTRAINTS<TAB>REQUIREMENT REQUIREMENT ... (tensorflow, then extra).
+# One line per image: NAME<TAB>LOCK<TAB>CONSTRAINTS<TAB>REQUIREMENT REQUIREMENT ... (tensorflow, then extra);
+# LOCK and CONSTRAINTS relative to docker/, the lock where the entry's `lock` key says (default locks/NAME.txt).
 images=$("$VENV/bin/python" - <<'EOF'
 import sys
 
@@ -91,13 +93,16 @@ for name, entry in images.items():
     extra = entry.get("extra") or ""
     if not isinstance(extra, str):
         sys.exit(f"error: {path}: images.{name}.extra must be a string of space-separated requirements")
-    print(f"{name}\t{entry['constraints']}\t{entry['tensorflow']} {extra}".rstrip())
+    lock = entry.get("lock", f"locks/{name}.txt")
+    if not isinstance(lock, str) or not lock.endswith(".txt") or lock.startswith("/") or ".." in lock.split("/"):
+        sys.exit(f"error: {path}: images.{name}.lock must be a .txt path inside docker/, e.g. locks/{name}.txt")
+    print(f"{name}\t{lock}\t{entry['constraints']}\t{entry['tensorflow']} {extra}".rstrip())
 EOF
 )
 
-while IFS=$'\t' read -r name constraints requirements; do
+while IFS=$'\t' read -r name lock constraints requirements; do
   # The image's own requirements, as the Dockerfile passes them to pip, on stdin (one per line).
   tr ' ' '\n' <<<"$requirements" | sed '/^$/d' |
-    compile "docker/locks/$name.txt" "image $name of docker/images.yaml ($requirements; -c docker/$constraints)" \
+    compile "docker/$lock" "image $name of docker/images.yaml ($requirements; -c docker/$constraints)" \
       "$IMAGE_PYTHON" - -c "docker/$constraints"
 done <<<"$images"
