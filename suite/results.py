@@ -23,6 +23,14 @@ Optional sections added without a bump (older records simply lack them):
   series are averaged in equal-count buckets). Each source says the rate it achieved, its sample
   count, and its error if it had one. Reports read it through ``gpu_busy_percent``,
   ``peak_memory_bytes`` and ``peak_gpu_memory_bytes`` below.
+- ``provenance``: what produced the result, so a figure can be traced and rerun (``suite.provenance``
+  builds and compares it): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:
+  tracked files differing from HEAD, at most 50, ``diff_sha256``: sha256 of ``git diff HEAD``),
+  ``environment`` (``kind`` venv or image, ``lock_file`` and ``lock_sha256`` of the lock it was
+  installed from, ``matches_lock`` whether the installed distributions equal the lock's pins, null
+  when not checked, ``lock_differences`` in words) and ``image`` (null for a local run or a run
+  that got no image; else ``name``, ``id``, ``digest``, ``recipe_hash``, ``context_hash``). Every
+  result a backend makes carries it, whatever its status; nulls where a fact is not known.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ class RunResult:
     work: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] = field(default_factory=dict)  # suite.telemetry: what the machine did during the run
+    provenance: dict[str, Any] = field(default_factory=dict)  # suite.provenance: the code, lock and image behind it
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -117,6 +126,7 @@ class RunResult:
             "work": self.work,
             "environment": self.environment,
             "telemetry": self.telemetry,
+            "provenance": self.provenance,
         }
 
     @classmethod

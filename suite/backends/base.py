@@ -8,6 +8,8 @@ crash, a missing image, a lost engine are statuses. ``run`` is called only for s
 (calling ``on_event`` for each progress line the worker prints), wait, classify the exit by
 ``classify_exit``, fetch the result file and merge it with what the host saw. A backend only
 provides ``launch``, which returns an ``Execution``: kill, log lines, wait, fetch the result.
+Every result leaves the skeleton through ``RunSkeleton.stamp``, which adds its ``provenance``: ok,
+failed, lost, unavailable and skipped alike.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from suite import hostinfo, telemetry
+from suite import hostinfo, provenance, telemetry
 from suite.plan import RunSpec, parse_device
 from suite.results import RunResult
 from suite.worker import identity
@@ -120,7 +122,8 @@ class Execution(Protocol):
 
 
 class RunSkeleton:
-    """The run flow every backend shares; subclasses implement ``launch`` and ``run_info``."""
+    """The run flow every backend shares; subclasses implement ``launch``, ``run_info`` and
+    ``environment_provenance``."""
 
     name = "backend"
     what = "worker"  # for messages: "worker" or "container"
@@ -133,10 +136,37 @@ class RunSkeleton:
         """Start the worker on this spec; raises Unavailable when it cannot start at all."""
         raise NotImplementedError
 
+    def environment_provenance(self, run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The provenance's (environment, image) blocks for a result whose ``run`` section is ``run``."""
+        raise NotImplementedError
+
+    def suite_provenance(self) -> dict[str, Any]:
+        """The provenance's suite block: the checkout's identity as it stands (git asked again only
+        when the tree changed: ``provenance.current_suite_identity``)."""
+        return provenance.current_suite_identity()
+
+    def stamp(self, result: RunResult) -> RunResult:
+        """The result with its ``provenance`` section: the one place every result of a backend gets it.
+
+        Taking it never fails a run: an error on the way is recorded in the section instead.
+        """
+        suite: dict[str, Any] = {}
+        try:
+            suite = self.suite_provenance()
+            environment, image = self.environment_provenance(result.run)
+            section = provenance.provenance_of(suite, environment, image)
+        except Exception as exc:  # noqa: BLE001 - a run's figures must not be lost to its provenance
+            section = provenance.provenance_of(suite, {}, None)
+            section["error"] = f"provenance not taken: {type(exc).__name__}: {exc}"
+        return replace(result, provenance=section)
+
     def skipped(self, spec: RunSpec, reason: str) -> RunResult:
-        return skipped_result(spec, reason, self.run_info())
+        return self.stamp(skipped_result(spec, reason, self.run_info()))
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
+        return self.stamp(self._attempt(spec, on_event))
+
+    def _attempt(self, spec: RunSpec, on_event: EventSink | None) -> RunResult:
         started = time.monotonic()  # telemetry's time zero
         info = {**self.run_info(), "started_at": now_iso()}
         env = worker_env(spec)

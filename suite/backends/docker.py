@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, engine, hostinfo, images
+from suite import datasets, engine, hostinfo, images, provenance
 from suite.backends import docker_parts as parts
 from suite.backends.base import (
     WORKER_DEADLINE_GRACE_S,
@@ -114,6 +114,7 @@ class DockerBackend(RunSkeleton):
         self._catalog: images.Catalog | None = None
         self.refused_ulimits: set[str] = set()
         self._code: dict[str, bytes] | None = None
+        self._code_identity: dict[str, Any] | None = None  # the checkout when _code was read
         self._volumes: dict[str, dict[str, Any]] = {}
 
     # -- protocol -------------------------------------------------------------------------------
@@ -152,6 +153,18 @@ class DockerBackend(RunSkeleton):
             info.update(engine_version=self._engine.get("Version"), engine_api_version=self._engine.get("ApiVersion"))
         return info
 
+    def suite_provenance(self) -> dict[str, Any]:
+        """The checkout as it was when the suite's code was read for this session's containers (read
+        once, so every run of the session ran that code, whatever the tree did since); the checkout
+        now for a result that never got that far."""
+        if self._code_identity is not None:
+            return dict(self._code_identity)
+        return super().suite_provenance()
+
+    def environment_provenance(self, run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The image's lock and recipe, from the image facts ``launch`` recorded in ``run``."""
+        return provenance.image_provenance(run)
+
     def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> ContainerRun:
         client = self._connect()
         ref, image = self._image(client, spec)
@@ -170,7 +183,7 @@ class DockerBackend(RunSkeleton):
         kwargs = self._container_kwargs(spec, image, run_env, mounts, [g["uuid"] for g in gpus])
         facts["cuda_visible_devices"] = kwargs["environment"].get("CUDA_VISIBLE_DEVICES")
         if self._code is None:
-            self._code = parts.code_files()
+            self._code, self._code_identity = _code_with_identity()
         payload = parts.run_payload(self._code, spec_json, OUT_NAME)
         return ContainerRun.start(self, client, kwargs, payload, facts)
 
@@ -427,6 +440,18 @@ def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
     if missing:
         return "local", f"the Docker engine lacks {', '.join(missing)} (python -m suite images build)"
     return "docker", f"Docker engine at {engine.daemon(docker_host).address} with the default images"
+
+
+def _code_with_identity(tries: int = 3) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """The suite's code files and the checkout's identity, taken so that they agree: the identity
+    before and after the read must be the same (an edit in between reads again)."""
+    for _ in range(tries):
+        before = provenance.current_suite_identity()
+        code = parts.code_files()
+        after = provenance.current_suite_identity()
+        if after == before:
+            break
+    return code, after
 
 
 def container_data_dir(data_dir: str) -> str:

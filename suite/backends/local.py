@@ -10,6 +10,7 @@ only starts, reads, kills and cleans up a process.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, hostinfo, telemetry
+from suite import datasets, hostinfo, provenance, telemetry
 from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_env, host_inventory, restrict_gpus
 from suite.plan import RunSpec
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
@@ -40,6 +41,7 @@ class LocalBackend(RunSkeleton):
         self.allowed_gpus = gpus
         self._inventory: dict[str, Any] | None = None
         self._current: _Process | None = None
+        self._environment: dict[str, Any] | None = None
 
     def inventory(self) -> dict[str, Any]:
         if self._inventory is None:
@@ -64,6 +66,13 @@ class LocalBackend(RunSkeleton):
 
     def run_info(self) -> dict[str, Any]:
         return {"backend": self.name, "machine": self.machine, "python": self.python}
+
+    def environment_provenance(self, run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The lock of the venv ``self.python`` belongs to, and whether its packages match it; asked
+        once per backend (one plan): a plan does not reinstall its own interpreter's packages."""
+        if self._environment is None:
+            self._environment = provenance.venv_environment(self.python)
+        return json.loads(json.dumps(self._environment)), None
 
     def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> _Process:
         folder = Path(tempfile.mkdtemp(prefix="suite-run-"))

@@ -1,0 +1,524 @@
+"""Where a result came from: the suite's code, the packages that ran it, the image it ran in.
+
+Every result record carries a ``provenance`` section (``suite.results`` documents it)::
+
+    {"suite": {"version", "git_revision", "git_dirty", "dirty_paths", "diff_sha256"},
+     "environment": {"kind": "venv" | "image", "lock_file", "lock_sha256", "matches_lock", "lock_differences"},
+     "image": None | {"name", "id", "digest", "recipe_hash", "context_hash"}}
+
+``suite_identity`` asks git about this checkout; ``venv_environment`` reads the lock marker
+``requirements/ensure_venv.sh`` leaves in a venv and checks the interpreter's installed
+distributions against that lock; ``image_provenance`` reads what a Docker run recorded of its
+image; ``describe_differences`` says in words how two provenance sections differ. Nothing here
+raises for a missing git, a folder that is not a checkout, or a venv made without a lock: those
+are nulls and sentences, never a failed run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LOCK_MARKER = ".suite-lock.json"  # written into a venv by requirements/ensure_venv.sh after a locked install
+MAX_DIRTY_PATHS = 50
+SHORT = 12  # hex digits shown of a revision or a hash
+GIT_TIMEOUT_S = 30
+ASK_TIMEOUT_S = 120  # another interpreter listing its distributions
+# What ``python -m venv`` puts into every venv to install the rest: a lock pins what it installs,
+# not the installer.
+INSTALLER = frozenset({"pip"})
+
+# ``git diff HEAD`` with every option that user or system configuration could change stated, so
+# the hash depends on the tree's content alone: the same modified tree gives the same hash on any
+# machine, and two different modified trees give different ones (--binary: binary files too).
+DIFF_ARGS = (
+    "-c",
+    "diff.suppressBlankEmpty=false",
+    "-c",
+    "core.quotePath=true",
+    "diff",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--binary",
+    "--no-renames",
+    "--no-relative",
+    "--diff-algorithm=myers",
+    "--indent-heuristic",
+    "--unified=3",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "-O/dev/null",  # no diff.orderFile
+    "HEAD",
+    "--",
+)
+
+
+# -- the suite's code -----------------------------------------------------------------------------
+
+
+def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The "suite" block for the checkout at ``root`` now: version, HEAD, and the tracked files that differ.
+
+    ``git_revision`` is null when git is missing, ``root`` is not the top of a git checkout (a copy
+    unpacked inside some other repository would otherwise report that repository's HEAD), or the
+    checkout has no commit; ``git_dirty`` then is null too. ``dirty_paths``: tracked files that
+    differ from HEAD, staged or not, sorted, at most MAX_DIRTY_PATHS (untracked files are not code
+    the suite ships). ``diff_sha256``: sha256 of ``git diff HEAD`` (DIFF_ARGS), null when clean.
+    """
+    return _identity(root, _git_dirs(root))
+
+
+def _identity(root: Path, dirs: _GitDirs | None) -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "version": _version(root),
+        "git_revision": None,
+        "git_dirty": None,
+        "dirty_paths": [],
+        "diff_sha256": None,
+    }
+    if dirs is None:
+        return block
+    block["git_revision"] = dirs.revision
+    status = _git(root, "status", "--porcelain", "-z", "--untracked-files=no")
+    if status is None:
+        return block
+    paths = _porcelain_paths(status)
+    block["git_dirty"] = bool(paths)
+    block["dirty_paths"] = paths[:MAX_DIRTY_PATHS]
+    if paths:
+        diff = _git(root, *DIFF_ARGS)
+        block["diff_sha256"] = hashlib.sha256(diff).hexdigest() if diff is not None else None
+    return block
+
+
+def _version(root: Path) -> str | None:
+    import tomllib
+
+    try:
+        return str(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"])
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return None
+
+
+def _git(root: Path, *args: str) -> bytes | None:
+    """git's stdout, or None when git is missing, fails or hangs. GIT_OPTIONAL_LOCKS=0: a status
+    taken while a plan runs never rewrites the index under another git command."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _porcelain_paths(status: bytes) -> list[str]:
+    """The paths of ``git status --porcelain -z``: "XY path\\0", and for a rename "XY new\\0old\\0"."""
+    entries = status.decode("utf-8", errors="replace").split("\0")
+    paths, i = set(), 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.add(entry[3:])
+        if entry[0] in "RC" or entry[1] in "RC":
+            if i < len(entries) and entries[i]:
+                paths.add(entries[i])  # the rename's source differs from HEAD too (it is gone)
+            i += 1
+    return sorted(paths)
+
+
+class _GitDirs:
+    """HEAD's revision and where the git files that say "HEAD or the index moved" live."""
+
+    def __init__(self, revision: str, git_dir: Path, common_dir: Path):
+        self.revision, self.git_dir, self.common_dir = revision, git_dir, common_dir
+
+
+def _git_dirs(root: Path) -> _GitDirs | None:
+    out = _git(root, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--git-common-dir", "HEAD")
+    if out is None:
+        return None
+    lines = out.decode("utf-8", errors="replace").splitlines()
+    if len(lines) != 4 or not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", lines[3]):
+        return None
+    top, git_dir, common, revision = lines
+    try:
+        if Path(top).resolve() != root.resolve():
+            return None  # root lies inside another repository: its HEAD is not this code's
+    except OSError:
+        return None
+    return _GitDirs(revision, Path(git_dir), (root / common).resolve())
+
+
+# One identity per checkout for the runs of a plan. A long plan can outlive an edit, a commit or a
+# checkout: the local backend's workers import the suite from this checkout at each launch, so a
+# run after an edit runs the edited code. Running git three times per run would catch that but
+# costs a plan of 100 runs 300 git calls; instead the identity is kept with a signature of what git
+# would look at (every tracked file's stat, HEAD, the ref it names, packed-refs and the index), taken
+# before git was asked, and git runs again only when that signature changes. A plan over an
+# unchanged tree runs git four times; an edit between two runs is caught before the next record.
+_cache: dict[Path, tuple[Any, dict[str, Any]]] = {}
+_NO_CHECKOUT = ("no git checkout",)
+_cache_lock = threading.Lock()
+
+
+def current_suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """``suite_identity(root)``, asking git again only when the checkout changed since the last answer."""
+    with _cache_lock:
+        cached = _cache.get(root)
+        if cached is not None and (cached[0] == _NO_CHECKOUT or _signature(root, cached[0][0]) == cached[0]):
+            return json.loads(json.dumps(cached[1]))  # a copy: records must not share mutable lists
+        dirs = _git_dirs(root)
+        tracked = _git(root, "ls-files", "-z") if dirs is not None else None
+        signature: Any = _NO_CHECKOUT  # no git or no checkout: it does not become one during a plan
+        if dirs is not None:
+            files = tuple(sorted(p for p in (tracked or b"").decode("utf-8", errors="replace").split("\0") if p))
+            signature = _signature(root, (files, dirs.git_dir, dirs.common_dir))
+        identity = _identity(root, dirs)
+        _cache[root] = (signature, identity)
+        return json.loads(json.dumps(identity))
+
+
+def _signature(root: Path, key: tuple[tuple[str, ...], Path, Path]) -> tuple[Any, ...]:
+    """What changes when a tracked file, HEAD, a ref or the index does (stat, not content: cheap)."""
+    files, git_dir, common = key
+
+    def stat(path: Path) -> tuple[int, int, int, int] | None:
+        try:
+            s = path.stat()
+        except OSError:
+            return None
+        return (s.st_mtime_ns, s.st_ctime_ns, s.st_size, s.st_ino)
+
+    try:
+        head = (git_dir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        head = ""
+    refs = [git_dir / "index", common / "packed-refs"]
+    if head.startswith("ref: "):
+        refs.append(common / head[5:])
+    return (key, head, tuple(stat(p) for p in refs), tuple(stat(root / f) for f in files))
+
+
+def clear_cache() -> None:
+    """Forget cached identities (tests that change a checkout between two asks)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+# -- the environment of a local run ---------------------------------------------------------------
+
+
+def venv_environment(python: str) -> dict[str, Any]:
+    """The "environment" block for the interpreter that runs a local worker.
+
+    The lock is the one the venv of ``python`` was installed from (its LOCK_MARKER); ``matches_lock``
+    says whether that interpreter's installed distributions equal the lock's pins. For this
+    process's own interpreter that is read here; for another one (``LocalBackend(python=...)``) the
+    same function runs in it once, through ``python -c`` (the worker imports the suite from this
+    checkout the same way), so the answer is always that interpreter's own and never this one's.
+    """
+    if _same_interpreter(python):
+        return environment_here()
+    code = "import json; from suite import provenance; print(json.dumps(provenance.environment_here()))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        proc = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=ASK_TIMEOUT_S,
+            check=False,
+            env=env,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError((proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1])
+        block = json.loads(proc.stdout.strip().splitlines()[-1])
+        if not isinstance(block, dict):
+            raise ValueError("not a JSON object")
+        return block
+    except (OSError, subprocess.SubprocessError, RuntimeError, ValueError, IndexError) as exc:
+        return _environment("venv", None, None, None, [f"could not ask {python} for its packages: {exc}"])
+
+
+def _same_interpreter(python: str) -> bool:
+    """``python`` is this process's interpreter, by path (not resolving links: every venv's python
+    links to one base interpreter, yet each venv has its own packages)."""
+    found = shutil.which(python) or python
+    return os.path.abspath(found) == os.path.abspath(sys.executable)
+
+
+def environment_here() -> dict[str, Any]:
+    """The "environment" block of the running interpreter: the lock of its venv (``sys.prefix``)."""
+    prefix = sys.prefix
+    try:
+        marker = _venv_lock(prefix)
+    except ValueError as exc:
+        return _environment("venv", None, None, None, [str(exc)])
+    if marker is None:
+        return _environment("venv", None, None, None, [f"not installed from a lock (no {LOCK_MARKER} in {prefix})"])
+    lock_file, lock_sha = marker.get("lock_file"), marker.get("lock_sha256")
+    if not isinstance(lock_file, str) or not isinstance(lock_sha, str):
+        why = f"{Path(prefix) / LOCK_MARKER}: keys lock_file and lock_sha256 must be strings"
+        return _environment("venv", None, None, None, [why])
+    path = Path(lock_file) if Path(lock_file).is_absolute() else REPO_ROOT / lock_file
+    try:
+        now = _lock_sha256(path)
+    except OSError as exc:
+        return _environment("venv", lock_file, lock_sha, None, [f"{lock_file} cannot be read to compare ({exc})"])
+    if now != lock_sha:
+        why = (
+            f"{lock_file} changed since this venv was installed from it (sha256 {lock_sha[:SHORT]} then, "
+            f"{now[:SHORT]} now): the installed packages cannot be checked against the lock they came from"
+        )
+        return _environment("venv", lock_file, lock_sha, None, [why])
+    differences = _installed_differences(_read_pins(path))
+    return _environment("venv", lock_file, lock_sha, not differences, differences)
+
+
+def _environment(
+    kind: str, lock_file: str | None, lock_sha256: str | None, matches: bool | None, differences: list[str]
+) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "lock_file": lock_file,
+        "lock_sha256": lock_sha256,
+        "matches_lock": matches,
+        "lock_differences": list(differences),
+    }
+
+
+def _venv_lock(prefix: str) -> dict[str, Any] | None:
+    """The venv's lock marker, or None when there is none; ValueError naming the file when unreadable."""
+    path = Path(prefix) / LOCK_MARKER
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: must hold a JSON object with lock_file and lock_sha256")
+    return data
+
+
+def _lock_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;\\]+)")
+
+
+def _read_pins(path: Path) -> dict[str, str]:
+    """Normalized project name -> pinned version, from a compiled requirements lock."""
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = _PIN.match(line.strip())
+        if match:
+            pins[_normalize(match.group(1))] = match.group(2)
+    return pins
+
+
+def _installed_differences(pins: dict[str, str]) -> list[str]:
+    """How this interpreter's installed distributions differ from ``pins``; empty when they match."""
+    from importlib import metadata
+
+    installed: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name:
+            installed.setdefault(_normalize(name), dist.version)
+    lines = []
+    for name in sorted(set(pins) | set(installed)):
+        want, have = pins.get(name), installed.get(name)
+        if want is None:
+            if name not in INSTALLER:
+                lines.append(f"{name} installed, not in the lock")
+        elif have is None:
+            lines.append(f"{name} {want} in the lock, not installed")
+        elif want != have:
+            lines.append(f"{name} {want} in the lock, {have} installed")
+    return lines
+
+
+# -- the image of a Docker run --------------------------------------------------------------------
+
+
+def image_provenance(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(environment, image) blocks from what a Docker run recorded of its image (``images.image_record``).
+
+    The image's lock is given by its ``suite.lock.file`` label (relative to docker/; the block
+    names it from the repository root, as a venv's lock is named) and ``suite.lock.sha256``.
+    ``matches_lock`` is null: the image's packages were installed from its lock with
+    ``--require-hashes`` when it was built, and are not listed again at run time; the image ID names
+    those bytes. A run that never got an image (no engine, no such image, a skip) has image null.
+    Images built before these labels existed have nulls where the labels are missing.
+    """
+    labels = run.get("image_labels") or {}
+
+    def fact(key: str, label: str) -> str | None:
+        value = run.get(key) or labels.get(label)
+        return str(value) if value else None
+
+    image_id = run.get("image_id")
+    lock_label = fact("lock_file", "suite.lock.file")
+    lock_file = f"docker/{lock_label}" if lock_label and not lock_label.startswith("docker/") else lock_label
+    lock_sha = fact("lock_sha256", "suite.lock.sha256")
+    if not image_id:
+        return _environment("image", None, None, None, []), None
+    differences = [] if lock_sha else ["image built without a lock (it has no suite.lock.sha256 label)"]
+    digests = [str(d) for d in run.get("repo_digests") or []]
+    image = {
+        "name": labels.get("suite.image") or run.get("image"),
+        "id": str(image_id),
+        "digest": digests[0] if digests else None,
+        "recipe_hash": fact("recipe_hash", "suite.recipe_hash"),
+        "context_hash": fact("context_hash", "suite.context_hash"),
+    }
+    return _environment("image", lock_file, lock_sha, None, differences), image
+
+
+# -- in words -------------------------------------------------------------------------------------
+
+
+def short(value: Any) -> str:
+    """A revision, hash or image ID as shown: its first SHORT hex digits (an ID without ``sha256:``)."""
+    text = str(value)
+    return text.removeprefix("sha256:")[:SHORT]
+
+
+def suite_text(suite: dict[str, Any] | None) -> str:
+    """ "1a2b3c4d5e6f", with "+ uncommitted changes (N files, diff sha256 ...)" for a dirty tree."""
+    if not suite:
+        return "not recorded"
+    revision = suite.get("git_revision")
+    if not revision:
+        return "unknown (not a git checkout, or git missing)"
+    text = short(revision)
+    if suite.get("git_dirty"):
+        n = len(suite.get("dirty_paths") or [])
+        files = f"{n}{'+' if n >= MAX_DIRTY_PATHS else ''} file{'s' if n != 1 else ''}"
+        diff = suite.get("diff_sha256")
+        text += f" + uncommitted changes ({files}" + (f", diff sha256 {short(diff)})" if diff else ")")
+    elif suite.get("git_dirty") is None:
+        text += " (whether the tree had uncommitted changes is unknown)"
+    return text
+
+
+def lock_text(environment: dict[str, Any] | None) -> str:
+    """ "requirements/locks/run-py3.11.txt ab12cd34ef56", or why there is no lock."""
+    if not environment:
+        return "not recorded"
+    if environment.get("lock_file") and environment.get("lock_sha256"):
+        return f"{environment['lock_file']} {short(environment['lock_sha256'])}"
+    return "not from a lock"
+
+
+def _tree_text(suite: dict[str, Any]) -> str:
+    if suite.get("git_dirty") is None:
+        return "unknown"
+    if not suite.get("git_dirty"):
+        return "clean"
+    paths = list(suite.get("dirty_paths") or [])
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    diff = suite.get("diff_sha256")
+    return f"uncommitted changes ({shown}" + (f"; diff sha256 {short(diff)})" if diff else ")")
+
+
+def describe_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between a result's provenance and another (here: what would run now), in words.
+
+    Empty when code, lock and image are the same. A block one side lacks (a record made before
+    provenance was recorded) is said once, not compared field by field.
+    """
+    lines: list[str] = []
+    rs, cs = recorded.get("suite") or {}, current.get("suite") or {}
+    if not rs or not cs:
+        if rs != cs:
+            lines.append(f"suite revision: result {suite_text(rs)}, here {suite_text(cs)}")
+    else:
+        rr, cr = rs.get("git_revision"), cs.get("git_revision")
+        if rr != cr:
+            lines.append(
+                f"suite revision: result {short(rr) if rr else 'unknown'}, here {short(cr) if cr else 'unknown'}"
+            )
+        same_tree = rs.get("git_dirty") == cs.get("git_dirty") and rs.get("diff_sha256") == cs.get("diff_sha256")
+        if not same_tree:
+            rt, ct = _tree_text(rs), _tree_text(cs)
+            if rs.get("git_dirty") and cs.get("git_dirty"):
+                ct = "other " + ct
+            verb = {True: "had ", False: "was ", None: "was "}[rs.get("git_dirty")]
+            lines.append(f"suite tree: the result's {verb}{rt}, here {ct}")
+    lines += _environment_differences(recorded.get("environment") or {}, current.get("environment") or {})
+    lines += _image_differences(recorded.get("image"), current.get("image"))
+    return lines
+
+
+def _environment_differences(re_: dict[str, Any], ce: dict[str, Any]) -> list[str]:
+    if not re_ or not ce:
+        return [] if re_ == ce else [f"environment lock: result {lock_text(re_)}, here {lock_text(ce)}"]
+    lines = []
+    if re_.get("kind") != ce.get("kind"):
+        lines.append(f"environment: result {re_.get('kind')}, here {ce.get('kind')}")
+    if (re_.get("lock_file"), re_.get("lock_sha256")) != (ce.get("lock_file"), ce.get("lock_sha256")):
+        lines.append(f"environment lock: result {lock_text(re_)}, here {lock_text(ce)}")
+    for who, env in (("the result's", re_), ("here", ce)):
+        if env.get("matches_lock") is False:
+            lines.append(
+                f"installed packages {who} differ from the lock: {'; '.join(env.get('lock_differences') or [])}"
+            )
+    return lines
+
+
+def _image_differences(ri: dict[str, Any] | None, ci: dict[str, Any] | None) -> list[str]:
+    if not ri and not ci:
+        return []
+    if not ri or not ci:
+        return [f"image: result {_image_text(ri)}, here {_image_text(ci)}"]
+    lines = []
+    rr, cr = ri.get("recipe_hash"), ci.get("recipe_hash")
+    if rr != cr:
+        lines.append(f"image recipe: result {short(rr) if rr else 'not recorded'}, here {short(cr) if cr else 'none'}")
+    if ri.get("id") != ci.get("id"):
+        same = " (the same recipe: built again)" if rr and rr == cr else ""
+        lines.append(f"image ID: result {short(ri.get('id'))}, here {short(ci.get('id'))}{same}")
+    return lines
+
+
+def _image_text(image: dict[str, Any] | None) -> str:
+    if not image:
+        return "none"
+    return f"{image.get('name') or '?'} (ID {short(image.get('id'))})"
+
+
+def provenance_of(suite: dict[str, Any], environment: dict[str, Any], image: dict[str, Any] | None) -> dict[str, Any]:
+    """The section a result record carries."""
+    return {"suite": suite, "environment": environment, "image": image}

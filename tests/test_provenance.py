@@ -1,0 +1,393 @@
+"""Provenance: the code, lock and image behind every result, checked against git, pip and real runs.
+
+References this project did not write: git itself (HEAD, the diff whose hash is recorded), pip
+(the version it reports of itself in a fresh venv), and a real worker run on the local backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, SCENARIOS
+
+from suite import plan, provenance, scenario
+from suite.backends.local import LocalBackend
+
+GIT = shutil.which("git")
+needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@x"
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env).stdout.decode()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "checkout"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "9.8.7"\n')
+    (root / "a.py").write_text("one = 1\n")
+    (root / "b.py").write_text("two = 2\n")
+    git(root, "add", "pyproject.toml", "a.py", "b.py")
+    git(root, "commit", "-q", "-m", "first")
+    provenance.clear_cache()
+    yield root
+    provenance.clear_cache()
+
+
+def plain_diff_sha(root: Path) -> str:
+    """sha256 of what a bare `git diff HEAD` prints (no configuration in the temp repository)."""
+    out = subprocess.run(["git", "-C", str(root), "diff", "HEAD"], check=True, capture_output=True).stdout
+    return hashlib.sha256(out).hexdigest()
+
+
+@needs_git
+def test_a_clean_checkout_is_its_head(repo: Path) -> None:
+    block = provenance.suite_identity(repo)
+    assert block == {
+        "version": "9.8.7",
+        "git_revision": git(repo, "rev-parse", "HEAD").strip(),
+        "git_dirty": False,
+        "dirty_paths": [],
+        "diff_sha256": None,
+    }
+
+
+@needs_git
+def test_modified_files_are_named_and_the_diff_hash_follows_the_content(repo: Path) -> None:
+    (repo / "a.py").write_text("one = 1.5\n")
+    first = provenance.suite_identity(repo)
+    assert first["git_dirty"] is True and first["dirty_paths"] == ["a.py"]
+    assert first["diff_sha256"] == plain_diff_sha(repo), "the hash of git's own diff"
+    (repo / "a.py").write_text("one = 'other'\n")
+    second = provenance.suite_identity(repo)
+    assert second["dirty_paths"] == ["a.py"] and second["diff_sha256"] != first["diff_sha256"]
+    (repo / "a.py").write_text("one = 1.5\n")
+    assert provenance.suite_identity(repo)["diff_sha256"] == first["diff_sha256"], "same tree, same hash"
+    git(repo, "add", "a.py")  # staged changes differ from HEAD as well
+    assert provenance.suite_identity(repo)["diff_sha256"] == first["diff_sha256"]
+    (repo / "untracked.py").write_text("x = 1\n")
+    assert provenance.suite_identity(repo)["dirty_paths"] == ["a.py"], "untracked files are not the suite's code"
+    git(repo, "mv", "b.py", "c.py")
+    assert provenance.suite_identity(repo)["dirty_paths"] == ["a.py", "b.py", "c.py"]
+
+
+@needs_git
+def test_dirty_paths_stop_at_fifty(repo: Path) -> None:
+    names = [f"m{i:03d}.py" for i in range(60)]
+    for name in names:
+        (repo / name).write_text("v = 0\n")
+    git(repo, "add", *names)
+    git(repo, "commit", "-q", "-m", "many")
+    for name in names:
+        (repo / name).write_text("v = 1\n")
+    block = provenance.suite_identity(repo)
+    assert block["git_dirty"] is True and block["dirty_paths"] == names[: provenance.MAX_DIRTY_PATHS]
+    assert "50+ files" in provenance.suite_text(block)
+
+
+def test_no_checkout_gives_nulls(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "1.0"\n')
+    block = provenance.suite_identity(tmp_path)
+    assert block == {"version": "1.0", "git_revision": None, "git_dirty": None, "dirty_paths": [], "diff_sha256": None}
+
+
+@needs_git
+def test_a_folder_inside_another_checkout_is_not_that_checkout(repo: Path) -> None:
+    inner = repo / "vendored"
+    inner.mkdir()
+    (inner / "code.py").write_text("x = 1\n")
+    assert provenance.suite_identity(inner)["git_revision"] is None
+
+
+def test_no_git_gives_nulls(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "no-git-here"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    block = provenance.suite_identity(repo)
+    assert block["git_revision"] is None and block["git_dirty"] is None and block["version"] == "9.8.7"
+    assert provenance.current_suite_identity(repo)["git_revision"] is None
+
+
+@needs_git
+def test_the_cached_identity_asks_git_again_only_when_the_checkout_changed(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, ...]] = []
+    real = provenance._git
+
+    def counting(root: Path, *args: str) -> bytes | None:
+        calls.append(args)
+        return real(root, *args)
+
+    monkeypatch.setattr(provenance, "_git", counting)
+    first = provenance.current_suite_identity(repo)
+    asked = len(calls)
+    for _ in range(100):
+        assert provenance.current_suite_identity(repo) == first
+    assert len(calls) == asked <= 4, "a plan over an unchanged tree asks git once"
+    (repo / "b.py").write_text("two = 'edited mid-plan'\n")
+    edited = provenance.current_suite_identity(repo)
+    assert edited["dirty_paths"] == ["b.py"] and edited["diff_sha256"] == plain_diff_sha(repo)
+    git(repo, "commit", "-q", "-am", "second")
+    committed = provenance.current_suite_identity(repo)
+    assert committed["git_revision"] == git(repo, "rev-parse", "HEAD").strip() != first["git_revision"]
+    assert committed["git_dirty"] is False
+
+
+# -- the environment of a local run -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with pip (ensurepip's bundled wheel: no index needed)."""
+    prefix = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(prefix)], check=True, capture_output=True)
+    return prefix
+
+
+def pip_list(prefix: Path) -> dict[str, str]:
+    """What pip itself says is installed in the venv: name -> version."""
+    out = subprocess.run(
+        [str(prefix / "bin" / "python"), "-m", "pip", "list", "--format=json"], check=True, capture_output=True
+    )
+    return {d["name"].lower(): d["version"] for d in json.loads(out.stdout)}
+
+
+def write_lock(prefix: Path, lock: Path, text: str, sha: str | None = None) -> None:
+    lock.write_text(text)
+    marker = {
+        "environment": "test",
+        "lock_file": str(lock),
+        "lock_sha256": sha or hashlib.sha256(lock.read_bytes()).hexdigest(),
+        "python": "3.11",
+    }
+    (prefix / provenance.LOCK_MARKER).write_text(json.dumps(marker))
+
+
+def test_a_venv_without_a_lock_marker_says_so(venv: Path) -> None:
+    (venv / provenance.LOCK_MARKER).unlink(missing_ok=True)
+    block = provenance.venv_environment(str(venv / "bin" / "python"))
+    assert block == {
+        "kind": "venv",
+        "lock_file": None,
+        "lock_sha256": None,
+        "matches_lock": None,
+        "lock_differences": [f"not installed from a lock (no .suite-lock.json in {venv})"],
+    }
+
+
+def test_another_interpreter_is_checked_against_its_own_lock(venv: Path, tmp_path: Path) -> None:
+    python, listed = str(venv / "bin" / "python"), pip_list(venv)
+    lock = tmp_path / "lock.txt"
+    text = "".join(f"{n}=={v} \\\n    --hash=sha256:{'0' * 64}\n    # via -r x.in\n" for n, v in sorted(listed.items()))
+    write_lock(venv, lock, text)
+    block = provenance.venv_environment(python)
+    assert block["matches_lock"] is True and block["lock_differences"] == [], block
+    assert block["lock_file"] == str(lock) and block["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+
+    others = {n: v for n, v in listed.items() if n != "pip"}
+    assert others, "a Python 3.11 venv holds setuptools beside pip"
+    name, version = sorted(others.items())[0]
+    changed = {**listed, name: "0.0.1", "not-installed-anywhere": "1.0"}
+    write_lock(venv, lock, "".join(f"{n}=={v}\n" for n, v in sorted(changed.items())))
+    block = provenance.venv_environment(python)
+    assert block["matches_lock"] is False
+    assert block["lock_differences"] == sorted(
+        ["not-installed-anywhere 1.0 in the lock, not installed", f"{name} 0.0.1 in the lock, {version} installed"]
+    )
+
+    write_lock(venv, lock, "".join(f"{n}=={v}\n" for n, v in sorted(others.items())))
+    assert provenance.venv_environment(python)["matches_lock"] is True, "pip, the venv's installer, is not pinned"
+
+    write_lock(venv, lock, text, sha="f" * 64)  # the lock changed after the install
+    block = provenance.venv_environment(python)
+    assert block["matches_lock"] is None and "changed since this venv was installed" in block["lock_differences"][0]
+
+
+def test_a_broken_marker_is_named_not_a_crash(venv: Path) -> None:
+    (venv / provenance.LOCK_MARKER).write_text("{not json")
+    block = provenance.venv_environment(str(venv / "bin" / "python"))
+    assert block["matches_lock"] is None and str(venv / provenance.LOCK_MARKER) in block["lock_differences"][0]
+    (venv / provenance.LOCK_MARKER).unlink()
+
+
+def test_an_interpreter_that_cannot_be_asked_gives_the_reason(tmp_path: Path) -> None:
+    block = provenance.venv_environment(str(tmp_path / "no-such-python"))
+    assert block["matches_lock"] is None and "could not ask" in block["lock_differences"][0]
+
+
+def test_a_wrapper_of_this_interpreter_answers_as_this_interpreter(tmp_path: Path) -> None:
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    assert provenance.venv_environment(str(wrapper)) == provenance.environment_here()
+
+
+# -- the image of a Docker run -----------------------------------------------------------------
+
+
+LABELS = {
+    "suite.image": "tf2.21-cpu",
+    "suite.context_hash": "c" * 64,
+    "suite.recipe_hash": "r" * 64,
+    "suite.lock.file": "locks/tf2.21-cpu.txt",
+    "suite.lock.sha256": "l" * 64,
+}
+
+
+def test_image_provenance_reads_the_recorded_labels() -> None:
+    run = {"image": "suite-bench:tf2.21-cpu", "image_id": "sha256:" + "i" * 64, "image_labels": LABELS}
+    environment, image = provenance.image_provenance({**run, "repo_digests": ["suite-bench@sha256:" + "d" * 64]})
+    assert environment == {
+        "kind": "image",
+        "lock_file": "docker/locks/tf2.21-cpu.txt",
+        "lock_sha256": "l" * 64,
+        "matches_lock": None,
+        "lock_differences": [],
+    }
+    assert image == {
+        "name": "tf2.21-cpu",
+        "id": "sha256:" + "i" * 64,
+        "digest": "suite-bench@sha256:" + "d" * 64,
+        "recipe_hash": "r" * 64,
+        "context_hash": "c" * 64,
+    }
+
+
+def test_an_image_built_before_the_lock_labels_has_nulls() -> None:
+    old = {"suite.image": "tf2.21-cpu", "suite.context_hash": "c" * 64}
+    environment, image = provenance.image_provenance({"image_id": "sha256:abc", "image_labels": old})
+    assert environment["lock_file"] is environment["lock_sha256"] is environment["matches_lock"] is None
+    assert environment["lock_differences"] == ["image built without a lock (it has no suite.lock.sha256 label)"]
+    assert image is not None and image["recipe_hash"] is None and image["digest"] is None
+    assert image["context_hash"] == "c" * 64
+
+
+def test_a_run_that_got_no_image_has_none() -> None:
+    environment, image = provenance.image_provenance({"backend": "docker"})
+    assert image is None and environment["kind"] == "image" and environment["lock_file"] is None
+
+
+# -- in words ----------------------------------------------------------------------------------
+
+
+def section(**changes: Any) -> dict[str, Any]:
+    suite = {"version": "0.1.0", "git_revision": "1a2b3c4d5e6f" + "0" * 28, "git_dirty": False}
+    suite.update(dirty_paths=[], diff_sha256=None)
+    environment = {"kind": "venv", "lock_file": "requirements/locks/run-py3.11.txt", "lock_sha256": "ab12" + "0" * 60}
+    environment.update(matches_lock=True, lock_differences=[])
+    out: dict[str, Any] = {"suite": suite, "environment": environment, "image": None}
+    for key, value in changes.items():
+        block, field = key.split("__")
+        if block == "image":
+            out["image"] = value
+        else:
+            out[block] = {**out[block], field: value}
+    return out
+
+
+def test_the_same_provenance_has_no_differences() -> None:
+    assert provenance.describe_differences(section(), section()) == []
+
+
+def test_differences_are_said_precisely() -> None:
+    here = section(suite__git_revision="9f8e7d6c5b4a" + "1" * 28, environment__lock_sha256="cd34" + "1" * 60)
+    assert provenance.describe_differences(section(), here) == [
+        "suite revision: result 1a2b3c4d5e6f, here 9f8e7d6c5b4a",
+        "environment lock: result requirements/locks/run-py3.11.txt ab1200000000, "
+        "here requirements/locks/run-py3.11.txt cd3411111111",
+    ]
+    dirty = section(suite__git_dirty=True, suite__dirty_paths=["suite/x.py"], suite__diff_sha256="ab12" + "e" * 60)
+    assert provenance.describe_differences(dirty, section()) == [
+        "suite tree: the result's had uncommitted changes (suite/x.py; diff sha256 ab12eeeeeeee), here clean"
+    ]
+    other = section(suite__git_dirty=True, suite__dirty_paths=["suite/y.py"], suite__diff_sha256="9" * 64)
+    assert provenance.describe_differences(dirty, other) == [
+        "suite tree: the result's had uncommitted changes (suite/x.py; diff sha256 ab12eeeeeeee), "
+        "here other uncommitted changes (suite/y.py; diff sha256 999999999999)"
+    ]
+    drifted = section(
+        environment__matches_lock=False, environment__lock_differences=["numpy 2.4.6 in the lock, 2.3.0 installed"]
+    )
+    assert provenance.describe_differences(section(), drifted) == [
+        "installed packages here differ from the lock: numpy 2.4.6 in the lock, 2.3.0 installed"
+    ]
+
+
+def test_image_differences_name_the_recipe_and_the_id() -> None:
+    a = {"name": "tf2.21-cpu", "id": "sha256:" + "1" * 64, "digest": None, "recipe_hash": "ab12" + "0" * 60}
+    b = {**a, "id": "sha256:" + "2" * 64, "recipe_hash": "cd34" + "0" * 60}
+    assert provenance.describe_differences(section(image__=a), section(image__=b)) == [
+        "image recipe: result ab1200000000, here cd3400000000",
+        "image ID: result 111111111111, here 222222222222",
+    ]
+    rebuilt = {**a, "id": "sha256:" + "3" * 64}
+    assert provenance.describe_differences(section(image__=a), section(image__=rebuilt)) == [
+        "image ID: result 111111111111, here 333333333333 (the same recipe: built again)"
+    ]
+    assert provenance.describe_differences(section(image__=a), section()) == [
+        "image: result tf2.21-cpu (ID 111111111111), here none"
+    ]
+
+
+def test_a_record_without_provenance_is_said_once() -> None:
+    assert provenance.describe_differences({}, section()) == [
+        "suite revision: result not recorded, here 1a2b3c4d5e6f",
+        "environment lock: result not recorded, here requirements/locks/run-py3.11.txt ab1200000000",
+    ]
+
+
+# -- every result of a backend carries it --------------------------------------------------------
+
+
+def smoke_specs() -> list[plan.RunSpec]:
+    return plan.expand(scenario.load(SCENARIOS / "mnist_mlp_width.yaml"), smoke=True)
+
+
+def head() -> str:
+    return git(REPO, "rev-parse", "HEAD").strip()
+
+
+def assert_names_this_checkout(suite: dict[str, Any], before: str) -> None:
+    """HEAD of this checkout, taken before and after (commits may land while a test runs)."""
+    assert suite["git_revision"] in {before, head()}, (suite["git_revision"], before)
+    assert isinstance(suite["git_dirty"], bool)
+    if suite["git_dirty"]:
+        assert suite["dirty_paths"] and len(suite["diff_sha256"]) == 64
+    else:
+        assert suite["dirty_paths"] == [] and suite["diff_sha256"] is None
+
+
+@needs_git
+def test_a_skipped_result_carries_provenance() -> None:
+    spec = next(s for s in smoke_specs() if s.device.startswith("gpu"))
+    before = head()
+    result = LocalBackend(machine="test").skipped(spec, "needs 1 GPU(s); this machine has no GPU")
+    assert result.status == "skipped"
+    assert_names_this_checkout(result.provenance["suite"], before)
+    assert result.provenance["environment"] == provenance.environment_here()
+    assert result.provenance["image"] is None
+
+
+@needs_git
+@pytest.mark.slow
+def test_a_real_local_run_carries_the_checkout_it_ran() -> None:
+    spec = next(s for s in smoke_specs() if s.device == "cpu")
+    before = head()
+    result = LocalBackend(machine="test").run(spec)
+    assert result.status == "ok", (result.message, result.log_tail)
+    assert_names_this_checkout(result.provenance["suite"], before)
+    assert result.provenance["environment"] == provenance.environment_here()
+    assert result.provenance["image"] is None
