@@ -1,4 +1,4 @@
-"""``python -m suite``: run, check, report, compare, show, data, env, images, backends, schema.
+"""``python -m suite``: run, check, report, compare, reproduce, show, data, env, images, backends, schema.
 
 Exit codes: 0 everything ran (skips included), 1 some run failed (the failure is recorded and
 reported), 2 bad input (scenario, results or arguments), 130 interrupted.
@@ -176,6 +176,49 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("folders", nargs=2, type=Path, metavar="DIR", help="two results folders, the first the reference")
     cmp.add_argument("--json", action="store_true", help="the comparison as JSON (docs/export.md)")
     cmp.set_defaults(func=cmd_compare)
+
+    rp = sub.add_parser(
+        "reproduce",
+        help="rerun the points of result files here, exactly as recorded, and say whether their times came out again",
+    )
+    rp.add_argument(
+        "inputs",
+        nargs="+",
+        type=Path,
+        metavar="RESULT.json|DIR",
+        help="result files from any machine, or folders of them; grouped by point (same fingerprint)",
+    )
+    rp.add_argument(
+        "--anyway",
+        action="store_true",
+        help="run even where the suite revision, its tree, the environment lock, the image recipe or the data "
+        "differ from the results' (the differences are shown above the verdict)",
+    )
+    rp.add_argument(
+        "--backend",
+        choices=backends.names(),
+        help="run on this backend instead of the one each result recorded (auto: the first that can run here)",
+    )
+    rp.add_argument("--docker-host", help=DOCKER_HOST_HELP)
+    rp.add_argument(
+        "--results",
+        type=Path,
+        help="where the reruns' result files go (default: a new folder reproduce/<UTC timestamp>/ here)",
+    )
+    rp.add_argument(
+        "--repeats",
+        type=int,
+        help="reruns per point (default: as many as the point's original ok runs)",
+    )
+    rp.add_argument(
+        "--tolerance",
+        type=float,
+        metavar="PCT",
+        help="how far (percent) the rerun's fit time may lie from the original's: reproduced when the ratio's "
+        "whole 95%% interval lies within it (default: 10)",
+    )
+    rp.add_argument("--json", action="store_true", help="the comparison as one JSON document (docs/reproduce.md)")
+    rp.set_defaults(func=cmd_reproduce)
 
     sh = sub.add_parser("show", help="one result file, readable: status, spec, timings, telemetry, environment")
     sh.add_argument("result", type=Path, metavar="RESULT.json", help="a result file under the results folder")
@@ -610,6 +653,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     print(compare.render(views, reference=str(args.folders[0]), title="Comparison"), end="")
     return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """Exit 0 when every point reproduced, 1 when one did not (differs, inconclusive, a rerun failed),
+    2 for bad input or results that do not fit this checkout (without --anyway)."""
+    from suite import reproduce
+
+    tolerance = reproduce.DEFAULT_TOLERANCE_PCT if args.tolerance is None else args.tolerance
+    opts = reproduce.Options(
+        inputs=args.inputs,
+        backend=args.backend,
+        docker_host=args.docker_host,
+        results_dir=args.results,
+        repeats=args.repeats,
+        tolerance=tolerance / 100,
+        anyway=args.anyway,
+        as_json=args.json,
+    )
+    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    try:
+        return reproduce.reproduce(opts, say=say)
+    except (reproduce.ReproduceError, reproduce.Refused) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
