@@ -1,13 +1,40 @@
 #!/usr/bin/env bash
 # Run every scenario (or the files given) and write the Markdown reports into reports/.
-# Sets up .venv with pinned dependencies on first use. Arguments go to `python -m suite run`,
-# e.g. ./run_all.sh --smoke, ./run_all.sh scenarios/mnist_mlp_width.yaml --backend local.
+# Sets up .venv from a hash-locked requirement file on first use (SUITE_ENV=run-gpu: the GPU worker).
+# Arguments go to `python -m suite run`, e.g. ./run_all.sh --smoke,
+# ./run_all.sh scenarios/mnist_mlp_width.yaml --backend local.
 # Exit code: 0 all ran (skips included), 1 some run failed (recorded, see the report), 2 bad input.
 set -euo pipefail
 cd "$(dirname "$0")"
 . requirements/ensure_venv.sh
 VENV=${SUITE_VENV:-.venv}
-ensure_venv "$VENV" requirements/host.txt "${SUITE_WORKER_REQUIREMENTS:-requirements/worker-cpu.txt}"
+# Which hash-locked environment the venv holds: run (the CPU worker, the default) or run-gpu (the
+# worker with CUDA wheels, for --backend local on a GPU machine without Docker); see requirements/locks/.
+# SUITE_WORKER_REQUIREMENTS (a requirements file, the older way to say so) still works: it names the env.
+SUITE_ENV=${SUITE_ENV:-}
+if [ -n "${SUITE_WORKER_REQUIREMENTS:-}" ]; then
+  case "$SUITE_WORKER_REQUIREMENTS" in
+    requirements/worker-gpu.txt | ./requirements/worker-gpu.txt) worker_env=run-gpu ;;
+    requirements/worker-cpu.txt | ./requirements/worker-cpu.txt) worker_env=run ;;
+    *)
+      echo "error: SUITE_WORKER_REQUIREMENTS=$SUITE_WORKER_REQUIREMENTS: allowed are requirements/worker-cpu.txt" \
+        "and requirements/worker-gpu.txt (better: SUITE_ENV=run or SUITE_ENV=run-gpu)" >&2
+      exit 2
+      ;;
+  esac
+  if [ -n "$SUITE_ENV" ] && [ "$SUITE_ENV" != "$worker_env" ]; then
+    echo "error: SUITE_ENV=$SUITE_ENV and SUITE_WORKER_REQUIREMENTS=$SUITE_WORKER_REQUIREMENTS disagree;" \
+      "set SUITE_ENV only" >&2
+    exit 2
+  fi
+  echo "note: SUITE_WORKER_REQUIREMENTS=$SUITE_WORKER_REQUIREMENTS is read as SUITE_ENV=$worker_env" >&2
+  SUITE_ENV=$worker_env
+fi
+case "${SUITE_ENV:=run}" in
+  run | run-gpu) ;;
+  *) echo "error: SUITE_ENV=$SUITE_ENV: allowed are run (CPU worker) and run-gpu (CUDA wheels)" >&2; exit 2 ;;
+esac
+ensure_venv "$VENV" "$SUITE_ENV"
 
 report_args=()
 backend=auto

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Run the test suite in .venv (set up on first use). Arguments go to pytest, e.g. -k scenario.
+# Run the test suite in .venv (set up on first use from requirements/locks/dev-py<X.Y>.txt).
+# Arguments go to pytest, e.g. -k scenario.
 # Docker tests run when an engine answers and skip with the reason otherwise;
 # SUITE_REQUIRE_DOCKER=1 makes a missing engine a failure (CI sets it where the engine exists).
 set -euo pipefail
 cd "$(dirname "$0")"
 . requirements/ensure_venv.sh
 VENV=${SUITE_VENV:-.venv}
-ensure_venv "$VENV" requirements/host.txt requirements/worker-cpu.txt requirements/dev.txt
+ensure_venv "$VENV" dev
 "$VENV/bin/python" -m ruff check suite tests benchmarks
 exec "$VENV/bin/python" -m pytest "$@"

@@ -60,7 +60,7 @@ class LocalBackend(RunSkeleton):
         if reason is None and spec.device.startswith("gpu") and backend == "tensorflow" and _cpu_only_tensorflow():
             reason = (
                 "the local TensorFlow is the CPU-only build (tensorflow-cpu); use --backend docker, or install "
-                "requirements/worker-gpu.txt (SUITE_WORKER_REQUIREMENTS=requirements/worker-gpu.txt ./run_all.sh)"
+                "requirements/locks/run-gpu-py<X.Y>.txt (SUITE_ENV=run-gpu ./run_all.sh)"
             )
         return reason
 

@@ -1,0 +1,156 @@
+"""Hash-locked requirement files, and whether an interpreter holds what its lock says.
+
+A lock (``requirements/locks/<env>-py<X.Y>.txt``, ``docker/locks/<image>.txt``, written by
+``requirements/lock.sh``) pins every package of an environment, transitive ones included, with the
+sha256 of its files. ``requirements/ensure_venv.sh`` installs a venv from one with
+``pip install --require-hashes`` and records which in ``<venv>/.suite-lock.json``; a result quotes
+that record, so a number can be traced to the exact packages that produced it. The record alone
+says what was installed once; ``installed_differences`` says whether it still holds (a later
+``pip install`` in the venv would otherwise go unnoticed).
+
+Only the standard library is used: ensure_venv runs this module (``python -m suite.locks``) in a
+venv that may hold nothing else yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+LOCK_RECORD = ".suite-lock.json"
+# The host environments and the top-level requirement files each is compiled from (the same lists
+# as requirements/lock.sh and requirements/ensure_venv.sh); one lock per environment and Python.
+ENVIRONMENTS: dict[str, tuple[str, ...]] = {
+    "run": ("requirements/host.txt", "requirements/worker-cpu.txt"),
+    "run-gpu": ("requirements/host.txt", "requirements/worker-gpu.txt"),
+    "dev": ("requirements/host.txt", "requirements/worker-cpu.txt", "requirements/dev.txt"),
+}
+LOCKED_PYTHONS = ("3.11", "3.12")
+# What ``python -m venv`` puts into every venv to install the rest; a lock pins what it installs, not
+# the installer (pip verifies the hashes whatever its own version).
+INSTALLER = frozenset({"pip"})
+
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*(?P<version>[^\s;\\#]+)")
+
+
+def normalize(name: str) -> str:
+    """The PEP 503 form of a project name: 'PyYAML' and 'pyyaml', 'typing_extensions' and 'typing-extensions' agree."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_sha256(path: str | Path) -> str:
+    """sha256 of the lock file's bytes: what ``.suite-lock.json`` and image labels record of a lock."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_pins(path: str | Path) -> dict[str, str]:
+    """{normalized project name: version} of every requirement of a lock file.
+
+    A lock names each package once, pinned with ``==``; anything else (a range, a bare name, an
+    option such as ``-r``) means the file is no lock, and a ValueError names the file and line.
+    Hash options and comments are skipped; an environment marker is ignored (the locks here are
+    resolved for one platform and carry none).
+    """
+    path = Path(path)
+    pins: dict[str, str] = {}
+    continued = False
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
+        was_continued, continued = continued, line.endswith("\\")
+        if not line or was_continued or raw[:1].isspace():
+            continue  # blank, comment, or the --hash lines that continue a requirement
+        match = _PIN.match(line)
+        if match is None:
+            raise ValueError(f"{path}:{number}: {line!r} is not a pinned requirement (NAME==VERSION)")
+        name = normalize(match.group("name"))
+        if name in pins:
+            raise ValueError(f"{path}:{number}: {name} is pinned twice")
+        pins[name] = match.group("version")
+    return pins
+
+
+def venv_lock(prefix: str | None = None) -> dict[str, Any] | None:
+    """The ``.suite-lock.json`` ensure_venv wrote into the venv at ``prefix`` (default: this interpreter's).
+
+    None when there is none (a venv made by hand, a system Python, an image); a ValueError naming
+    the file when it is not a JSON object.
+    """
+    path = Path(sys.prefix if prefix is None else prefix) / LOCK_RECORD
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from e
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: expected a JSON object with environment, lock_file, lock_sha256, python")
+    return record
+
+
+def installed() -> dict[str, str]:
+    """{normalized name: version} of the distributions the running interpreter can import (its sys.path)."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            # The first on sys.path wins, as it does for an import.
+            found.setdefault(normalize(name), dist.version)
+    return found
+
+
+def installed_differences(pins: dict[str, str]) -> list[str]:
+    """How the running interpreter's installed distributions differ from ``pins`` (empty: they match).
+
+    One line per package, sorted by name: "numpy 2.4.6 in the lock, 2.3.0 installed",
+    "foo installed, not in the lock", "bar 1.0 in the lock, not installed". pip is left out (see INSTALLER).
+    """
+    pins = {normalize(name): version for name, version in pins.items()}
+    have = {name: version for name, version in installed().items() if name not in INSTALLER}
+    lines = []
+    for name in sorted(set(pins) | set(have)):
+        if name not in have:
+            lines.append(f"{name} {pins[name]} in the lock, not installed")
+        elif name not in pins:
+            lines.append(f"{name} installed, not in the lock")
+        elif have[name] != pins[name]:
+            lines.append(f"{name} {pins[name]} in the lock, {have[name]} installed")
+    return lines
+
+
+def extraneous(pins: dict[str, str]) -> list[str]:
+    """Installed distributions the lock does not name (pip aside): what a sync with the lock removes."""
+    pins = {normalize(name) for name in pins}
+    return sorted(name for name in installed() if name not in pins and name not in INSTALLER)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m suite.locks extraneous LOCK`` prints one name a line; ``check LOCK`` prints the
+    differences and exits 1 when there are any (both for requirements/ensure_venv.sh)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in ("extraneous", "check"):
+        print("usage: python -m suite.locks {extraneous,check} LOCK_FILE", file=sys.stderr)
+        return 2
+    try:
+        pins = read_pins(args[1])
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args[0] == "extraneous":
+        for name in extraneous(pins):
+            print(name)
+        return 0
+    differences = installed_differences(pins)
+    for line in differences:
+        print(f"error: {sys.prefix} differs from {args[1]}: {line}", file=sys.stderr)
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

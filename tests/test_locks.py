@@ -1,0 +1,492 @@
+"""The hash locks hold what their inputs ask for, real pip resolves those inputs to exactly them,
+requirements/ensure_venv.sh installs nothing whose sha256 differs, and suite/locks.py reports the truth."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+from suite import locks
+
+REPO = Path(__file__).resolve().parents[1]
+LOCKS = REPO / "requirements" / "locks"
+DOCKER = REPO / "docker"
+HOST_LOCKS = [(env, py) for env in sorted(locks.ENVIRONMENTS) for py in locks.LOCKED_PYTHONS]
+# The tags a manylinux_2_28 x86_64 machine installs; pip matches the legacy names only when given
+# (the CUDA wheels carry only manylinux2014, libclang only manylinux2010).
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+)
+# six 1.16.0's wheel on the package index (11,053 bytes): a real file whose sha256 pip checks.
+SIX_WHEEL_SHA256 = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254"
+# python-dateutil 2.9.0.post0's wheel; it depends on six.
+DATEUTIL_WHEEL_SHA256 = "a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427"
+
+
+def _images() -> dict[str, dict]:
+    return yaml.safe_load((DOCKER / "images.yaml").read_text(encoding="utf-8"))["images"]
+
+
+def _image_lock(name: str, entry: dict) -> Path:
+    return DOCKER / entry.get("lock", f"locks/{name}.txt")
+
+
+def _image_requirements(entry: dict) -> list[str]:
+    return [entry["tensorflow"], *(entry.get("extra") or "").split()]
+
+
+def _top_level(files: list[Path]) -> list[tuple[Requirement, Path]]:
+    """The requirements a file names itself (not those of a -c constraints file it includes)."""
+    found = []
+    for path in files:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line and not line.startswith("-"):
+                found.append((Requirement(line), path))
+    return found
+
+
+def _environment(python: str) -> dict[str, str]:
+    """PEP 508 marker values of a Linux x86_64 CPython of that version (what the locks are for)."""
+    return {
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
+
+
+def _header(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines()[:5] if line.startswith("#")]
+
+
+def _check_lock_file(path: Path, top_level: list[tuple[Requirement, str]], python: str) -> None:
+    assert any("requirements/lock.sh" in line for line in _header(path)), f"{path}: header names no regenerate command"
+    pins = locks.read_pins(path)  # raises on any entry not pinned with ==
+    # Every entry carries at least one sha256 (pip's --require-hashes refuses the whole file otherwise).
+    entries = re.split(r"\n(?=[A-Za-z0-9])", path.read_text(encoding="utf-8"))
+    for entry in entries:
+        if entry.startswith("#"):
+            continue
+        assert "--hash=sha256:" in entry, f"{path}: no sha256 for {entry.splitlines()[0]}"
+    assert len([e for e in entries if not e.startswith("#")]) == len(pins)
+    for requirement, source in top_level:
+        if requirement.marker is not None and not requirement.marker.evaluate(_environment(python)):
+            continue
+        name = locks.normalize(requirement.name)
+        assert name in pins, f"{path}: {requirement} (from {source}) is not in the lock"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"{path}: {name} {pins[name]} in the lock does not satisfy {requirement} from {source}; "
+            "run requirements/lock.sh"
+        )
+
+
+# --- (a) offline: every lock against its inputs ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("env", "python"), HOST_LOCKS, ids=[f"{e}-py{p}" for e, p in HOST_LOCKS])
+def test_host_lock_pins_its_top_level_requirements(env: str, python: str) -> None:
+    path = LOCKS / f"{env}-py{python}.txt"
+    assert path.is_file(), f"{path} is missing: run requirements/lock.sh"
+    inputs = [REPO / f for f in locks.ENVIRONMENTS[env]]
+    header = " ".join(_header(path))
+    assert all(f in header for f in locks.ENVIRONMENTS[env]), f"{path}: header does not name its inputs: {header}"
+    assert f"Python {python}" in header
+    _check_lock_file(path, [(r, str(p)) for r, p in _top_level(inputs)], python)
+
+
+def test_every_environment_has_a_lock_per_python_and_no_other_lock_lies_there() -> None:
+    want = {f"{env}-py{py}.txt" for env, py in HOST_LOCKS}
+    assert {p.name for p in LOCKS.glob("*.txt")} == want
+
+
+def test_dev_lock_holds_the_run_lock_unchanged() -> None:
+    # ensure_venv lets a venv holding dev serve ./run_all.sh as it is; that is only right if so.
+    for python in locks.LOCKED_PYTHONS:
+        run = locks.read_pins(LOCKS / f"run-py{python}.txt")
+        dev = locks.read_pins(LOCKS / f"dev-py{python}.txt")
+        assert {name: dev.get(name) for name in run} == run
+
+
+def test_the_constraints_file_of_the_gpu_worker_agrees_with_its_lock() -> None:
+    # worker-gpu.txt installs the CUDA wheels the GPU images pin; its lock must carry those pins.
+    constraints = locks.read_pins(DOCKER / "constraints" / "tf-2.21.txt")
+    assert any(name.startswith("nvidia-") for name in constraints)
+    for python in locks.LOCKED_PYTHONS:
+        pins = locks.read_pins(LOCKS / f"run-gpu-py{python}.txt")
+        assert {n: pins.get(n) for n in constraints if n.startswith("nvidia-")} == {
+            n: v for n, v in constraints.items() if n.startswith("nvidia-")
+        }
+
+
+@pytest.mark.parametrize("name", sorted(_images()))
+def test_image_lock_pins_its_requirements_and_constraints(name: str) -> None:
+    entry = _images()[name]
+    path = _image_lock(name, entry)
+    assert path.is_file(), f"{path} (image {name} of docker/images.yaml) is missing: run requirements/lock.sh"
+    header = " ".join(_header(path))
+    assert f"image {name} " in header and "Python 3.11" in header, header
+    requirements = [(Requirement(r), f"docker/images.yaml images.{name}") for r in _image_requirements(entry)]
+    _check_lock_file(path, requirements, "3.11")
+    # The constraints file carries the CUDA-wheel policy: every pin of it the lock holds is its pin.
+    pins = locks.read_pins(path)
+    constraints = locks.read_pins(DOCKER / entry["constraints"])
+    differ = {n: (v, pins[n]) for n, v in constraints.items() if n in pins and pins[n] != v}
+    assert not differ, f"{path}: (constraints, lock) differ: {differ}"
+    if entry.get("gpu"):
+        assert {n for n in constraints if n.startswith("nvidia-")} <= set(pins)
+
+
+def test_locks_are_written_deterministically() -> None:
+    # No timestamp, no temporary path: the bytes depend only on the inputs.
+    for path in [*LOCKS.glob("*.txt"), *(DOCKER / "locks").glob("*.txt")]:
+        text = path.read_text(encoding="utf-8")
+        assert "/tmp" not in text and not re.search(r"\b20\d\d-\d\d-\d\d[T ]\d\d:", text), path
+
+
+# --- (b) real pip against the package index ---------------------------------------------------------
+
+
+def _pip_resolution(args: list[str], constraints: dict[str, str], python: str, tmp: Path) -> dict[str, str]:
+    """{name: version} real pip installs for ``args`` under ``constraints`` on Linux x86_64 CPython ``python``.
+
+    A dry run for another platform: nothing is installed. pip reads each candidate's metadata only
+    (PEP 658 files where the index has them, else HTTP range requests into the wheel, fast-deps),
+    so tensorflow's 570 MB wheel is not downloaded. Raises AssertionError with pip's words when it
+    cannot resolve (a top-level pin that contradicts the lock does that).
+    """
+    pins = tmp / "lock-pins.txt"
+    pins.write_text("".join(f"{n}=={v}\n" for n, v in sorted(constraints.items())), encoding="utf-8")
+    report = tmp / "report.json"
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    cmd = [
+        *(sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"),
+        *("--use-feature=fast-deps", "--only-binary=:all:", "--python-version", python, *platforms),
+        *("--target", str(tmp / "target"), "--report", str(report), "-c", str(pins), *args),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"pip could not resolve {args} under the lock:\n{proc.stderr[-3000:]}"
+    installs = json.loads(report.read_text(encoding="utf-8"))["install"]
+    return {locks.normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+
+
+def _compare(lock: dict[str, str], resolved: dict[str, str]) -> list[str]:
+    return [
+        f"{n}: lock {lock.get(n)}, pip {resolved.get(n)}"
+        for n in sorted(set(lock) | set(resolved))
+        if lock.get(n) != resolved.get(n)
+    ]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize(("env", "python"), HOST_LOCKS, ids=[f"{e}-py{p}" for e, p in HOST_LOCKS])
+def test_pip_resolves_the_host_inputs_to_exactly_the_lock(env: str, python: str, tmp_path: Path) -> None:
+    lock = locks.read_pins(LOCKS / f"{env}-py{python}.txt")
+    args = [a for f in locks.ENVIRONMENTS[env] for a in ("-r", f)]
+    assert _compare(lock, _pip_resolution(args, lock, python, tmp_path)) == []
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("name", sorted(_images()))
+def test_pip_resolves_the_image_requirements_to_exactly_the_lock(name: str, tmp_path: Path) -> None:
+    entry = _images()[name]
+    lock = locks.read_pins(_image_lock(name, entry))
+    args = [*_image_requirements(entry), "-c", str(DOCKER / entry["constraints"])]
+    assert _compare(lock, _pip_resolution(args, lock, "3.11", tmp_path)) == []
+
+
+@pytest.mark.network
+def test_the_pip_check_fails_when_a_top_level_pin_leaves_the_lock(tmp_path: Path) -> None:
+    lock = locks.read_pins(LOCKS / "run-py3.11.txt")
+    host = (REPO / "requirements" / "host.txt").read_text(encoding="utf-8")
+    assert "tabulate==0.10.0" in host and lock["tabulate"] == "0.10.0"
+    changed = tmp_path / "host.txt"
+    changed.write_text(host.replace("tabulate==0.10.0", "tabulate==0.9.0"), encoding="utf-8")
+    with pytest.raises(AssertionError, match="tabulate"):
+        _pip_resolution(["-r", str(changed), "-r", "requirements/worker-cpu.txt"], lock, "3.11", tmp_path)
+
+
+@pytest.mark.network
+def test_the_pip_check_fails_when_the_lock_misses_or_adds_a_package(tmp_path: Path) -> None:
+    lock = locks.read_pins(LOCKS / "run-py3.11.txt")
+    args = ["-r", "requirements/host.txt", "-r", "requirements/worker-cpu.txt"]
+    doctored = {n: v for n, v in lock.items() if n != "six"} | {"iniconfig": "2.3.1"}
+    resolved = _pip_resolution(args, doctored, "3.11", tmp_path)
+    assert _compare(doctored, resolved) == [
+        "iniconfig: lock 2.3.1, pip None",
+        f"six: lock None, pip {resolved['six']}",
+    ]
+
+
+# --- (c) ensure_venv installs only what the hashes allow -------------------------------------------
+
+
+def _ensure_venv(venv: Path, env: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", '. requirements/ensure_venv.sh && ensure_venv "$1" "$2"', "_", str(venv), env],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHON": sys.executable, **extra_env},
+    )
+
+
+def _python_xy() -> str:
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _one_wheel_lock(folder: Path, env: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{env}-py{_python_xy()}.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _venv_pins(venv: Path) -> dict[str, str]:
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {locks.normalize(d["name"]): d["version"] for d in json.loads(proc.stdout)}
+
+
+@pytest.mark.network
+def test_ensure_venv_refuses_a_wrong_hash_and_installs_the_right_one(tmp_path: Path) -> None:
+    folder, venv = tmp_path / "locks", tmp_path / "venv"
+    wrong = SIX_WHEEL_SHA256[:-4] + "0000"
+    _one_wheel_lock(folder, "run", f"six==1.16.0 \\\n    --hash=sha256:{wrong}\n")
+    proc = _ensure_venv(venv, "run", {"SUITE_LOCKS_DIR": str(folder)})
+    assert proc.returncode != 0
+    assert "DO NOT MATCH THE HASHES" in proc.stderr and wrong in proc.stderr, proc.stderr
+    assert not (venv / locks.LOCK_RECORD).exists() and not (venv / ".requirements.sha256").exists()
+    assert "six" not in _venv_pins(venv)
+
+    lock = _one_wheel_lock(folder, "run", f"# one wheel\nsix==1.16.0 \\\n    --hash=sha256:{SIX_WHEEL_SHA256}\n")
+    proc = _ensure_venv(venv, "run", {"SUITE_LOCKS_DIR": str(folder)})
+    assert proc.returncode == 0, proc.stderr
+    # Exactly the lock: six, and pip to install it; what else the venv came with is removed.
+    assert {n: v for n, v in _venv_pins(venv).items() if n != "pip"} == {"six": "1.16.0"}
+    record = json.loads((venv / locks.LOCK_RECORD).read_text(encoding="utf-8"))
+    assert record == {
+        "environment": "run",
+        "lock_file": str(lock),
+        "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest(),
+        "python": platform.python_version(),
+    }
+    assert locks.venv_lock(str(venv)) == record
+
+    # Unchanged lock: nothing to do. A changed lock (even a comment): installed and recorded again.
+    again = _ensure_venv(venv, "run", {"SUITE_LOCKS_DIR": str(folder)})
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    lock.write_text(lock.read_text(encoding="utf-8") + "# changed\n", encoding="utf-8")
+    changed = _ensure_venv(venv, "run", {"SUITE_LOCKS_DIR": str(folder)})
+    assert changed.returncode == 0 and "setting up" in changed.stderr, changed.stderr
+    assert locks.venv_lock(str(venv))["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+
+
+@pytest.mark.network
+def test_ensure_venv_refuses_a_lock_that_misses_a_dependency(tmp_path: Path) -> None:
+    # No --no-deps: pip resolves the dependencies and demands a hash for each, so an incomplete lock stops.
+    folder, venv = tmp_path / "locks", tmp_path / "venv"
+    _one_wheel_lock(folder, "dev", f"python-dateutil==2.9.0.post0 \\\n    --hash=sha256:{DATEUTIL_WHEEL_SHA256}\n")
+    proc = _ensure_venv(venv, "dev", {"SUITE_LOCKS_DIR": str(folder)})
+    assert proc.returncode != 0
+    # pip's words differ by version ("Hashes are required in --require-hashes mode ...", "In
+    # --require-hashes mode, all requirements must have their versions pinned with =="); both name six.
+    assert "--require-hashes mode" in proc.stderr and "six" in proc.stderr, proc.stderr
+    assert not (venv / locks.LOCK_RECORD).exists()
+
+
+def _fake_python(path: Path, version: str) -> Path:
+    # Passes the 3.11 floor and reports its version, as an interpreter of that version would.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f'#!/bin/sh\ncase "$2" in\n  *version_info*) exit 0 ;;\n  *python_version*) echo {version} ;;\nesac\n',
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+    return path
+
+
+def test_ensure_venv_refuses_a_python_without_a_lock(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    python = _fake_python(tmp_path / "python3.13", "3.13.0")
+    proc = _ensure_venv(venv, "dev", {"PYTHON": str(python)})
+    assert proc.returncode == 1, proc.stderr
+    assert "no lock for Python 3.13" in proc.stderr and "dev-py3.13.txt" in proc.stderr, proc.stderr
+    assert "for Python: 3.11 3.12" in proc.stderr, proc.stderr
+    assert "requirements/lock.sh" in proc.stderr and "SUITE_UNLOCKED=1" in proc.stderr, proc.stderr
+    assert not venv.exists()
+
+
+def test_ensure_venv_names_the_environments_it_knows(tmp_path: Path) -> None:
+    proc = _ensure_venv(tmp_path / "venv", "gpu", {})
+    assert proc.returncode == 2
+    assert "'gpu' is unknown; allowed: run, run-gpu, dev" in proc.stderr, proc.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.network
+def test_unlocked_install_warns_and_records_no_lock(tmp_path: Path) -> None:
+    # The real top-level files, resolved by real pip; PIP_DRY_RUN keeps tensorflow off the disk and
+    # fast-deps reads only the wheels' metadata.
+    venv = tmp_path / "venv"
+    env = {"SUITE_LOCKS_DIR": str(tmp_path / "none"), "SUITE_UNLOCKED": "1"}
+    proc = _ensure_venv(venv, "run", {**env, "PIP_DRY_RUN": "1", "PIP_USE_FEATURE": "fast-deps"})
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: no lock for Python" in proc.stderr and "requirements/worker-cpu.txt" in proc.stderr
+    record = locks.venv_lock(str(venv))
+    assert record == {
+        "environment": "run",
+        "lock_file": None,
+        "lock_sha256": None,
+        "python": platform.python_version(),
+    }
+    assert (venv / ".requirements.sha256").read_text(encoding="utf-8").startswith("unlocked ")
+
+
+# --- (d) suite/locks.py ----------------------------------------------------------------------------
+
+
+def test_read_pins_normalizes_names_and_skips_hashes_and_comments(tmp_path: Path) -> None:
+    path = tmp_path / "lock.txt"
+    path.write_text(
+        "# header\n\nPyYAML==6.0.4 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\n    # via -r x\n"
+        "typing_extensions==4.16.0 ; python_version >= '3.11' \\\n    --hash=sha256:cc\n"
+        "jax[cpu]==0.10.2  # a comment\n",
+        encoding="utf-8",
+    )
+    assert locks.read_pins(path) == {"pyyaml": "6.0.4", "typing-extensions": "4.16.0", "jax": "0.10.2"}
+
+
+@pytest.mark.parametrize("line", ["numpy>=2", "numpy", "-r other.txt", "numpy==2.4.6\nNumPy==2.4.5"])
+def test_read_pins_refuses_what_is_no_lock(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "lock.txt"
+    path.write_text(f"# header\n{line}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(str(path)) + r":\d+: "):
+        locks.read_pins(path)
+
+
+def test_read_pins_of_every_lock_matches_its_pinned_lines() -> None:
+    for path in [*LOCKS.glob("*.txt"), *(DOCKER / "locks").glob("*.txt")]:
+        text = path.read_text(encoding="utf-8")
+        assert locks.read_pins(path) == {
+            locks.normalize(n): v for n, v in re.findall(r"^([A-Za-z0-9][\w.-]*)==(\S+) \\$", text, re.M)
+        }
+        assert locks.lock_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_installed_agrees_with_pip_list() -> None:
+    # pip's own view of this interpreter is the reference.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert locks.installed() == {locks.normalize(d["name"]): d["version"] for d in json.loads(proc.stdout)}
+
+
+def test_installed_differences_of_this_venv_against_its_lock() -> None:
+    record = locks.venv_lock()
+    if record is None or not record.get("lock_file"):
+        pytest.skip(f"{sys.prefix} was not installed from a lock (no {locks.LOCK_RECORD}): run ./run_tests.sh")
+    lock = REPO / record["lock_file"]
+    assert locks.lock_sha256(lock) == record["lock_sha256"], f"{lock} changed since {sys.prefix} was installed"
+    pins = locks.read_pins(lock)
+    assert locks.installed_differences(pins) == []
+    numpy = pins["numpy"]
+    doctored = {n: v for n, v in pins.items() if n != "six"} | {"numpy": "0.0.1", "Not_A.Package": "1.0"}
+    assert locks.installed_differences(doctored) == [
+        "not-a-package 1.0 in the lock, not installed",
+        f"numpy 0.0.1 in the lock, {numpy} installed",
+        "six installed, not in the lock",
+    ]
+
+
+def test_venv_lock_reads_the_record_or_says_none(tmp_path: Path) -> None:
+    assert locks.venv_lock(str(tmp_path)) is None
+    (tmp_path / locks.LOCK_RECORD).write_text('{"environment": "dev"}', encoding="utf-8")
+    assert locks.venv_lock(str(tmp_path)) == {"environment": "dev"}
+    (tmp_path / locks.LOCK_RECORD).write_text("[1]", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / locks.LOCK_RECORD))):
+        locks.venv_lock(str(tmp_path))
+
+
+def test_lock_sh_reads_its_images_from_images_yaml() -> None:
+    # No image name is written into the script: the list is docker/images.yaml's.
+    script = (REPO / "requirements" / "lock.sh").read_text(encoding="utf-8")
+    assert "docker/images.yaml" in script
+    for name in _images():
+        assert name not in script
+
+
+def _run_all(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # A venv whose Python has no lock: ./run_all.sh stops in ensure_venv, which names the
+    # environment it was asked for, before anything is installed or run.
+    venv = tmp_path / "venv"
+    _fake_python(venv / "bin" / "python", "3.13.0")
+    return subprocess.run(
+        ["./run_all.sh", "--smoke"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SUITE_VENV": str(venv), **env},
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "chosen"),
+    [
+        ({}, "run"),
+        ({"SUITE_ENV": "run-gpu"}, "run-gpu"),
+        ({"SUITE_WORKER_REQUIREMENTS": "requirements/worker-gpu.txt"}, "run-gpu"),
+        ({"SUITE_WORKER_REQUIREMENTS": "requirements/worker-cpu.txt"}, "run"),
+    ],
+)
+def test_run_all_picks_the_environment(tmp_path: Path, env: dict[str, str], chosen: str) -> None:
+    proc = _run_all(tmp_path, env)
+    assert proc.returncode == 1, proc.stderr
+    assert f"Locks of environment '{chosen}' exist for Python: 3.11 3.12" in proc.stderr, proc.stderr
+    if "SUITE_WORKER_REQUIREMENTS" in env:
+        assert f"is read as SUITE_ENV={chosen}" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SUITE_ENV": "gpu"}, "SUITE_ENV=gpu: allowed are run (CPU worker) and run-gpu (CUDA wheels)"),
+        (
+            {"SUITE_WORKER_REQUIREMENTS": "req.txt"},
+            "allowed are requirements/worker-cpu.txt and requirements/worker-gpu",
+        ),
+        (
+            {"SUITE_ENV": "run", "SUITE_WORKER_REQUIREMENTS": "requirements/worker-gpu.txt"},
+            "SUITE_ENV=run and SUITE_WORKER_REQUIREMENTS=requirements/worker-gpu.txt disagree",
+        ),
+    ],
+)
+def test_run_all_refuses_an_unknown_environment(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    proc = _run_all(tmp_path, env)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
