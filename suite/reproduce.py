@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -318,7 +319,7 @@ def differences(point: Original, here: Here) -> tuple[list[str], list[str]]:
     return [line for line in lines if line not in notes], notes
 
 
-def advice(lines: list[str], revisions: list[str], image_names: list[str]) -> str:
+def advice(lines: list[str], revisions: list[str], image_names: list[str], lock_files: list[str] | None = None) -> str:
     """What to do about the differences, in the order a reader does it."""
 
     def has(*prefixes: str) -> bool:
@@ -329,7 +330,11 @@ def advice(lines: list[str], revisions: list[str], image_names: list[str]) -> st
         rev = " or ".join(revisions) if revisions else "<the result's git_revision>"
         steps.append(f"check out the revision the result names: `git checkout {rev}`, then set up as the README says")
     if has("environment", "installed packages") and not image_names:
-        steps.append("install the locked environment (./run_tests.sh or ./run_all.sh set up .venv from the lock)")
+        locks = f" ({', '.join(lock_files)})" if lock_files else ""
+        steps.append(
+            f"run with a venv installed from the result's lock{locks}: ./run_all.sh sets one up from the run lock, "
+            "SUITE_ENV=run-gpu ./run_all.sh from run-gpu, ./run_tests.sh from dev"
+        )
     if has("image", "environment", "installed packages") and image_names:
         steps.append(f"rebuild the image from this checkout: `python -m suite images build {' '.join(image_names)}`")
     if has("data:"):
@@ -359,7 +364,9 @@ def verdict(original: list[float], rerun: list[float], tolerance: float, failure
     """
     if failures:
         n = len(failures) + len(rerun)
-        return Verdict(NOT_REPRODUCED, f"not reproduced: {len(failures)} of {n} reruns did not run ok ({failures[0]})")
+        shown = stats.ratio(rerun, original) if rerun else None  # of the reruns that ran, for the table
+        text = f"not reproduced: {len(failures)} of {n} reruns did not run ok ({failures[0]})"
+        return Verdict(NOT_REPRODUCED, text, shown)
     if not rerun:
         return Verdict(NOT_REPRODUCED, "not reproduced: no rerun recorded a fit time")
     r = stats.ratio(rerun, original)
@@ -543,7 +550,7 @@ def compare_point(
         "backend": backend,
         "original_files": [str(p) for p in point.files],
         "original": original,
-        "rerun": {**again, "failures": failure_lines(reruns)},
+        "rerun": {**again, "failures": failure_lines(reruns), "files": []},
         "ratio": None
         if r is None
         else {"rerun_over_original": r.value, "ci_low": r.low, "ci_high": r.high, "runs": list(r.runs)},
@@ -653,15 +660,28 @@ def new_results_dir(base: Path, now: datetime | None = None) -> Path:
     """``base/reproduce/<UTC timestamp>``, made now; a suffix where that name is taken (never reused)."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     parent = base / "reproduce"
-    parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1, 1000):
-        folder = parent / (stamp if attempt == 1 else f"{stamp}-{attempt}")
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            continue
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, 1000):
+            folder = parent / (stamp if attempt == 1 else f"{stamp}-{attempt}")
+            try:
+                folder.mkdir()
+                return folder
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise ReproduceError(f"results folder {parent} cannot be created: {exc.strerror or exc}") from None
     raise ReproduceError(f"{parent}: no free folder name for {stamp}")
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuse a results folder that cannot hold results before anything runs, not after the first run."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ReproduceError(f"results folder {folder} cannot be created or written: {exc.strerror or exc}") from None
 
 
 def _result_files(folder: Path) -> set[Path]:
@@ -669,7 +689,10 @@ def _result_files(folder: Path) -> set[Path]:
 
 
 def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
-    """The command: check, rerun, compare; returns the exit code (0 every point reproduced, 1 not)."""
+    """The command: check, rerun, compare; returns the exit code (0 every point reproduced, 1 not).
+
+    Raises ReproduceError (bad input) or Refused (differences, without ``--anyway``) before anything runs.
+    """
     if opts.repeats is not None and opts.repeats < 1:
         raise ReproduceError(f"--repeats {opts.repeats}: must be >= 1")
     if not 0 < opts.tolerance < 1:
@@ -677,81 +700,28 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
     points = group_points(load_inputs(opts.inputs))
     if not points:
         raise ReproduceError("no result files given")
-    names = {p.fingerprint: opts.backend or p.backend for p in points}
+    names = {p.fingerprint: opts.backend or p.backend for p in points}  # fingerprint -> backend asked
     machine = hostinfo.machine_name()
-    placeholder = opts.results_dir or Path.cwd() / "reproduce"
-    made: dict[str, Any] = {}
+    made: dict[str, tuple[str, Any]] = {}  # backend asked -> (its name, the backend)
     try:
         for name in dict.fromkeys(names.values()):
-            options = backends.BackendOptions(machine=machine, results_dir=placeholder, docker_host=opts.docker_host)
-            chosen = name
-            if name == backends.AUTO:
-                chosen, why = backends.choose(options)
-                say(f"backend: {chosen} ({why})")
-            made[name] = (chosen, backends.make(chosen, options))
-        diffs: dict[str, tuple[list[str], list[str]]] = {}
-        heres: dict[str, Here] = {}
-        for p in points:
-            chosen, backend = made[names[p.fingerprint]]
-            try:
-                here = current_docker(backend, spec_of(p)) if chosen == "docker" else current_local()
-            except image_catalog.ImageError as exc:
-                raise ReproduceError(str(exc)) from None
-            heres[p.fingerprint] = here
-            diffs[p.fingerprint] = differences(p, here)
-        found = {k: v[0] for k, v in diffs.items() if v[0]}
-        if found and not opts.anyway:
-            lines = []
-            for p in points:
-                for d in found.get(p.fingerprint, []):
-                    lines.append(f"  {p.label}: {d}")
-            revisions = sorted(
-                {
-                    str(rev)
-                    for p in points
-                    for prov in p.provenance
-                    if prov and (rev := (prov.get("suite") or {}).get("git_revision"))
-                }
-            )
-            images = sorted({h.image_name for h in heres.values() if h.image_name})
-            raise Refused(
-                "the results do not fit this checkout and machine; nothing was run:\n"
-                + "\n".join(dict.fromkeys(lines))
-                + "\nto reproduce exactly: "
-                + advice([d for v in found.values() for d in v], revisions, images)
-            )
-    except BaseException:
+            made[name] = _make_backend(name, opts, machine, say)
+        diffs = _check(points, {p.fingerprint: made[names[p.fingerprint]] for p in points}, opts.anyway)
+        folder = opts.results_dir if opts.results_dir is not None else new_results_dir(Path.cwd())
+        machine_folder = runner.machine_dir(folder, machine)
+        _check_writable(machine_folder)
+        reruns = _rerun(points, opts, made, names, machine_folder, say)
+    finally:
         for _, backend in made.values():
             backend.close()
-        raise
-
-    folder = opts.results_dir if opts.results_dir is not None else new_results_dir(Path.cwd())
-    specs = rerun_specs(points, opts.repeats)
-    reruns: dict[str, list[RunResult]] = {}
-    machine_folder = runner.machine_dir(folder, machine)
-    with runner.hold_folder(machine_folder):
-        before = _result_files(machine_folder)
-        for name, (chosen, backend) in made.items():
-            mine = [s for s in specs if names[s.fingerprint] == name]
-            if not mine:
-                backend.close()
-                continue
-            say(f"{len(mine)} rerun(s) on backend {chosen}, results in {machine_folder}")
-            summary = runner.run_plan(
-                mine, backend, folder, machine, fresh=True, say=say, live=not opts.as_json and sys.stdout.isatty()
-            )
-            for line in summary.lines():
-                say(line)
-        for path in sorted(_result_files(machine_folder) - before):
-            if any(part[0] in "._" for part in path.relative_to(machine_folder).parts):
-                continue
-            result = results.load(path)
-            reruns.setdefault(result.fingerprint, []).append(result)
     compared = []
     for p in points:
-        mine = sorted(reruns.get(p.fingerprint, []), key=lambda r: int(r.spec.get("repetition", 0)))
-        chosen = made[names[p.fingerprint]][0]
-        compared.append(compare_point(p, mine, opts.tolerance, diffs[p.fingerprint], chosen))
+        mine = sorted(reruns.get(p.fingerprint, []), key=lambda item: int(item[1].spec.get("repetition", 0)))
+        point = compare_point(
+            p, [r for _, r in mine], opts.tolerance, diffs[p.fingerprint], made[names[p.fingerprint]][0]
+        )
+        point["rerun"]["files"] = [str(path) for path, _ in mine]
+        compared.append(point)
     data = collect(compared, opts.tolerance, folder, opts.anyway, opts.inputs)
     if opts.as_json:
         print(json.dumps(data, indent=1, allow_nan=False))
@@ -759,6 +729,84 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
         print()
         print(render(data), end="")
     return 0 if data["reproduced"] else 1
+
+
+def _make_backend(name: str, opts: Options, machine: str, say: Callable[[str], None]) -> tuple[str, Any]:
+    """(name, backend) for a backend asked by name, ``auto`` resolved; BackendUnavailable when it cannot work here."""
+    options = backends.BackendOptions(
+        machine=machine, results_dir=opts.results_dir or Path.cwd() / "reproduce", docker_host=opts.docker_host
+    )
+    if name == backends.AUTO:
+        name, why = backends.choose(options)
+        say(f"backend: {name} ({why})")
+    return name, backends.make(name, options)
+
+
+def _check(
+    points: list[Original], backend_of: dict[str, tuple[str, Any]], anyway: bool
+) -> dict[str, tuple[list[str], list[str]]]:
+    """fingerprint -> (differences, notes) of each point against what its rerun would get here;
+    Refused, listing them with what to do, where any differ and not ``anyway``."""
+    diffs, heres = {}, []
+    for p in points:
+        chosen, backend = backend_of[p.fingerprint]
+        try:
+            here = current_docker(backend, spec_of(p)) if chosen == "docker" else current_local()
+        except image_catalog.ImageError as exc:
+            raise ReproduceError(str(exc)) from None
+        heres.append(here)
+        diffs[p.fingerprint] = differences(p, here)
+    found = [f"  {p.label}: {d}" for p in points for d in diffs[p.fingerprint][0]]
+    if not found or anyway:
+        return diffs
+    raise Refused(
+        "the results do not fit this checkout and machine; nothing was run:\n"
+        + "\n".join(dict.fromkeys(found))
+        + "\nto reproduce exactly: "
+        + advice(
+            [d for p in points for d in diffs[p.fingerprint][0]],
+            _recorded(points, "suite", "git_revision"),
+            sorted({h.image_name for h in heres if h.image_name}),
+            _recorded(points, "environment", "lock_file"),
+        )
+    )
+
+
+def _recorded(points: list[Original], block: str, key: str) -> list[str]:
+    """Every value the points' provenance records under ``block.key``, sorted."""
+    return sorted({str(v) for p in points for prov in p.provenance if prov and (v := (prov.get(block) or {}).get(key))})
+
+
+def _rerun(
+    points: list[Original],
+    opts: Options,
+    made: dict[str, tuple[str, Any]],
+    names: dict[str, str],
+    machine_folder: Path,
+    say: Callable[[str], None],
+) -> dict[str, list[tuple[Path, RunResult]]]:
+    """Run every point's reruns, backend by backend, into ``machine_folder``; fingerprint -> the
+    (file, result) pairs this call saved (files there before are not counted)."""
+    specs = rerun_specs(points, opts.repeats)
+    reruns: dict[str, list[tuple[Path, RunResult]]] = {}
+    folder, machine = machine_folder.parent, machine_folder.name
+    with runner.hold_folder(machine_folder):
+        before = _result_files(machine_folder)
+        for name, (chosen, backend) in made.items():
+            mine = [s for s in specs if names[s.fingerprint] == name]
+            if not mine:
+                continue
+            say(f"{len(mine)} rerun(s) on backend {chosen}, results in {machine_folder}")
+            live = not opts.as_json and sys.stdout.isatty()
+            summary = runner.run_plan(mine, backend, folder, machine, fresh=True, say=say, live=live)
+            for line in summary.lines():
+                say(line)
+        for path in sorted(_result_files(machine_folder) - before):
+            if any(part[0] in "._" for part in path.relative_to(machine_folder).parts):
+                continue
+            result = results.load(path)
+            reruns.setdefault(result.fingerprint, []).append((path, result))
+    return reruns
 
 
 __all__ = [

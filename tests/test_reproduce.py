@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,27 @@ def test_result_without_provenance_is_refused_before_anything_runs(
     assert not (tmp_path / "reproduce").exists(), "a refusal leaves no results folder behind"
 
 
+def test_unwritable_results_folder_is_bad_input_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _spec(tmp_path)
+    saved = results.save(_record(spec), tmp_path / "res", spec.run_id)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("", encoding="utf-8")
+    code, out = _main(capsys, saved, "--anyway", "--results", blocker)
+    assert code == 2 and f"results folder {blocker}" in out and "cannot be created or written" in out
+    assert "rerun(s) on backend" not in out
+
+
+def test_default_results_folder_is_new_every_time(tmp_path: Path) -> None:
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    first = reproduce.new_results_dir(tmp_path, when)
+    second = reproduce.new_results_dir(tmp_path, when)
+    assert first == tmp_path / "reproduce" / "20260102T030405Z"
+    assert second == tmp_path / "reproduce" / "20260102T030405Z-2"
+    assert first.is_dir() and second.is_dir()
+
+
 def test_data_this_machine_lacks_is_refused_with_the_fetch_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -283,7 +305,8 @@ def test_modified_tree_is_refused_and_anyway_runs(original: Path, tmp_path: Path
     assert any(d.startswith("suite tree: the result's had uncommitted changes") for d in point["differences"])
     assert point["original"]["runs_ok"] == 2 and point["rerun"]["runs_ok"] == 1
     assert point["verdict"]["kind"] == INCONCLUSIVE and data["reproduced"] is False
-    assert len(_files(out)) == 1
+    assert [Path(f) for f in point["rerun"]["files"]] == _files(out)
+    assert len(point["original_files"]) == 2 and len(point["rerun"]["files"]) == 1
 
 
 # -- in containers --------------------------------------------------------------------------------
@@ -298,16 +321,8 @@ def test_docker_result_reproduced_in_a_container_and_a_changed_recipe_refused(te
     proc = suite_cli("run", path, "--smoke", "--backend", "docker", "--results", res, "--machine", "box", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = _files(res)
-    _unchanged_checkout(files)
     image = json.loads(files[0].read_text())["provenance"]["image"]
     assert image and image["recipe_hash"], "a docker result records its image's recipe"
-
-    proc = suite_cli("reproduce", *files, "--results", tmp_path / "again", cwd=tmp_path, env=env)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-    reruns = [results.load(p) for p in _files(tmp_path / "again")]
-    assert len(reruns) == 1 and reruns[0].run["backend"] == "docker" and reruns[0].ok
-    assert reruns[0].fingerprint == results.load(files[0]).fingerprint
-    assert "\nverdict: " in proc.stdout
 
     doctored = tmp_path / "doctored.json"
     data = json.loads(files[0].read_text())
@@ -317,3 +332,11 @@ def test_docker_result_reproduced_in_a_container_and_a_changed_recipe_refused(te
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "image recipe: result cdcdcdcdcdcd" in proc.stderr
     assert "python -m suite images build tf2.21-cpu" in proc.stderr
+
+    _unchanged_checkout(files)
+    proc = suite_cli("reproduce", *files, "--results", tmp_path / "again", cwd=tmp_path, env=env)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    reruns = [results.load(p) for p in _files(tmp_path / "again")]
+    assert len(reruns) == 1 and reruns[0].run["backend"] == "docker" and reruns[0].ok
+    assert reruns[0].fingerprint == results.load(files[0]).fingerprint
+    assert "\nverdict: " in proc.stdout
