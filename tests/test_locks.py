@@ -10,6 +10,7 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,37 @@ def test_image_lock_pins_its_requirements_and_constraints(name: str) -> None:
     assert not differ, f"{path}: (constraints, lock) differ: {differ}"
     if entry.get("gpu"):
         assert {n for n in constraints if n.startswith("nvidia-")} <= set(pins)
+
+
+def _strip_first_hashes(text: str) -> str:
+    """The lock with its first entry (absl-py) left without any --hash line."""
+    head, _, rest = text.partition("absl-py==2.5.1 \\\n")
+    body, _, tail = rest.partition("    # via")
+    assert "--hash=sha256:" in body
+    return head + "absl-py==2.5.1\n    # via" + tail
+
+
+@pytest.mark.parametrize(
+    ("doctor", "message"),
+    [
+        (
+            lambda t: t.replace("tabulate==0.10.0 \\", "tabulate==0.9.0 \\"),
+            "tabulate 0.9.0 in the lock does not satisfy",
+        ),
+        (lambda t: t.replace("tabulate==0.10.0 \\", "tabulate>=0.9 \\"), "is not a pinned requirement"),
+        (lambda t: t.replace("Regenerate every lock with: requirements/lock.sh", ""), "header names no regenerate"),
+        (_strip_first_hashes, "no sha256 for absl-py==2.5.1"),
+    ],
+    ids=["version", "range", "header", "hash"],
+)
+def test_the_offline_check_fails_on_a_doctored_lock(tmp_path: Path, doctor: Callable[[str], str], message: str) -> None:
+    text = (LOCKS / "run-py3.11.txt").read_text(encoding="utf-8")
+    doctored = tmp_path / "run-py3.11.txt"
+    doctored.write_text(doctor(text), encoding="utf-8")
+    assert doctored.read_text(encoding="utf-8") != text
+    inputs = [REPO / f for f in locks.ENVIRONMENTS["run"]]
+    with pytest.raises((AssertionError, ValueError), match=re.escape(message)):
+        _check_lock_file(doctored, [(r, str(p)) for r, p in _top_level(inputs)], "3.11")
 
 
 def test_locks_are_written_deterministically() -> None:
@@ -304,6 +336,15 @@ def test_ensure_venv_refuses_a_wrong_hash_and_installs_the_right_one(tmp_path: P
     changed = _ensure_venv(venv, "run", {"SUITE_LOCKS_DIR": str(folder)})
     assert changed.returncode == 0 and "setting up" in changed.stderr, changed.stderr
     assert locks.venv_lock(str(venv))["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+
+    # A venv holding the dev lock serves run as it is (the dev lock holds the run lock); not the reverse.
+    dev = _one_wheel_lock(folder, "dev", f"# dev\nsix==1.16.0 \\\n    --hash=sha256:{SIX_WHEEL_SHA256}\n")
+    assert _ensure_venv(venv, "dev", {"SUITE_LOCKS_DIR": str(folder)}).returncode == 0
+    as_run = _ensure_venv(venv, "run", {"SUITE_LOCKS_DIR": str(folder)})
+    assert as_run.returncode == 0 and as_run.stderr == "", as_run.stderr
+    assert locks.venv_lock(str(venv))["lock_file"] == str(dev)
+    dev.unlink()
+    assert "no lock for Python" in _ensure_venv(venv, "dev", {"SUITE_LOCKS_DIR": str(folder)}).stderr
 
 
 @pytest.mark.network
