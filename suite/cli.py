@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -80,29 +79,22 @@ class _Version(argparse.Action):
 
 
 def version_text() -> str:
-    """``keras-speed-suite 0.1.0 (git 1a2b3c4d5e6f)``, ``+ uncommitted changes`` where the tree differs."""
+    """``keras-speed-suite 0.1.0 (git 1a2b3c4d5e6f)``; where the tree differs from that revision,
+    ``+ uncommitted changes (N files, diff sha256 ...)``: the words and hash a result's provenance
+    records, so a checkout can be matched to a result by eye before ``reproduce`` checks it."""
     import tomllib
+
+    from suite import provenance
 
     try:
         project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
         name, version = project["name"], project["version"]
     except (OSError, KeyError, tomllib.TOMLDecodeError):
         name, version = "keras-speed-suite", "unknown"
-    revision = _git(["rev-parse", "--short=12", "HEAD"])
-    if revision is None:
+    identity = provenance.suite_identity(REPO_ROOT)
+    if not identity.get("git_revision"):
         return f"{name} {version} (no git revision: not a git checkout, or git is missing)"
-    dirty = _git(["status", "--porcelain", "--untracked-files=no"])
-    return f"{name} {version} (git {revision}{' + uncommitted changes' if dirty else ''})"
-
-
-def _git(args: list[str]) -> str | None:
-    try:
-        proc = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    return f"{name} {version} (git {provenance.suite_text(identity)})"
 
 
 def _parser() -> argparse.ArgumentParser:

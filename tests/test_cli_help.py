@@ -50,23 +50,39 @@ def test_help_lists_each_flag(command: str) -> None:
             assert flag in proc.stdout, f"{command} --help lacks {flag}"
 
 
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+
+
 def test_version_names_the_release_and_the_revision() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    before = _git("status", "--porcelain", "--untracked-files=no").stdout
     proc = suite_cli("--version")
     assert proc.returncode == 0, proc.stderr
     line = proc.stdout.strip()
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    head = _git("rev-parse", "--short=12", "HEAD")
     if head.returncode != 0:
         assert line == f"keras-speed-suite {version} (no git revision: not a git checkout, or git is missing)"
         return
-    assert re.fullmatch(
-        rf"keras-speed-suite {re.escape(version)} \(git [0-9a-f]{{12}}( \+ uncommitted changes)?\)", line
+    if _git("status", "--porcelain", "--untracked-files=no").stdout != before:
+        pytest.skip("the checkout changed while --version ran")
+    match = re.fullmatch(
+        rf"keras-speed-suite {re.escape(version)} \(git ([0-9a-f]{{12}})"
+        r"( \+ uncommitted changes \((\d+) files?, diff sha256 [0-9a-f]{12}\))?\)",
+        line,
     )
-    assert head.stdout.strip() in line
+    assert match, line
+    assert match.group(1) == head.stdout.strip()
+    changed = [entry for entry in before.splitlines() if entry.strip()]
+    if changed:  # as git itself counts them (a rename counts its two paths)
+        paths = sum(2 if entry[:2].strip().startswith(("R", "C")) else 1 for entry in changed)
+        assert match.group(3) == str(paths), (line, before)
+    else:
+        assert match.group(2) is None, line
 
 
 def test_version_without_git(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "_git", lambda args: None)
+    monkeypatch.setenv("PATH", "")  # no git to be found
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])
     assert done.value.code == 0
