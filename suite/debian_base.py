@@ -2,15 +2,18 @@
 
 Where the catalog's base (``python:3.11-slim-bookworm``) cannot be pulled, an image's base is made
 from Debian packages instead: ``debootstrap`` a minimal bookworm root (its python3 is 3.11, the
-catalog's Python), install the image's pip requirements into it with *this machine's* pip (the
-build's containers may have no network at all), trim it, and ``docker import`` it. The Dockerfile is
-then built on it with ``INSTALL=0``: the requirements are there, only its check runs.
+catalog's Python), install the image's hash-locked requirements (docker/locks/NAME.txt, with
+``--require-hashes``) into it with *this machine's* pip (the build's containers may have no network
+at all), trim it, and ``docker import`` it. The Dockerfile is then built on it with ``INSTALL=0``:
+the packages are there, only its checks run.
 
-The base is tagged ``suite-base:<hash of its recipe>`` (Debian suite, mirror, packages, pip
-requirements, the constraints' pins, this machine's Python), so a second build finds it on the
-engine and takes seconds. Its labels say how it was made: the Debian suite and mirror, the version
-of every Debian package in the root, the pip requirements and the hash of the constraints. Images
-built on it inherit these labels, and each result's image facts carry them.
+The base is tagged ``suite-base:<hash of its recipe>`` (Debian suite, mirror, packages, the lock
+file's name and sha256, this machine's Python), so a second build finds it on the engine and takes
+seconds. Its labels say how it was made: the Debian suite and mirror, the version of every Debian
+package in the root, the lock file and its sha256. Images built on it inherit these labels, and each
+result's image facts carry them. debootstrap takes whatever versions the mirror has that day; it
+cannot pin them. Where docker/images.lock recorded an earlier base's packages, a new base names the
+packages that moved.
 
 Needs root (debootstrap) and the ``debootstrap`` and ``tar`` programs on the machine that builds.
 """
@@ -25,15 +28,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from suite.image_catalog import DOCKER_DIR, ImageDef, ImageError, label_instruction
+from suite.locks import lock_sha256
 
-RECIPE_VERSION = "2"  # bump when the steps below change what ends up in the image
+RECIPE_VERSION = "3"  # bump when the steps below change what ends up in the image
 DEBIAN_SUITE = "bookworm"  # python3 is 3.11 there, like the catalog's bases
 MIRROR_ENV = "SUITE_DEBIAN_MIRROR"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -53,21 +57,17 @@ class DebianBaseError(ImageError):
 
 @dataclass(frozen=True)
 class DebianRecipe:
-    """What goes into one registry-free base: Debian's part, then pip's."""
+    """What goes into one registry-free base: Debian's part, then pip's (one hash-locked requirements file)."""
 
-    requirements: tuple[str, ...]  # pip requirements, e.g. ("tensorflow-cpu==2.21.0", "keras==3.15.1")
-    constraints: Path
+    lock: Path  # the lock file pip installs, e.g. docker/locks/tf2.21-cpu.txt
+    lock_file: str  # its name as images.yaml gives it, relative to docker/: locks/tf2.21-cpu.txt
     mirror: str = DEFAULT_MIRROR
     suite: str = DEBIAN_SUITE
     packages: tuple[str, ...] = DEBIAN_PACKAGES
 
-    def pins(self) -> list[str]:
-        """The constraints' pins without comments: a reworded comment installs the same bytes."""
-        lines = (line.split("#", 1)[0].strip() for line in self.constraints.read_text(encoding="utf-8").splitlines())
-        return [line for line in lines if line]
-
-    def constraints_hash(self) -> str:
-        return "sha256:" + hashlib.sha256("\n".join(self.pins()).encode()).hexdigest()
+    def lock_sha256(self) -> str:
+        """sha256 of the lock file's bytes: the same value as the image label ``suite.lock.sha256``."""
+        return lock_sha256(self.lock)
 
     def inputs_hash(self) -> str:
         """Hash of the recipe: same inputs, same tag, so the engine's copy is reused."""
@@ -76,8 +76,7 @@ class DebianRecipe:
             self.suite,
             self.mirror,
             *self.packages,
-            *self.requirements,
-            *self.pins(),
+            f"lock {self.lock_file} {self.lock_sha256()}",
             host_python_tag(),
         ]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -86,26 +85,31 @@ class DebianRecipe:
         return f"{REPOSITORY}:{self.inputs_hash()[:16]}"
 
 
-def recipe_for(image: ImageDef) -> DebianRecipe:
-    """The Debian base for one catalog image: its TensorFlow and extra requirements, its constraints."""
-    requirements = tuple(image.tensorflow.split()) + tuple(image.extra.split())
-    return recipe_from(requirements, DOCKER_DIR / image.constraints)
+def recipe_for(image: ImageDef, root: Path = DOCKER_DIR) -> DebianRecipe:
+    """The Debian base for one catalog image: its lock file (``root``: the catalog's folder)."""
+    return recipe_from(root / image.lock, image.lock)
 
 
-def recipe_from(requirements: tuple[str, ...], constraints: Path) -> DebianRecipe:
-    """A recipe for these requirements; the mirror is ``$SUITE_DEBIAN_MIRROR`` when set."""
-    return DebianRecipe(tuple(requirements), constraints, mirror=os.environ.get(MIRROR_ENV) or DEFAULT_MIRROR)
+def recipe_from(lock: Path, lock_file: str) -> DebianRecipe:
+    """A recipe installing this lock; the mirror is ``$SUITE_DEBIAN_MIRROR`` when set."""
+    return DebianRecipe(lock, lock_file, mirror=os.environ.get(MIRROR_ENV) or DEFAULT_MIRROR)
 
 
 def host_python_tag() -> str:
     return f"host-py{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def ensure(client: Any, recipe: DebianRecipe, progress: Callable[[str], None] = print) -> str:
+def ensure(
+    client: Any,
+    recipe: DebianRecipe,
+    progress: Callable[[str], None] = print,
+    locked_packages: Mapping[str, str] | None = None,
+) -> str:
     """The tag of the recipe's base on the engine, made only when the engine does not have it.
 
     Two builders of the same base on this machine take turns (a lock file per tag): the second finds
-    the first one's base instead of making it again.
+    the first one's base instead of making it again. ``locked_packages``: the Debian packages
+    docker/images.lock recorded for this image's base; a new base says which of them moved.
     """
     tag = recipe.tag()
     if _on_engine(client, tag):
@@ -124,7 +128,7 @@ def ensure(client: Any, recipe: DebianRecipe, progress: Callable[[str], None] = 
         if _on_engine(client, tag):
             progress(f"{tag}: made meanwhile by another build")
             return tag
-        _make(client, recipe, tag, progress)
+        _make(client, recipe, tag, progress, locked_packages)
     if not _on_engine(client, tag):
         raise DebianBaseError(f"importing {tag} produced no image")
     return tag
@@ -140,12 +144,27 @@ def _on_engine(client: Any, tag: str) -> bool:
     return True
 
 
-def _make(client: Any, recipe: DebianRecipe, tag: str, progress: Callable[[str], None]) -> None:
+def _make(
+    client: Any,
+    recipe: DebianRecipe,
+    tag: str,
+    progress: Callable[[str], None],
+    locked_packages: Mapping[str, str] | None = None,
+) -> None:
     with tempfile.TemporaryDirectory(prefix="suite-base-", dir=os.environ.get("SUITE_BASE_WORKDIR")) as work:
         root = Path(work, "root")
         with _timed("debootstrap", progress):
             _debootstrap(recipe, root, progress)
         packages = debian_packages(root)
+        if locked_packages:
+            moved = package_changes(locked_packages, packages)
+            if moved:
+                progress(
+                    f"{len(moved)} Debian package(s) differ from those docker/images.lock recorded (debootstrap "
+                    f"takes what {recipe.mirror} has today; it cannot pin versions): {'; '.join(moved)}"
+                )
+            else:
+                progress("Debian packages: the versions docker/images.lock recorded")
         with _timed("pip install", progress):
             _pip_install(recipe, root, progress)
         for rel in TRIM:
@@ -164,10 +183,31 @@ def base_labels(recipe: DebianRecipe, packages: dict[str, str]) -> dict[str, str
         "suite.debian.suite": recipe.suite,
         "suite.debian.mirror": recipe.mirror,
         "suite.debian.packages": " ".join(f"{name}={version}" for name, version in sorted(packages.items())),
-        "suite.pip.requirements": " ".join(recipe.requirements),
-        "suite.pip.constraints": f"{recipe.constraints.name} {recipe.constraints_hash()}",
+        "suite.pip.lock.file": recipe.lock_file,
+        "suite.pip.lock.sha256": recipe.lock_sha256(),
         "suite.pip.installed_by": f"host pip, Python {'.'.join(map(str, sys.version_info[:3]))}",
     }
+
+
+def parse_packages(label: str) -> dict[str, str]:
+    """The ``suite.debian.packages`` label (``name=version name=version ...``) back into a mapping."""
+    return dict(item.split("=", 1) for item in label.split() if "=" in item)
+
+
+def package_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """Each package whose version differs, was added or is gone, one readable line each, sorted by name."""
+    lines = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if old is None:
+            lines.append(f"{name} {new} added")
+        elif new is None:
+            lines.append(f"{name} {old} gone")
+        else:
+            lines.append(f"{name} {old} -> {new}")
+    return lines
 
 
 def debian_packages(root: Path) -> dict[str, str]:
@@ -194,8 +234,12 @@ def _debootstrap(recipe: DebianRecipe, root: Path, progress: Callable[[str], Non
 
 
 def _pip_install(recipe: DebianRecipe, root: Path, progress: Callable[[str], None]) -> None:
-    """The host's pip installs into the root's site-packages: the root itself needs no pip."""
-    progress(f"pip install {' '.join(recipe.requirements)} (constraints {recipe.constraints.name}) into the root")
+    """The host's pip installs the lock into the root's site-packages: the root itself needs no pip.
+
+    ``--require-hashes --no-deps``, as in the Dockerfile: every file must match a sha256 of the lock,
+    and the lock is the complete resolution, so pip resolves nothing of its own.
+    """
+    progress(f"pip install --require-hashes -r {recipe.lock_file} into the root")
     cmd = [
         sys.executable,
         "-m",
@@ -203,11 +247,12 @@ def _pip_install(recipe: DebianRecipe, root: Path, progress: Callable[[str], Non
         "install",
         "--disable-pip-version-check",
         "--no-warn-script-location",
+        "--require-hashes",
+        "--no-deps",
         "--target",
         str(root / SITE_PACKAGES),
-        "-c",
-        str(recipe.constraints),
-        *recipe.requirements,
+        "-r",
+        str(recipe.lock),
     ]
     if sys.version_info[:2] != PYTHON_VERSION:
         # Another host Python: ask for wheels made for the root's interpreter instead.

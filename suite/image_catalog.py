@@ -3,11 +3,20 @@
 No engine is needed here: ``plan_build`` resolves what one build sends (args, context, labels, tag)
 and the hash of it, so a recipe can be compared with what an engine holds, and a typo in a name is
 refused before any connection. Building and asking registries is ``suite.images``.
+
+Two hashes name an image's recipe. ``recipe_hash`` covers what decides the image's Python packages
+whichever way its base was obtained (the Dockerfile, the image's hash-locked requirements file, its
+catalog entry), so an image built on a registry base and one built on a Debian-made base carry the
+same value. ``context_hash`` covers exactly what one build sends (files and build args, the base
+reference among them), and decides whether an image on the engine is up to date. Neither covers a
+label that changes every build (build time, git revision): a rebuild is skipped while the recipe is
+unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +24,10 @@ from typing import Any
 
 import yaml
 
-DOCKER_DIR = Path(__file__).resolve().parents[1] / "docker"
+from suite.locks import lock_sha256
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCKER_DIR = REPO_ROOT / "docker"
 CATALOG = DOCKER_DIR / "images.yaml"
 LOCK = DOCKER_DIR / "images.lock"
 IMAGE_KEYS = {
@@ -25,13 +37,17 @@ IMAGE_KEYS = {
     "tensorflow",
     "extra",
     "constraints",
+    "lock",
     "cuda",
     "cudnn",
     "python",
     "dockerfile",
 }
-REQUIRED_KEYS = {"gpu", "base", "tensorflow", "constraints"}
+REQUIRED_KEYS = {"gpu", "base", "tensorflow", "constraints", "lock"}
+FILE_KEYS = ("constraints", "lock", "dockerfile")  # paths relative to the catalog's folder
 LABEL_PREFIX = "suite."
+OCI_PREFIX = "org.opencontainers.image."
+RECIPE_VERSION = "1"  # bump when recipe_hash covers other inputs
 
 
 class ImageError(Exception):
@@ -48,7 +64,8 @@ class ImageDef:
     gpu: bool
     base: str  # pinned tag, e.g. python:3.11-slim-bookworm
     tensorflow: str  # pip requirement
-    constraints: str  # path relative to docker/
+    constraints: str  # path relative to docker/: the pins the lock is compiled with
+    lock: str  # path relative to docker/: the complete, hash-locked requirements the image installs
     extra: str = ""
     description: str = ""
     cuda: str | None = None
@@ -62,6 +79,7 @@ class Catalog:
     repository: str
     defaults: dict[str, str]  # "gpu" | "cpu" -> image name
     images: dict[str, ImageDef]
+    root: Path = DOCKER_DIR  # the catalog's folder: the build context, and what file keys are relative to
 
     def get(self, name: str) -> ImageDef:
         if name not in self.images:
@@ -91,7 +109,7 @@ def load_catalog(path: Path = CATALOG) -> Catalog:
     for kind in ("gpu", "cpu"):
         if defaults.get(kind) not in images:
             raise ImageError(f"{path}: defaults.{kind} must name one of the images ({', '.join(sorted(images))})")
-    return Catalog(str(data.get("repository") or "suite-bench"), dict(defaults), images)
+    return Catalog(str(data.get("repository") or "suite-bench"), dict(defaults), images, path.resolve().parent)
 
 
 def _image_def(path: Path, name: str, entry: Any) -> ImageDef:
@@ -106,21 +124,85 @@ def _image_def(path: Path, name: str, entry: Any) -> ImageDef:
         raise ImageError(f"{where}: missing key(s) {sorted(missing)}")
     if not isinstance(entry["gpu"], bool):
         raise ImageError(f"{where}.gpu: expected true or false, got {entry['gpu']!r}")
-    if not (DOCKER_DIR / entry["constraints"]).is_file():
-        raise ImageError(f"{where}.constraints: {DOCKER_DIR / entry['constraints']} does not exist")
+    root = path.resolve().parent
+    for key in FILE_KEYS:
+        if key not in entry:
+            continue
+        value = entry[key]
+        if not isinstance(value, str) or not value or Path(value).is_absolute() or ".." in Path(value).parts:
+            raise ImageError(f"{where}.{key}: expected a file path relative to {root}, got {value!r}")
+        if not (root / value).is_file():
+            raise ImageError(f"{where}.{key}: {root / value} does not exist")
+    for key in ("description", "tensorflow", "extra", "python", "base"):
+        # Each becomes an image label or a build arg: one line of text.
+        if entry.get(key) is not None and (not isinstance(entry[key], str) or "\n" in entry[key] or "\r" in entry[key]):
+            raise ImageError(f"{where}.{key}: expected one line of text, got {entry[key]!r}")
     return ImageDef(name=name, **{k: (v if k == "gpu" or v is None else str(v)) for k, v in entry.items()})
+
+
+LOCK_SECTIONS = ("bases", "debian_bases")
+
+
+def read_lock(path: Path = LOCK) -> dict[str, dict[str, dict[str, Any]]]:
+    """docker/images.lock: ``{"bases": {...}, "debian_bases": {...}}``, each empty when nothing was locked.
+
+    ``bases``: base tag -> {"digest": "sha256:...", "locked_at": ...}, the registry's digests.
+    ``debian_bases``: image name -> how its base was made from Debian packages on the engine (suite,
+    mirror, the base's recipe hash and image ID, every package's version, the pip lock it holds).
+    """
+    if not path.is_file():
+        return {section: {} for section in LOCK_SECTIONS}
+    what_to_do = "delete it, then run `python -m suite images lock`"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ImageError(f"{path}: unreadable lock file ({exc}); {what_to_do}") from None
+    if not isinstance(data, dict) or set(data) - set(LOCK_SECTIONS):
+        raise ImageError(f"{path}: expected a mapping with the keys {', '.join(LOCK_SECTIONS)}; {what_to_do}")
+    lock = {}
+    for section in LOCK_SECTIONS:
+        entries = data.get(section) or {}
+        if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+            raise ImageError(f"{path}: {section}: expected a mapping of mappings; {what_to_do}")
+        lock[section] = {str(k): dict(v) for k, v in entries.items()}
+    for base, entry in lock["bases"].items():
+        if not str(entry.get("digest", "")).startswith("sha256:"):
+            raise ImageError(f"{path}: bases.{base}.digest: expected sha256:..., got {entry.get('digest')!r}")
+    return lock
 
 
 def load_lock(path: Path = LOCK) -> dict[str, dict[str, str]]:
     """base tag -> {"digest": "sha256:...", "locked_at": ...}; empty when nothing was locked yet."""
-    if not path.is_file():
-        return {}
+    return read_lock(path)["bases"]
+
+
+def recipe_hash(catalog: Catalog, name: str) -> str:
+    """The ``suite.recipe_hash`` an image of that name built now from this checkout would carry.
+
+    sha256 over the inputs that decide the image's contents whichever way its base was obtained:
+    the Dockerfile's bytes, the image's lock file's bytes and its catalog entry (tensorflow, extra,
+    python, base name). Not the base reference a build uses (a digest, or a Debian-made base's tag),
+    and no label that changes every build, so a registry build and a Debian build share it.
+    """
+    d = catalog.get(name)
+    parts = [
+        f"recipe {RECIPE_VERSION}",
+        f"dockerfile {hashlib.sha256((catalog.root / d.dockerfile).read_bytes()).hexdigest()}",
+        f"lock {lock_sha256(catalog.root / d.lock)}",
+        f"tensorflow {d.tensorflow}",
+        f"extra {d.extra}",
+        f"python {d.python}",
+        f"base {d.base}",
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def project_version() -> str:
+    """The suite's version from pyproject.toml; ``unknown`` where it cannot be read."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        what_to_do = "delete it, then run `python -m suite images lock`"
-        raise ImageError(f"{path}: unreadable lock file ({exc}); {what_to_do}") from None
-    return dict(data.get("bases") or {})
+        return str(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
 
 
 def pinned_base(base: str, lock: Mapping[str, Mapping[str, str]]) -> str:
@@ -144,9 +226,10 @@ class BuildPlan:
     name: str
     tag: str
     buildargs: dict[str, str]
-    files: dict[str, bytes]  # the whole build context: Dockerfile and the one constraints file
-    labels: dict[str, str]
+    files: dict[str, bytes]  # the whole build context: the Dockerfile and the image's lock file
+    labels: dict[str, str]  # every label that follows from the recipe (none that changes every build)
     context_hash: str
+    recipe_hash: str = ""
 
 
 def plan_build(
@@ -169,9 +252,7 @@ def plan_build(
     args = {
         "BASE_IMAGE": pinned_base(d.base, lock),
         "PYTHON": d.python,
-        "TF_REQUIREMENT": d.tensorflow,
-        "EXTRA_REQUIREMENTS": d.extra,
-        "CONSTRAINTS": d.constraints,
+        "LOCK": d.lock,
         "INSTALL": "1",
     }
     unknown = set(base_override or {}) - set(args)
@@ -182,38 +263,58 @@ def plan_build(
         if base_override:
             raise ImageError("a build takes either a base override or a Debian base, not both")
         args.update(BASE_IMAGE=debian_base, INSTALL="0")
+    # The lock is complete (every package, pinned and hashed), so it is the whole context beside the
+    # Dockerfile: the constraints it was compiled with are not needed to install it.
     files = {
-        "Dockerfile": (DOCKER_DIR / d.dockerfile).read_bytes(),
-        d.constraints: (DOCKER_DIR / d.constraints).read_bytes(),
+        "Dockerfile": (catalog.root / d.dockerfile).read_bytes(),
+        d.lock: (catalog.root / d.lock).read_bytes(),
     }
+    recipe = recipe_hash(catalog, name)
     digest = hashlib.sha256()
     for key in sorted(files):
         digest.update(f"file {key} {hashlib.sha256(files[key]).hexdigest()}\n".encode())
     for key in sorted(args):
         digest.update(f"arg {key}={args[key]}\n".encode())
+    digest.update(f"recipe {recipe}\n".encode())  # the catalog entry's labels (tensorflow, ...) follow it
     context_hash = digest.hexdigest()
     tag = catalog.tag(name) if not base_override else f"{catalog.tag(name)}-x{context_hash[:10]}"
     base_ref = args["BASE_IMAGE"]
+    base_name = base_ref if base_override or debian_base else d.base
+    base_digest = base_ref.split("@", 1)[1] if "@" in base_ref else ""
     labels = {
         "suite.image": name,
         "suite.context_hash": context_hash,
-        "suite.base.ref": base_ref if base_override or debian_base else d.base,
-        "suite.base.digest": base_ref.split("@", 1)[1] if "@" in base_ref else "",
+        "suite.recipe_hash": recipe,
+        "suite.lock.file": d.lock,
+        "suite.lock.sha256": lock_sha256(catalog.root / d.lock),
+        "suite.base.ref": base_name,
+        "suite.base.digest": base_digest,
         "suite.tensorflow": d.tensorflow,
         "suite.gpu": "true" if d.gpu else "false",
         "suite.cuda": d.cuda or "",
         "suite.python": d.python,
+        OCI_PREFIX + "title": tag,
+        OCI_PREFIX + "version": project_version(),
+        OCI_PREFIX + "base.name": base_name,
     }
+    if d.description:
+        labels[OCI_PREFIX + "description"] = d.description
+    if base_digest:
+        labels[OCI_PREFIX + "base.digest"] = base_digest
     if not base_override:  # an override's base says itself how it was made (its own labels)
         labels["suite.base.source"] = "debian" if debian_base else "registry"
-    return BuildPlan(name, tag, args, files, labels, context_hash)
+    return BuildPlan(name, tag, args, files, labels, context_hash, recipe)
 
 
 def label_instruction(labels: Mapping[str, str]) -> str:
     """One Dockerfile ``LABEL`` instruction setting every label: one build step, not one per label.
 
-    Values are double-quoted with backslash, quote and ``$`` escaped, so none is substituted.
+    Values are double-quoted with backslash, quote and ``$`` escaped, so none is substituted. A line
+    break cannot be written in one and is refused.
     """
+    for key, value in labels.items():
+        if "\n" in value or "\r" in value or "\n" in key or "\r" in key:
+            raise ImageError(f"label {key!r}: a label value is one line, got {value!r}")
     quoted = (
         f'{key}="' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
         for key, value in sorted(labels.items())
@@ -221,12 +322,23 @@ def label_instruction(labels: Mapping[str, str]) -> str:
     return "LABEL " + " ".join(quoted)
 
 
-def write_lock(path: Path, lock: Mapping[str, Mapping[str, str]]) -> None:
+def write_lock(
+    path: Path,
+    lock: Mapping[str, Mapping[str, str]],
+    debian_bases: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
+    """Write docker/images.lock: the registry digests (``lock``) and the Debian-made bases' records."""
     header = (
-        "# Base-image digests for docker/images.yaml, written by `python -m suite images lock`.\n"
-        "# Builds use BASE@DIGEST for every tag listed here. Commit this file.\n"
+        "# Written by `python -m suite images lock` for docker/images.yaml. Commit this file.\n"
+        "# bases: registry digests; builds use BASE@DIGEST for every tag listed there.\n"
+        "# debian_bases: per image, how its base was made from Debian packages where no registry answered\n"
+        "# (debootstrap takes what the mirror has that day; a later build names the packages that moved).\n"
     )
-    body = yaml.safe_dump({"bases": {k: dict(v) for k, v in sorted(lock.items())}}, sort_keys=True)
+    data = {
+        "bases": {k: dict(v) for k, v in sorted(lock.items())},
+        "debian_bases": {k: dict(v) for k, v in sorted((debian_bases or {}).items())},
+    }
+    body = yaml.safe_dump(data, sort_keys=True, width=1000)
     tmp = path.with_suffix(".lock.tmp")
     tmp.write_text(header + body, encoding="utf-8")
     tmp.replace(path)

@@ -3,15 +3,20 @@
 The catalog (docker/images.yaml), the lock and each build's recipe are ``suite.image_catalog``;
 this module is what talks to an engine, and re-exports the catalog's names for its callers.
 
-Each image is the one Dockerfile with other build args. It is tagged ``REPOSITORY:NAME`` and
-labelled with a hash of exactly what the build sees (the Dockerfile, the constraints file, the
-build args), so ``build`` skips an image whose label still matches and a result can name the
-recipe it ran in. Base images are pinned by tag in images.yaml; ``lock`` records their registry
-digests in docker/images.lock, and builds then use ``base@digest`` so a moved tag changes nothing.
+Each image is the one Dockerfile with other build args; it installs the image's hash-locked
+requirements (docker/locks/NAME.txt) with ``pip install --require-hashes``. It is tagged
+``REPOSITORY:NAME`` and labelled with a hash of exactly what the build sees (the Dockerfile, the
+lock file, the build args), so ``build`` skips an image whose label still matches, and with the
+recipe hash, the lock file and its sha256, and the OCI annotations (build time, git revision,
+version, title, description, source, base name and digest), so a result can name what it ran in.
+Base images are pinned by tag in images.yaml; ``lock`` records their registry digests in
+docker/images.lock, and builds then use ``base@digest`` so a moved tag changes nothing.
 
 Where the engine answers the pull of a base with an error (no registry), the image is built on a
-base made from Debian packages instead (``suite.debian_base``), with its requirements installed by
+base made from Debian packages instead (``suite.debian_base``), with the same lock installed by
 this machine's pip; the build says so, and the image's labels record how its base was made.
+``lock`` records those bases too (Debian suite, mirror, every package's version), so a later base
+made from a mirror that moved on says which packages changed.
 
 Builds stream through the low-level API (``APIClient.build(decode=True)``): the high-level
 ``images.build`` only returns the log once the build is over. docker-py speaks the classic builder
@@ -21,11 +26,13 @@ API (no BuildKit), which the Dockerfile is written for.
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from suite import debian_base
 from suite.image_catalog import (
@@ -33,6 +40,8 @@ from suite.image_catalog import (
     DOCKER_DIR,
     LABEL_PREFIX,
     LOCK,
+    OCI_PREFIX,
+    REPO_ROOT,
     BuildPlan,
     Catalog,
     ImageDef,
@@ -43,6 +52,8 @@ from suite.image_catalog import (
     load_lock,
     pinned_base,
     plan_build,
+    read_lock,
+    recipe_hash,
     repository_of,
     write_lock,
 )
@@ -65,6 +76,8 @@ __all__ = [
     "needed_images",
     "pinned_base",
     "plan_build",
+    "read_lock",
+    "recipe_hash",
 ]
 
 
@@ -140,10 +153,11 @@ def build_images(
     (``suite.debian_base``); True: on the Debian base without asking a registry; False: never on it.
     An image built either way is up to date under None; under True or False only one built that way.
 
-    Returns one row per image: name, tag, image_id, context_hash, base (registry | debian | override),
-    action (built | up to date). Raises ImageError with the build's last lines when a build fails.
+    Returns one row per image: name, tag, image_id, context_hash, recipe_hash, base (registry | debian |
+    override), action (built | up to date). Raises ImageError with the build's last lines when a build fails.
     """
-    catalog, lock = load_catalog(), load_lock()
+    catalog, locked = load_catalog(), read_lock()
+    lock = locked["bases"]
     # Every name is checked before connecting: a typo is reported as such, engine or not.
     defs = [catalog.get(name) for name in names or list(catalog.images)]
     routes = [_routes(catalog, d, lock, base_override, from_debian) for d in defs]
@@ -152,7 +166,8 @@ def build_images(
     for d, plans in zip(defs, routes, strict=True):
         found = None if force else _matching(client, plans)
         if found is None:
-            plan, image_id = _build_one(client, d, plans, progress)
+            recorded = (locked["debian_bases"].get(d.name) or {}).get("packages")
+            plan, image_id = _build_one(client, catalog, d, plans, progress, recorded)
             action = "built"
         else:
             plan, image_id = found
@@ -164,6 +179,7 @@ def build_images(
                 "tag": plan.tag,
                 "image_id": image_id,
                 "context_hash": plan.context_hash,
+                "recipe_hash": plan.recipe_hash,
                 "base": _source(plan),
                 "action": action,
             }
@@ -185,7 +201,7 @@ def _routes(
     if from_debian is not True:
         plans.append(plan_build(catalog, d.name, lock))
     if from_debian is not False:
-        plans.append(plan_build(catalog, d.name, lock, debian_base=debian_base.recipe_for(d).tag()))
+        plans.append(plan_build(catalog, d.name, lock, debian_base=debian_base.recipe_for(d, catalog.root).tag()))
     return plans
 
 
@@ -194,14 +210,23 @@ def _source(plan: BuildPlan) -> str:
 
 
 def _build_one(
-    client: Any, d: ImageDef, plans: list[BuildPlan], progress: Callable[[str], None]
+    client: Any,
+    catalog: Catalog,
+    d: ImageDef,
+    plans: list[BuildPlan],
+    progress: Callable[[str], None],
+    recorded_packages: Mapping[str, str] | None = None,
 ) -> tuple[BuildPlan, str]:
-    """Build by the first recipe whose base can be had; a registry base that cannot be pulled passes to the next."""
+    """Build by the first recipe whose base can be had; a registry base that cannot be pulled passes to the next.
+
+    recorded_packages: the Debian packages docker/images.lock recorded for this image's base; a new
+    Debian base says which of them moved.
+    """
     for i, plan in enumerate(plans):
         last = i == len(plans) - 1
         if _source(plan) == "debian":
             progress(f"building {plan.tag} on a base made from Debian packages, not pulled from a registry")
-            debian_base.ensure(client, debian_base.recipe_for(d), progress)
+            debian_base.ensure(client, debian_base.recipe_for(d, catalog.root), progress, recorded_packages)
         try:
             labels = _base_labels(client, plan, progress)
         except BasePullFailed as exc:
@@ -209,9 +234,49 @@ def _build_one(
                 raise
             progress(f"{exc}; building the base from Debian packages instead")
             continue
-        progress(f"building {plan.tag} (FROM {plan.buildargs['BASE_IMAGE']}, {plan.buildargs['TF_REQUIREMENT']})")
-        return plan, _build(client, plan, {**plan.labels, **labels}, progress)
+        progress(f"building {plan.tag} (FROM {plan.buildargs['BASE_IMAGE']}, --require-hashes -r {d.lock})")
+        return plan, _build(client, plan, {**plan.labels, **labels, **build_labels()}, progress)
     raise AssertionError("an image has at least one recipe")
+
+
+def build_labels(repo: Path = REPO_ROOT) -> dict[str, str]:
+    """The labels that change from build to build, so they enter no hash: time, git revision, source.
+
+    ``org.opencontainers.image.revision`` is the plain commit; ``suite.source.dirty`` says whether
+    tracked files differed from it. Both are left out outside a git checkout, and ``source`` (the
+    ``origin`` remote's URL, any user and password removed) where there is no such remote.
+    """
+    labels = {OCI_PREFIX + "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    revision = _git(repo, "rev-parse", "--verify", "HEAD")
+    if revision:
+        labels[OCI_PREFIX + "revision"] = revision
+        dirty = _git(repo, "status", "--porcelain", "--untracked-files=no")
+        if dirty is not None:
+            labels["suite.source.dirty"] = "true" if dirty else "false"
+    remote = _git(repo, "remote", "get-url", "origin")
+    if remote:
+        labels[OCI_PREFIX + "source"] = without_credentials(remote)
+    return labels
+
+
+def without_credentials(url: str) -> str:
+    """A remote's URL without user or password: ``https://user:token@host/x`` -> ``https://host/x``.
+
+    An scp-like address (``git@host:owner/repo``) is no URL and carries no password; it stays as it is.
+    """
+    parts = urlsplit(url)
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    """git's output for this checkout; None outside a git checkout, without git, or when the command fails."""
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def _matching(client: Any, plans: list[BuildPlan]) -> tuple[BuildPlan, str] | None:
@@ -244,6 +309,9 @@ def _base_labels(client: Any, plan: BuildPlan, progress: Callable[[str], None]) 
         repo = repository_of(ref)
         digests = [d.split("@", 1)[1] for d in base.attrs.get("RepoDigests") or [] if repository_of(d) == repo]
         labels["suite.base.digest"] = digests[0] if digests else ""
+    # OCI's base.digest: the registry digest where there is one; else (a base made from Debian
+    # packages, or any base only this engine has) the base's local image ID, which no registry knows.
+    labels[OCI_PREFIX + "base.digest"] = labels.get("suite.base.digest") or plan.labels["suite.base.digest"] or base.id
     return labels
 
 
@@ -311,35 +379,91 @@ def lock_images(
     client: Any = None,
     docker_host: str | None = None,
     path: Path = LOCK,
-) -> dict[str, dict[str, str]]:
-    """Ask the registry for each base tag's digest and write docker/images.lock.
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Record in docker/images.lock each base's registry digest and how each Debian-made base was made.
 
-    Needs a daemon that reaches the registry. Bases that fail keep their previous entry, and the
-    error lists them; the others are written first so a partial lock is not lost.
+    ``bases``: the registry's digest of each base tag (needs a daemon that reaches the registry).
+    ``debian_bases``: for each image whose base for this checkout's recipe was made from Debian
+    packages and is on the engine, that base's Debian suite, mirror, recipe hash, image ID, when it
+    was made, every package with its version, and the lock file (and sha256) its pip layer came from.
+
+    Everything that could be recorded is written, also when some of it could not. Entries that
+    could not be refreshed keep their previous value. Raises ImageError, listing what was and was
+    not recorded, when any base's registry digest is missing (the lock is then incomplete for
+    builds on registry bases); an image without a Debian base on the engine is no error.
     """
     catalog = load_catalog()
     # Names are checked before connecting, so a typo is reported as such, engine or not.
-    bases = sorted({catalog.get(n).base for n in (names or list(catalog.images))})
+    defs = [catalog.get(n) for n in (names or list(catalog.images))]
+    bases = sorted({d.base for d in defs})
     client = client or _connect(docker_host)
-    lock, failures = load_lock(path), []
+    lock = read_lock(path)
+    recorded, failures, absent = [], [], []
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     for base in bases:
         try:
             digest = client.images.get_registry_data(base).id
         except Exception as exc:  # noqa: BLE001 - listed below with the engine's words
-            failures.append(f"{base}: {exc}")
+            failures.append(f"registry digest of {base}: {exc}")
             progress(f"{base}: no digest ({exc})")
             continue
-        lock[base] = {"digest": digest, "locked_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        lock["bases"][base] = {"digest": digest, "locked_at": now}
+        recorded.append(f"registry digest of {base}: {digest}")
         progress(f"{base}: {digest}")
-    write_lock(path, lock)
+    for d in defs:
+        entry = debian_record(client, debian_base.recipe_for(d, catalog.root))
+        if entry is None:
+            kept = " (the previous entry is kept)" if d.name in lock["debian_bases"] else ""
+            absent.append(f"Debian base of {d.name}: none on the engine for this checkout's recipe{kept}")
+            continue
+        lock["debian_bases"][d.name] = {**entry, "locked_at": now}
+        recorded.append(
+            f"Debian base of {d.name}: {entry['base']} ({entry['image_id'][:19]}), {len(entry['packages'])} "
+            f"Debian packages, pip lock {entry['pip_lock']['file']}"
+        )
+    write_lock(path, lock["bases"], lock["debian_bases"])
+    for line in recorded:
+        progress(f"recorded: {line}")
+    for line in absent:
+        progress(f"not recorded: {line}")
+    progress(f"wrote {path}")
     if failures:
         listed = "\n  ".join(failures)
-        raise ImageError(f"could not lock every base image (does the daemon reach the registry?):\n  {listed}")
+        done = "\n  ".join(recorded) or "nothing"
+        raise ImageError(
+            f"could not lock every base image (does the daemon reach the registry?):\n  {listed}\n"
+            f"{path} was written with what was recorded:\n  {done}"
+        )
     return lock
 
 
+def debian_record(client: Any, recipe: debian_base.DebianRecipe) -> dict[str, Any] | None:
+    """The images.lock entry for the recipe's Debian-made base on the engine, from its labels; None without one."""
+    import docker
+
+    try:
+        base = client.images.get(recipe.tag())
+    except docker.errors.ImageNotFound:
+        return None
+    labels = base.labels or {}
+    return {
+        "base": recipe.tag(),
+        "image_id": base.id,  # the engine's local ID: another engine importing the same recipe gets another
+        "made_at": str((base.attrs or {}).get("Created", "")),  # the day debootstrap took the mirror's versions
+        "recipe": labels.get("suite.debian.recipe", ""),
+        "suite": labels.get("suite.debian.suite", ""),
+        "mirror": labels.get("suite.debian.mirror", ""),
+        "packages": debian_base.parse_packages(labels.get("suite.debian.packages", "")),
+        "pip_lock": {"file": labels.get("suite.pip.lock.file", ""), "sha256": labels.get("suite.pip.lock.sha256", "")},
+    }
+
+
 def image_record(image: Any) -> dict[str, Any]:
-    """What a result records about the image it ran in: ID, digests, and the recipe labels."""
+    """What a result records about the image it ran in: ID, digests, the recipe and OCI labels.
+
+    ``recipe_hash``, ``lock_file`` and ``lock_sha256`` are empty for an image built before images
+    carried them; ``oci_labels`` holds every ``org.opencontainers.image.*`` label.
+    """
     labels = image.labels or {}
     return {
         "image_id": image.id,
@@ -347,10 +471,14 @@ def image_record(image: Any) -> dict[str, Any]:
         "repo_digests": list(image.attrs.get("RepoDigests") or []),
         "image_created": image.attrs.get("Created"),
         "image_labels": {k: v for k, v in sorted(labels.items()) if k.startswith(LABEL_PREFIX)},
+        "oci_labels": {k: v for k, v in sorted(labels.items()) if k.startswith(OCI_PREFIX)},
         "base_ref": labels.get("suite.base.ref", ""),
         "base_digest": labels.get("suite.base.digest", ""),
         "base_id": labels.get("suite.base.id", ""),
         "context_hash": labels.get("suite.context_hash", ""),
+        "recipe_hash": labels.get("suite.recipe_hash", ""),
+        "lock_file": labels.get("suite.lock.file", ""),
+        "lock_sha256": labels.get("suite.lock.sha256", ""),
     }
 
 

@@ -1,14 +1,16 @@
 """The Docker tests' image, built without any registry by the product's own Debian route.
 
 The test engine has no images and cannot pull, so the base is the one ``suite.debian_base`` makes
-for the ``tf2.21-cpu`` image (a debootstrapped bookworm root with the worker's pinned packages,
-``requirements/worker-cpu.txt``, installed by the host's pip, imported into the engine and tagged by
-a hash of its recipe: a second run finds it in a second instead of minutes). It is the same base
-``python -m suite images build`` makes for ``tf2.21-cpu`` where no registry answers, so the tests
-and the product share it.
+for the ``tf2.21-cpu`` image (a debootstrapped bookworm root with that image's hash-locked packages,
+``docker/locks/tf2.21-cpu.txt``, installed by the host's pip with ``--require-hashes``, imported into
+the engine and tagged by a hash of its recipe: a second run finds it in a second instead of minutes).
+It is the same base ``python -m suite images build`` makes for ``tf2.21-cpu`` where no registry
+answers, so the tests and the product share it.
 
 The project's ``docker/Dockerfile`` is then built on top of it with ``INSTALL=0`` and a base
-override, tagged ``suite-bench:tf2.21-cpu-x<hash>``: it never stands in for the real image.
+override, tagged ``suite-bench:tf2.21-cpu-x<hash>``: it never stands in for the real image. Its
+checks (every package of the lock installed at the lock's version; TensorFlow, Keras and NumPy
+import) run in that build.
 
 Run directly to (re)build and print the tags: ``python tests/docker_base.py``.
 """
@@ -26,8 +28,7 @@ if str(REPO_ROOT) not in sys.path:  # when run as a script
 
 from suite import debian_base, image_catalog  # noqa: E402 - after the path set-up above
 
-TEST_VARIANT = "tf2.21-cpu"  # the images.yaml entry built on top; its pins match requirements/worker-cpu.txt
-REQUIREMENTS = REPO_ROOT / "requirements" / "worker-cpu.txt"
+TEST_VARIANT = "tf2.21-cpu"  # the images.yaml entry built on top: the CPU image the worker's runs use
 
 BaseImageError = debian_base.DebianBaseError
 
@@ -35,11 +36,6 @@ BaseImageError = debian_base.DebianBaseError
 def recipe() -> debian_base.DebianRecipe:
     """The product's Debian recipe for the test variant."""
     return debian_base.recipe_for(image_catalog.load_catalog().get(TEST_VARIANT))
-
-
-def requirement_lines() -> list[str]:
-    lines = (line.split("#", 1)[0].strip() for line in REQUIREMENTS.read_text(encoding="utf-8").splitlines())
-    return [line for line in lines if line]
 
 
 def base_tag() -> str:
