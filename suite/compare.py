@@ -11,7 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from suite import stats
+from suite import provenance, stats
 from suite.markdown import cell, code
 from suite.results import (
     ENV_GPUS,
@@ -53,17 +53,61 @@ FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
 ]
 
 
+NOT_RECORDED = "not recorded"
+
+
+def _section(r: RunResult) -> dict[str, Any]:
+    return provenance.of_result(r.provenance, r.run)
+
+
+def _suite_revision(r: RunResult) -> str:
+    return provenance.suite_text(_section(r).get("suite"))
+
+
+def _environment_lock(r: RunResult) -> str:
+    environment = _section(r).get("environment")
+    text = provenance.lock_text(environment)
+    if environment and environment.get("matches_lock") is False:
+        text += " (installed packages differ from it)"
+    return text
+
+
+def _image_recipe(r: RunResult) -> str:
+    image = _section(r).get("image")
+    if image:
+        recipe = image.get("recipe_hash")
+        return provenance.short(recipe) if recipe else NOT_RECORDED
+    return "none (local)" if RUN_BACKEND.of(r) == "local" else ("none" if r.provenance else NOT_RECORDED)
+
+
+FACTS += [
+    ("suite revision", _suite_revision),
+    ("environment lock", _environment_lock),
+    ("image recipe", _image_recipe),
+]
+
+
 GPU_FACTS = ("GPU model", "GPU driver")
+# Facts of what ran rather than of the machine: every value its runs record is shown, so a machine
+# whose runs came from two revisions says so instead of showing the newest.
+PROVENANCE_FACTS = ("suite revision", "environment lock", "image recipe")
+CODE_FACTS = ("suite revision",)
+ENVIRONMENT_FACTS = ("environment lock", "image recipe")
 
 
 def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     """Facts of one machine: GPU facts from its newest run of a GPU point (a CPU run, in a container
-    above all, sees no GPU), the rest from its newest run that reached the worker."""
+    above all, sees no GPU), provenance facts from every run its pages state them for (each value
+    once, "; " between), the rest from its newest run that reached the worker."""
     newest = max((v.newest for v in views), key=finished_at)
     gpu_runs = [r for v in views for r in v.gpu_runs]
     newest_gpu = max(gpu_runs, key=finished_at) if gpu_runs else None
+    ran = [r for v in views for r in v.provenance_runs]
     facts = {}
     for name, get in FACTS:
+        if name in PROVENANCE_FACTS:
+            facts[name] = "; ".join(sorted({str(get(r)) for r in ran}))
+            continue
         source = newest_gpu if name in GPU_FACTS and newest_gpu is not None else newest
         facts[name] = str(get(source))
     return facts
@@ -88,7 +132,9 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
             continue
         scenarios.append(_scenario(scenario, per_machine, machines, ref))
     facts = {m: machine_facts([v for v in views if v.machine == m]) for m in machines}
-    differ = [name for name, _ in FACTS if len({facts[m][name] for m in machines}) > 1]
+    # A fact some machine did not record is neither the same nor different: it is unknown.
+    unrecorded = [name for name, _ in FACTS if any(facts[m][name] == NOT_RECORDED for m in machines)]
+    differ = [name for name, _ in FACTS if name not in unrecorded and len({facts[m][name] for m in machines}) > 1]
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -99,7 +145,8 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
         "not_compared": alone,
         "facts": facts,
         "facts_differ": differ,
-        "facts_same": [name for name, _ in FACTS if name not in differ],
+        "facts_same": [name for name, _ in FACTS if name not in differ and name not in unrecorded],
+        "facts_unrecorded": unrecorded,
     }
 
 
@@ -189,4 +236,34 @@ def _facts(data: dict[str, Any]) -> list[str]:
         "",
         f"Differ: {', '.join(data['facts_differ']) or 'nothing recorded'}.",
         f"Same: {', '.join(data['facts_same']) or 'nothing recorded'}.",
+        *_unrecorded(data),
+        *_ran_differently(data),
     ]
+
+
+def _unrecorded(data: dict[str, Any]) -> list[str]:
+    names = data.get("facts_unrecorded") or []
+    if not names:
+        return []
+    return [f"Unknown on some machine (its results do not record it), so not compared: {', '.join(names)}."]
+
+
+def _ran_differently(data: dict[str, Any]) -> list[str]:
+    """A sentence per machine whose code or environment differs from the reference's, in plain words."""
+    machines, facts = data["machines"], data["facts"]
+    ref, lines = machines[0], []
+    for m in machines[1:]:
+        pair = f"{code(ref)} and {code(m)}"
+
+        def values(name: str, other: str = m) -> str:
+            return f"{code(ref)} {cell(facts[ref][name])}, {code(other)} {cell(facts[other][name])}"
+
+        differ = [name for name in data["facts_differ"] if facts[ref][name] != facts[m][name]]
+        code_differs = [n for n in CODE_FACTS if n in differ]
+        environment_differs = [n for n in ENVIRONMENT_FACTS if n in differ]
+        if code_differs:
+            lines += ["", f"{pair} ran different suite code: {values(code_differs[0])}."]
+        if environment_differs:
+            said = "; ".join(f"{name}: {values(name)}" for name in environment_differs)
+            lines += ["", f"{pair} ran in different environments: {said}."]
+    return lines

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from suite import results, stats, verdicts
+from suite import provenance, results, stats, verdicts
 from suite.plan import override_flag, parse_device
 from suite.results import (
     ACHIEVED_FLOPS_PER_S,
@@ -249,6 +249,33 @@ def run_record(path: str, r: RunResult, machine: str, counted: bool) -> dict[str
         "peak_memory_bytes": results.peak_memory_bytes(r),
         "peak_gpu_memory_bytes": results.peak_gpu_memory_bytes(r),
         "message": first_line,
+        **provenance_fields(r),
+    }
+
+
+def provenance_fields(r: RunResult) -> dict[str, Any]:
+    """The run's provenance, flat (runs.csv has one column each): null where not recorded;
+    ``provenance_recorded`` tells a record made before provenance from one that knows a fact is null.
+    A Docker record made before keeps what its image facts say (``provenance.of_result``)."""
+    section = provenance.of_result(r.provenance, r.run)
+    suite, environment, image = section.get("suite") or {}, section.get("environment") or {}, section.get("image") or {}
+    return {
+        "provenance_recorded": bool(r.provenance),
+        "suite_version": suite.get("version"),
+        "git_revision": suite.get("git_revision"),
+        "git_dirty": suite.get("git_dirty"),
+        "dirty_paths": list(suite.get("dirty_paths") or []),
+        "diff_sha256": suite.get("diff_sha256"),
+        "environment_kind": environment.get("kind"),
+        "lock_file": environment.get("lock_file"),
+        "lock_sha256": environment.get("lock_sha256"),
+        "matches_lock": environment.get("matches_lock"),
+        "lock_differences": list(environment.get("lock_differences") or []),
+        "image_name": image.get("name"),
+        "image_id": image.get("id"),
+        "image_digest": image.get("digest"),
+        "image_recipe_hash": image.get("recipe_hash"),
+        "image_context_hash": image.get("context_hash"),
     }
 
 
@@ -315,6 +342,8 @@ def points_csv(doc: dict[str, Any]) -> str:
 
 # runs.csv spreads these list timings over numbered columns, 1-based: epoch_1_s, epoch_2_s, ...
 LIST_COLUMNS = {"epoch_s": "epoch_{}_s", "step_floor_epochs_s": "step_floor_epoch_{}_s"}
+# and joins these lists of text into one cell, as points.csv joins notes
+JOINED_COLUMNS = ("dirty_paths", "lock_differences")
 
 
 def runs_csv(doc: dict[str, Any]) -> str:
@@ -331,6 +360,7 @@ def runs_csv(doc: dict[str, Any]) -> str:
     for r in doc["runs"]:
         row = {k: v for k, v in r.items() if k not in LIST_COLUMNS}
         row["overrides"] = overrides_text(r["overrides"])
+        row.update({k: "; ".join(r[k]) for k in JOINED_COLUMNS})
         for key, name in LIST_COLUMNS.items():
             row.update({name.format(i): v for i, v in enumerate(r[key] or [], 1)})
         rows.append(row)

@@ -27,15 +27,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from suite import locks
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LOCK_MARKER = ".suite-lock.json"  # written into a venv by requirements/ensure_venv.sh after a locked install
+LOCK_MARKER = locks.LOCK_RECORD  # written into a venv by requirements/ensure_venv.sh after a locked install
+NO_LOCK = "not installed from a lock"
 MAX_DIRTY_PATHS = 50
 SHORT = 12  # hex digits shown of a revision or a hash
 GIT_TIMEOUT_S = 30
 ASK_TIMEOUT_S = 120  # another interpreter listing its distributions
-# What ``python -m venv`` puts into every venv to install the rest: a lock pins what it installs,
-# not the installer.
-INSTALLER = frozenset({"pip"})
 
 # ``git diff HEAD`` with every option that user or system configuration could change stated, so
 # the hash depends on the tree's content alone: the same modified tree gives the same hash on any
@@ -272,18 +272,20 @@ def environment_here() -> dict[str, Any]:
     """The "environment" block of the running interpreter: the lock of its venv (``sys.prefix``)."""
     prefix = sys.prefix
     try:
-        marker = _venv_lock(prefix)
-    except ValueError as exc:
+        marker = locks.venv_lock(prefix)
+    except ValueError as exc:  # names the file
         return _environment("venv", None, None, None, [str(exc)])
+    except OSError as exc:
+        return _environment("venv", None, None, None, [f"{Path(prefix) / LOCK_MARKER}: unreadable ({exc})"])
     if marker is None:
-        return _environment("venv", None, None, None, [f"not installed from a lock (no {LOCK_MARKER} in {prefix})"])
+        return _environment("venv", None, None, None, [f"{NO_LOCK} (no {LOCK_MARKER} in {prefix})"])
     lock_file, lock_sha = marker.get("lock_file"), marker.get("lock_sha256")
     if not isinstance(lock_file, str) or not isinstance(lock_sha, str):
         why = f"{Path(prefix) / LOCK_MARKER}: keys lock_file and lock_sha256 must be strings"
         return _environment("venv", None, None, None, [why])
     path = Path(lock_file) if Path(lock_file).is_absolute() else REPO_ROOT / lock_file
     try:
-        now = _lock_sha256(path)
+        now = locks.lock_sha256(path)
     except OSError as exc:
         return _environment("venv", lock_file, lock_sha, None, [f"{lock_file} cannot be read to compare ({exc})"])
     if now != lock_sha:
@@ -292,7 +294,11 @@ def environment_here() -> dict[str, Any]:
             f"{now[:SHORT]} now): the installed packages cannot be checked against the lock they came from"
         )
         return _environment("venv", lock_file, lock_sha, None, [why])
-    differences = _installed_differences(_read_pins(path))
+    try:
+        pins = locks.read_pins(path)
+    except (OSError, ValueError) as exc:
+        return _environment("venv", lock_file, lock_sha, None, [f"{lock_file} cannot be read as a lock ({exc})"])
+    differences = locks.installed_differences(pins)
     return _environment("venv", lock_file, lock_sha, not differences, differences)
 
 
@@ -308,65 +314,14 @@ def _environment(
     }
 
 
-def _venv_lock(prefix: str) -> dict[str, Any] | None:
-    """The venv's lock marker, or None when there is none; ValueError naming the file when unreadable."""
-    path = Path(prefix) / LOCK_MARKER
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot be read ({exc})") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: must hold a JSON object with lock_file and lock_sha256")
-    return data
-
-
-def _lock_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([^\s;\\]+)")
-
-
-def _read_pins(path: Path) -> dict[str, str]:
-    """Normalized project name -> pinned version, from a compiled requirements lock."""
-    pins = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        match = _PIN.match(line.strip())
-        if match:
-            pins[_normalize(match.group(1))] = match.group(2)
-    return pins
-
-
-def _installed_differences(pins: dict[str, str]) -> list[str]:
-    """How this interpreter's installed distributions differ from ``pins``; empty when they match."""
-    from importlib import metadata
-
-    installed: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"] if dist.metadata else None
-        if name:
-            installed.setdefault(_normalize(name), dist.version)
-    lines = []
-    for name in sorted(set(pins) | set(installed)):
-        want, have = pins.get(name), installed.get(name)
-        if want is None:
-            if name not in INSTALLER:
-                lines.append(f"{name} installed, not in the lock")
-        elif have is None:
-            lines.append(f"{name} {want} in the lock, not installed")
-        elif want != have:
-            lines.append(f"{name} {want} in the lock, {have} installed")
-    return lines
+def no_lock_reason(differences: list[str]) -> str:
+    """Why an environment has no lock, without the words "not installed from a lock" a report's
+    "not from a lock" already says: "no .suite-lock.json in /x/.venv"."""
+    reasons = []
+    for line in differences:
+        rest = line.removeprefix(NO_LOCK).strip()
+        reasons.append(rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest or line)
+    return "; ".join(reasons)
 
 
 # -- the image of a Docker run --------------------------------------------------------------------
@@ -394,7 +349,7 @@ def image_provenance(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     lock_sha = fact("lock_sha256", "suite.lock.sha256")
     if not image_id:
         return _environment("image", None, None, None, []), None
-    differences = [] if lock_sha else ["image built without a lock (it has no suite.lock.sha256 label)"]
+    differences = [] if lock_sha else ["image built without a lock: it has no suite.lock.sha256 label"]
     digests = [str(d) for d in run.get("repo_digests") or []]
     image = {
         "name": labels.get("suite.image") or run.get("image"),
@@ -404,6 +359,18 @@ def image_provenance(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         "context_hash": fact("context_hash", "suite.context_hash"),
     }
     return _environment("image", lock_file, lock_sha, None, differences), image
+
+
+def of_result(section: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A result's provenance as reports read it: its own section; for a record made before results
+    carried one, what its recorded image facts still say (a Docker run's image and lock labels),
+    with the suite block and a venv's lock empty: not recorded."""
+    if section:
+        return section
+    if run.get("image_id"):
+        environment, image = image_provenance(run)
+        return provenance_of({}, environment, image)
+    return provenance_of({}, {}, None)
 
 
 # -- in words -------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from tabulate import tabulate
 
-from suite import compare, export, plots, stats, verdicts
+from suite import compare, export, plots, provenance, stats, verdicts
 from suite.markdown import cell, code, paragraph
 from suite.plan import override_flag
 from suite.results import (
@@ -156,6 +156,7 @@ def _environment(view: ScenarioView) -> list[str]:
         f"Keras {cell(versions.get('keras', '?'))} (backend {cell(versions.get('keras_backend', '?'))}), "
         f"CUDA/cuDNN built for: {cell(versions.get('tf_cuda_build') or '-')}"
         f"/{cell(versions.get('tf_cudnn_build') or '-')}",
+        *_provenance_lines(view),
     ]
     sources = sorted({p.ok_runs[0].quality.get(DATA_SOURCE.key, "?") for p in view.points if p.ok_runs})
     lines.append(f"- Data: {cell(', '.join(sources) or 'no run completed')}")
@@ -169,6 +170,70 @@ def _environment(view: ScenarioView) -> list[str]:
     lines += _overrides_lines(view)
     lines += [f"- Also on file: {cell(o)}" for o in view.other_sizes]
     return lines
+
+
+def _provenance_lines(view: ScenarioView) -> list[str]:
+    """The suite revision, environment lock and image the page's runs came from: one value each, or
+    every value with its number of runs when the runs do not all share it (never the newest alone)."""
+    sections = [provenance.of_result(r.provenance, r.run) for r in view.provenance_runs]
+    lines = [
+        _provenance_line("Suite revision", "suite revisions", [_suite_md(s.get("suite")) for s in sections]),
+        _provenance_line("Environment lock", "environment locks", [_lock_md(s.get("environment")) for s in sections]),
+    ]
+    images = [_image_md(s["image"]) for s in sections if s.get("image")]
+    if images:
+        lines.append(_provenance_line("Image", "images", images))
+    return lines
+
+
+def _provenance_line(label: str, plural: str, values: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    if len(counts) == 1:
+        return f"- {label}: {values[0]}"
+    listed = "; ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items(), key=lambda c: -c[1]))
+    return f"- {label}: runs on this page came from {len(counts)} {plural}: {listed}"
+
+
+def _suite_md(suite: dict[str, Any] | None) -> str:
+    if not suite:
+        return "not recorded"
+    revision = suite.get("git_revision")
+    if not revision:
+        return "unknown (not a git checkout, or git missing)"
+    text = code(provenance.short(revision))
+    if suite.get("git_dirty"):
+        n = len(suite.get("dirty_paths") or [])
+        files = f"{n}{'+' if n >= provenance.MAX_DIRTY_PATHS else ''} file{'s' if n != 1 else ''}"
+        diff = suite.get("diff_sha256")
+        text += f" + uncommitted changes ({files}" + (f", diff sha256 {code(provenance.short(diff))})" if diff else ")")
+    elif suite.get("git_dirty") is None:
+        text += " (whether the tree had uncommitted changes is unknown)"
+    return text
+
+
+def _lock_md(environment: dict[str, Any] | None) -> str:
+    if not environment:
+        return "not recorded"
+    differences = environment.get("lock_differences") or []
+    lock_file, sha = environment.get("lock_file"), environment.get("lock_sha256")
+    if not (lock_file and sha):
+        why = provenance.no_lock_reason(differences)
+        return "not from a lock" + (f" ({cell(why)})" if why else "")
+    text = f"{code(lock_file)} (sha256 {code(provenance.short(sha))})"
+    if environment.get("matches_lock") is False:
+        text += f"; installed packages differ from the lock: {cell('; '.join(differences))}"
+    elif environment.get("matches_lock") is None and differences:
+        text += f"; not checked against it: {cell('; '.join(differences))}"
+    return text
+
+
+def _image_md(image: dict[str, Any]) -> str:
+    recipe = image.get("recipe_hash")
+    return f"ID {code(provenance.short(image.get('id')))}, recipe " + (
+        code(provenance.short(recipe)) if recipe else "not recorded (built before images carried one)"
+    )
 
 
 def _override_groups(view: ScenarioView) -> list[tuple[dict[str, Any], list[Point]]]:

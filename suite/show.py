@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from suite import results
+from suite import provenance, results
 from suite.export import RUN_TIMINGS, peak_of
 from suite.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
 
@@ -52,6 +52,8 @@ def render(path: Path, result: RunResult) -> str:
         "telemetry:",
         *_telemetry(result.telemetry),
         "environment:  " + _pairs(_environment(result)),
+        "provenance:",
+        *_provenance(result.provenance),
     ]
     if not result.ok and result.log_tail:
         lines += ["log tail:", *[f"  {line}" for line in result.log_tail.splitlines()[-LOG_LINES:]]]
@@ -82,6 +84,33 @@ def _environment(r: RunResult) -> dict[str, Any]:
         "gpus": "; ".join(gpus) or None,
         "devices_used": ", ".join(r.environment.get("devices_used") or []) or None,
     }
+
+
+def _provenance(section: dict[str, Any]) -> list[str]:
+    """The code, lock and image the result came from, every hash in full (what a rerun checks against)."""
+    if not section:
+        return ["  not recorded (a result made before the suite recorded it)"]
+    suite, environment, image = section.get("suite") or {}, section.get("environment") or {}, section.get("image")
+    lines = ["  suite:        " + (provenance.suite_text(suite) if suite else "not recorded")]
+    if suite:
+        lines.append(
+            "    " + _pairs({k: suite.get(k) for k in ("version", "git_revision", "git_dirty", "diff_sha256")})
+        )
+        if suite.get("dirty_paths"):
+            lines.append("    dirty paths: " + ", ".join(suite["dirty_paths"]))
+    lines.append("  environment:  " + (provenance.lock_text(environment) if environment else "not recorded"))
+    if environment:
+        keys = ("kind", "lock_file", "lock_sha256", "matches_lock")
+        lines.append("    " + _pairs({k: environment.get(k) for k in keys}))
+        lines += [f"    {line}" for line in environment.get("lock_differences") or []]
+    if image:
+        lines.append("  image:        " + _pairs({k: image.get(k) for k in ("name", "id", "digest")}))
+        lines.append("    " + _pairs({k: image.get(k) for k in ("recipe_hash", "context_hash")}))
+    else:
+        lines.append("  image:        none")
+    if section.get("error"):
+        lines.append(f"  error: {section['error']}")
+    return lines
 
 
 def _telemetry(section: dict[str, Any]) -> list[str]:

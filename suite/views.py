@@ -94,6 +94,13 @@ class ScenarioView:
         return max(ran, key=finished_at)
 
     @property
+    def provenance_runs(self) -> list[RunResult]:
+        """The runs whose provenance a page states: those that reached the worker (the code and
+        packages that made its figures and failures), else every run (a page of skips only)."""
+        runs = [r for p in self.points for r in p.runs]
+        return [r for r in runs if r.environment] or runs
+
+    @property
     def gpu_runs(self) -> list[RunResult]:
         """Runs of GPU points that reached the worker: the only ones whose GPU facts describe them."""
         return [r for p in self.points if p.device.startswith("gpu") for r in p.runs if r.environment]

@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import SCENARIOS, suite_cli
+from conftest import REPO, SCENARIOS, suite_cli
 
 from suite import results
 
 pytestmark = pytest.mark.slow
 
 
+def git_head() -> str | None:
+    proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+def head_before() -> str | None:
+    """This checkout's HEAD before the plan ran (a commit may land while it runs)."""
+    return git_head()
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory, head_before: str | None) -> tuple[Path, Path, str]:
     base = tmp_path_factory.mktemp("e2e")
     res, out = base / "results", base / "reports"
     proc = suite_cli("run", "--smoke", "--backend", "local", "--results", res, "--machine", "testbox")
@@ -86,3 +98,15 @@ def test_result_files_hold_the_spec_and_schema(smoke_run) -> None:
     assert data["schema_version"] == results.SCHEMA_VERSION
     assert data["spec"]["scenario"] == "mnist_mlp_width" and data["spec"]["smoke"] is True
     assert path.name.startswith(data["spec"]["fingerprint"][:12])
+
+
+def test_every_result_says_which_code_and_environment_made_it(smoke_run, head_before: str | None) -> None:
+    res, _, _ = smoke_run
+    if head_before is None:
+        pytest.skip("not a git checkout: git_revision is null by design")
+    loaded = [r for _, r in results.load_folder(res / "testbox")]
+    assert {r.status for r in loaded} == {"ok", "skipped"}, "both kinds are checked"
+    for r in loaded:
+        assert r.provenance["suite"]["git_revision"] in {head_before, git_head()}, r.provenance
+        assert isinstance(r.provenance["suite"]["git_dirty"], bool)
+        assert r.provenance["environment"]["kind"] == "venv" and r.provenance["image"] is None

@@ -315,6 +315,7 @@ def test_show_prints_one_result_readably() -> None:
     assert f"fit_s: {raw['timing']['fit_s']:.4g}" in text
     assert "model.hidden: [750, 150, 50, 50]" in text and "tensorflow 2.21.0" in text
     assert "telemetry:\n  not recorded" in text
+    assert "provenance:\n  not recorded (a result made before the suite recorded it)" in text
 
 
 def test_show_json_is_the_record_after_migration(tmp_path: Path) -> None:
@@ -375,7 +376,9 @@ def test_compare_json_holds_the_numbers_the_text_shows() -> None:
         compared += 1
     assert compared == 2
     facts_a, facts_b = doc["facts"][str(a)], doc["facts"][str(b)]
-    assert doc["facts_differ"] == [f for f in facts_a if facts_a[f] != facts_b[f]]
+    unrecorded = [f for f in facts_a if "not recorded" in (facts_a[f], facts_b[f])]
+    assert doc["facts_unrecorded"] == unrecorded == ["suite revision", "environment lock", "image recipe"]
+    assert doc["facts_differ"] == [f for f in facts_a if facts_a[f] != facts_b[f] and f not in unrecorded]
 
 
 def test_compare_json_refuses_a_missing_folder(tmp_path: Path) -> None:
@@ -449,3 +452,60 @@ def test_a_point_measured_with_other_settings_gets_no_speedup(tmp_path: Path) ->
     assert all(r["overrides"] in ({}, {"training.epochs": 1}) for r in runs)
     csv_runs = [r for r in _csv_rows(out / "runs.csv") if r["scenario"] == "fx_scaling"]
     assert {r["point"] for r in csv_runs if r["overrides"] == "training.epochs=1"} == {changed["point"]}
+
+
+PROVENANCE = {
+    "suite": {
+        "version": "0.1.0",
+        "git_revision": "1a2b3c4d5e6f" + "a" * 28,
+        "git_dirty": True,
+        "dirty_paths": ["suite/x.py", "suite/y.py"],
+        "diff_sha256": "d1ff" + "0" * 60,
+    },
+    "environment": {
+        "kind": "venv",
+        "lock_file": "requirements/locks/run-py3.11.txt",
+        "lock_sha256": "ab12" + "0" * 60,
+        "matches_lock": False,
+        "lock_differences": ["numpy 2.4.6 in the lock, 2.3.0 installed", "foo installed, not in the lock"],
+    },
+    "image": None,
+}
+
+
+def test_show_and_exports_carry_the_provenance(tmp_path: Path) -> None:
+    res, out = tmp_path / "results", tmp_path / "out"
+    shutil.copytree(FIXTURES, res)
+    data = json.loads((res / RESULT.relative_to(FIXTURES)).read_text())
+    data["provenance"] = PROVENANCE
+    (res / RESULT.relative_to(FIXTURES)).write_text(json.dumps(data))
+    shown = suite_cli("show", res / RESULT.relative_to(FIXTURES))
+    assert shown.returncode == 0, shown.stderr
+    suite, environment = PROVENANCE["suite"], PROVENANCE["environment"]
+    assert f"git_revision {suite['git_revision']}, git_dirty true, diff_sha256 {suite['diff_sha256']}" in shown.stdout
+    assert "dirty paths: suite/x.py, suite/y.py" in shown.stdout
+    assert f"lock_sha256 {environment['lock_sha256']}, matches_lock false" in shown.stdout
+    assert "    numpy 2.4.6 in the lock, 2.3.0 installed\n" in shown.stdout and "  image:        none" in shown.stdout
+
+    proc = suite_cli("report", "--results", res, "--out", out, "--format", "json,csv")
+    assert proc.returncode == 0, proc.stderr
+    file = RESULT.relative_to(FIXTURES).as_posix()
+    runs = {r["file"]: r for r in _json(out)["runs"]}
+    mine, other = (
+        runs[file],
+        runs[
+            "fixture-local/fx_knobs/" + sorted(p.name for p in (res / "fixture-local" / "fx_knobs").glob("*.json"))[0]
+        ],
+    )
+    assert mine["provenance_recorded"] is True and other["provenance_recorded"] is False
+    assert mine["git_revision"] == suite["git_revision"] and mine["dirty_paths"] == suite["dirty_paths"]
+    assert mine["lock_sha256"] == environment["lock_sha256"] and mine["matches_lock"] is False
+    assert mine["lock_differences"] == environment["lock_differences"] and mine["image_id"] is None
+    assert other["git_revision"] is None and other["lock_differences"] == []
+    docker = next(r for r in runs.values() if r["machine"] == "fixture-docker" and r["status"] == "ok")
+    assert docker["environment_kind"] == "image" and docker["image_id"].startswith("sha256:"), docker
+    rows = {r["file"]: r for r in _csv_rows(out / "runs.csv")}
+    assert rows[file]["git_revision"] == suite["git_revision"] and rows[file]["matches_lock"] == "false"
+    assert rows[file]["dirty_paths"] == "suite/x.py; suite/y.py"
+    assert rows[file]["lock_differences"] == "; ".join(environment["lock_differences"])
+    assert rows[file]["provenance_recorded"] == "true" and rows[file]["image_id"] == ""

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, SCENARIOS
+from docker_fixtures import backend_factory, engine_client, image_fixture, small_specs  # noqa: F401 - fixtures
 
 from suite import plan, provenance, scenario
 from suite.backends.local import LocalBackend
@@ -189,7 +190,10 @@ def test_a_venv_without_a_lock_marker_says_so(venv: Path) -> None:
 
 
 def test_another_interpreter_is_checked_against_its_own_lock(venv: Path, tmp_path: Path) -> None:
-    python, listed = str(venv / "bin" / "python"), pip_list(venv)
+    python = str(venv / "bin" / "python")
+    # pip is the venv's installer, which a lock does not pin; what pip lists beside it is what it installed.
+    listed = {n: v for n, v in pip_list(venv).items() if n != "pip"}
+    assert listed, "a Python 3.11 venv holds setuptools beside pip"
     lock = tmp_path / "lock.txt"
     text = "".join(f"{n}=={v} \\\n    --hash=sha256:{'0' * 64}\n    # via -r x.in\n" for n, v in sorted(listed.items()))
     write_lock(venv, lock, text)
@@ -197,9 +201,7 @@ def test_another_interpreter_is_checked_against_its_own_lock(venv: Path, tmp_pat
     assert block["matches_lock"] is True and block["lock_differences"] == [], block
     assert block["lock_file"] == str(lock) and block["lock_sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
 
-    others = {n: v for n, v in listed.items() if n != "pip"}
-    assert others, "a Python 3.11 venv holds setuptools beside pip"
-    name, version = sorted(others.items())[0]
+    name, version = sorted(listed.items())[0]
     changed = {**listed, name: "0.0.1", "not-installed-anywhere": "1.0"}
     write_lock(venv, lock, "".join(f"{n}=={v}\n" for n, v in sorted(changed.items())))
     block = provenance.venv_environment(python)
@@ -208,12 +210,13 @@ def test_another_interpreter_is_checked_against_its_own_lock(venv: Path, tmp_pat
         ["not-installed-anywhere 1.0 in the lock, not installed", f"{name} 0.0.1 in the lock, {version} installed"]
     )
 
-    write_lock(venv, lock, "".join(f"{n}=={v}\n" for n, v in sorted(others.items())))
-    assert provenance.venv_environment(python)["matches_lock"] is True, "pip, the venv's installer, is not pinned"
-
     write_lock(venv, lock, text, sha="f" * 64)  # the lock changed after the install
     block = provenance.venv_environment(python)
     assert block["matches_lock"] is None and "changed since this venv was installed" in block["lock_differences"][0]
+
+    write_lock(venv, lock, "numpy>=2\n")  # not a lock: named, not a crash
+    block = provenance.venv_environment(python)
+    assert block["matches_lock"] is None and "cannot be read as a lock" in block["lock_differences"][0]
 
 
 def test_a_broken_marker_is_named_not_a_crash(venv: Path) -> None:
@@ -270,7 +273,7 @@ def test_an_image_built_before_the_lock_labels_has_nulls() -> None:
     old = {"suite.image": "tf2.21-cpu", "suite.context_hash": "c" * 64}
     environment, image = provenance.image_provenance({"image_id": "sha256:abc", "image_labels": old})
     assert environment["lock_file"] is environment["lock_sha256"] is environment["matches_lock"] is None
-    assert environment["lock_differences"] == ["image built without a lock (it has no suite.lock.sha256 label)"]
+    assert environment["lock_differences"] == ["image built without a lock: it has no suite.lock.sha256 label"]
     assert image is not None and image["recipe_hash"] is None and image["digest"] is None
     assert image["context_hash"] == "c" * 64
 
@@ -391,3 +394,32 @@ def test_a_real_local_run_carries_the_checkout_it_ran() -> None:
     assert_names_this_checkout(result.provenance["suite"], before)
     assert result.provenance["environment"] == provenance.environment_here()
     assert result.provenance["image"] is None
+
+
+# -- a real Docker run --------------------------------------------------------------------------
+
+
+@needs_git
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_container_run_names_its_image_its_recipe_and_the_checkout(backend, client, tmp_path: Path) -> None:
+    spec = small_specs(tmp_path)[0]
+    before = head()
+    docker_backend = backend()
+    result = docker_backend.run(spec)
+    assert result.status == "ok", (result.message, result.log_tail)
+    assert_names_this_checkout(result.provenance["suite"], before)
+    labels = client.images.get(result.run["image_id"]).labels  # the engine's own word on the image
+    image = result.provenance["image"]
+    assert image["id"] == result.run["image_id"] and image["name"] == labels["suite.image"]
+    assert image["recipe_hash"] == labels.get("suite.recipe_hash")
+    assert image["context_hash"] == labels["suite.context_hash"]
+    environment = result.provenance["environment"]
+    assert environment["kind"] == "image" and environment["matches_lock"] is None
+    if "suite.lock.sha256" in labels:
+        assert environment["lock_file"] == "docker/" + labels["suite.lock.file"]
+        assert environment["lock_sha256"] == labels["suite.lock.sha256"]
+        assert (REPO / environment["lock_file"]).is_file(), "the lock is named from the repository root"
+    skipped = docker_backend.skipped(spec, "a reason")
+    assert skipped.provenance["suite"] == result.provenance["suite"], "the session's code, read once"
+    assert skipped.provenance["image"] is None

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,9 +73,99 @@ def test_hardware_comparison_names_what_differs(tmp_path: Path) -> None:
     text = (tmp_path / "out" / "hardware.md").read_text()
     assert "Reference: `box-a`" in text
     assert "Differ: GPU model, GPU driver." in text
-    assert "| GPU model     | none" in text and "Other GPU" in text
+    assert re.search(r"^\| GPU model +\| none", text, re.M) and "Other GPU" in text
     assert "(95% CI" in text, "ratios against the reference carry intervals"
 
 
 def test_cells_are_escaped() -> None:
     assert report.cell("a|b\nc") == "a\\|b c"
+
+
+REV_A, REV_B = "1a2b3c4d5e6f" + "a" * 28, "9f8e7d6c5b4a" + "b" * 28
+LOCK = "requirements/locks/run-py3.11.txt"
+
+
+def _provenance(revision: str, *, dirty: list[str] | None = None, matches: bool = True) -> dict:
+    differences = [] if matches else ["numpy 2.4.6 in the lock, 2.3.0 installed", "a|b *x* installed, not in the lock"]
+    return {
+        "suite": {
+            "version": "0.1.0",
+            "git_revision": revision,
+            "git_dirty": bool(dirty),
+            "dirty_paths": dirty or [],
+            "diff_sha256": "d1ff" + "0" * 60 if dirty else None,
+        },
+        "environment": {
+            "kind": "venv",
+            "lock_file": LOCK,
+            "lock_sha256": "ab12cd34ef56" + "0" * 52,
+            "matches_lock": matches,
+            "lock_differences": differences,
+        },
+        "image": None,
+    }
+
+
+def _machine(tmp_path: Path, name: str, section: Any) -> None:
+    """A copy of the fixture machine under ``name``; ``section(data)`` gives each result's provenance."""
+    shutil.copytree(FIXTURES / "fixture-local", tmp_path / name)
+    for path in sorted((tmp_path / name).rglob("*.json")):
+        data = json.loads(path.read_text())
+        data["run"]["machine"] = name
+        data["provenance"] = section(data)
+        path.write_text(json.dumps(data))
+
+
+def _environment(page: str, machine: str) -> list[str]:
+    section = page.split(f"## On `{machine}`", 1)[1].split("### Results", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("- ")]
+
+
+def test_the_environment_says_which_code_and_lock_the_runs_came_from(tmp_path: Path) -> None:
+    _machine(tmp_path, "clean", lambda d: _provenance(REV_A))
+    _machine(tmp_path, "dirty", lambda d: _provenance(REV_A, dirty=["suite/x.py", "suite/y.py"], matches=False))
+    report.write_reports(tmp_path, tmp_path / "out")
+    page = (tmp_path / "out" / "fx_knobs.md").read_text()
+    clean = _environment(page, "clean")
+    assert "- Suite revision: `1a2b3c4d5e6f`" in clean
+    assert f"- Environment lock: `{LOCK}` (sha256 `ab12cd34ef56`)" in clean
+    dirty = _environment(page, "dirty")
+    assert "- Suite revision: `1a2b3c4d5e6f` + uncommitted changes (2 files, diff sha256 `d1ff00000000`)" in dirty
+    assert (
+        f"- Environment lock: `{LOCK}` (sha256 `ab12cd34ef56`); installed packages differ from the lock: "
+        "numpy 2.4.6 in the lock, 2.3.0 installed; a\\|b \\*x\\* installed, not in the lock"
+    ) in dirty, "user-influenced text is escaped"
+    assert not any(line.startswith("- Image:") for line in clean + dirty), "local runs have no image"
+
+
+def test_a_page_whose_runs_came_from_two_revisions_says_so(tmp_path: Path) -> None:
+    _machine(tmp_path, "box", lambda d: _provenance(REV_B if d["spec"]["repetition"] == 2 else REV_A))
+    report.write_reports(tmp_path, tmp_path / "out")
+    lines = _environment((tmp_path / "out" / "fx_knobs.md").read_text(), "box")
+    assert "- Suite revision: runs on this page came from 2 suite revisions: `1a2b3c4d5e6f` (6 runs); " in "\n".join(
+        lines
+    )
+    assert any(line.endswith("`9f8e7d6c5b4a` (3 runs)") for line in lines), lines
+    hardware = (tmp_path / "out" / "hardware.md").read_text()
+    assert re.search(r"^\| suite revision +\| 1a2b3c4d5e6f; 9f8e7d6c5b4a +\|$", hardware, re.M), hardware
+
+
+def test_hardware_says_when_two_machines_ran_different_code_or_environments(tmp_path: Path) -> None:
+    _machine(tmp_path, "box-a", lambda d: _provenance(REV_A))
+    _machine(tmp_path, "box-b", lambda d: _provenance(REV_B, matches=False))
+    report.write_reports(tmp_path, tmp_path / "out", reference="box-a")
+    text = (tmp_path / "out" / "hardware.md").read_text()
+    assert "Differ: suite revision, environment lock." in text
+    assert "Same: GPU model, GPU driver, CPU, CPU cores, backend, image ID, Docker engine" in text
+    assert "`box-a` and `box-b` ran different suite code: `box-a` 1a2b3c4d5e6f, `box-b` 9f8e7d6c5b4a." in text
+    assert (
+        "`box-a` and `box-b` ran in different environments: environment lock: "
+        f"`box-a` {LOCK} ab12cd34ef56, `box-b` {LOCK} ab12cd34ef56 (installed packages differ from it)."
+    ) in text
+    assert "Unknown on some machine" not in text
+
+    _machine(tmp_path, "box-c", lambda d: {})  # results made before provenance was recorded
+    report.write_reports(tmp_path, tmp_path / "out2", reference="box-a")
+    text = (tmp_path / "out2" / "hardware.md").read_text()
+    assert "so not compared: suite revision, environment lock." in text
+    assert "`box-a` and `box-c` ran different" not in text, "an unrecorded revision is not called a difference"

@@ -25,6 +25,15 @@ def test_round_trip(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temp file left"
 
 
+def test_provenance_round_trips_and_older_records_load_without_it(tmp_path: Path) -> None:
+    section = {"suite": {"git_revision": "a" * 40, "git_dirty": False}, "environment": {"kind": "venv"}, "image": None}
+    with_it = RunResult(status="skipped", spec=SPEC, message="no GPU", provenance=section)
+    assert results.load(results.save(with_it, tmp_path, "new")).provenance == section
+    older = {k: v for k, v in _result().to_dict().items() if k != "provenance"}
+    (tmp_path / "old.json").write_text(json.dumps(older))
+    assert results.load(tmp_path / "old.json").provenance == {}
+
+
 def test_never_overwrites(tmp_path: Path) -> None:
     first = results.save(_result("error", "2026-01-01"), tmp_path, "run")
     second = results.save(_result("ok", "2026-01-02"), tmp_path, "run")
