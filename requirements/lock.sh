@@ -21,7 +21,7 @@ elif command -v uv >/dev/null 2>&1; then
   uv=$(command -v uv)
 else
   echo "error: uv not found in $VENV/bin or on PATH." >&2
-  echo "Install the pinned one: ./run_tests.sh --co -q (sets up $VENV from requirements/dev.txt)," >&2
+  echo "Install the pinned one: ./run_tests.sh --co -q (sets up $VENV from the dev lock, uv included)," >&2
   echo "or: python3 -m pip install \"\$(grep '^uv==' requirements/dev.txt)\"" >&2
   exit 1
 fi
@@ -75,7 +75,10 @@ done
 
 # One line per image: NAME<TAB>LOCK<TAB>CONSTRAINTS<TAB>REQUIREMENT REQUIREMENT ... (tensorflow, then extra);
 # LOCK and CONSTRAINTS relative to docker/, the lock where the entry's `lock` key says (default locks/NAME.txt).
-images=$("$VENV/bin/python" - <<'EOF'
+# PyYAML reads the catalog: the venv's (host.txt pins it), else python3's.
+yaml_python=python3
+[ -x "$VENV/bin/python" ] && yaml_python=$VENV/bin/python
+images=$("$yaml_python" - <<'EOF'
 import sys
 
 import yaml
