@@ -807,19 +807,3 @@ def _rerun(
             result = results.load(path)
             reruns.setdefault(result.fingerprint, []).append((path, result))
     return reruns
-
-
-__all__ = [
-    "DEFAULT_TOLERANCE_PCT",
-    "FORMAT",
-    "VERSION",
-    "Options",
-    "Refused",
-    "ReproduceError",
-    "Verdict",
-    "group_points",
-    "load_inputs",
-    "repeats_needed",
-    "reproduce",
-    "verdict",
-]

@@ -154,6 +154,10 @@ def test_unreadable_and_foreign_files_are_bad_input_naming_the_file(
     newer.write_text('{"schema_version": 99}', encoding="utf-8")
     code, out = _main(capsys, newer)
     assert code == 2 and f"{newer}: schema_version 99 is newer" in out
+    ancient = tmp_path / "ancient.json"
+    ancient.write_text('{"schema_version": 0}', encoding="utf-8")
+    code, out = _main(capsys, ancient)
+    assert code == 2 and f"{ancient}: schema_version 0 has no migration" in out
     code, out = _main(capsys, tmp_path / "nowhere.json")
     assert code == 2 and f"{tmp_path / 'nowhere.json'}: no such file or folder" in out
     (tmp_path / "empty").mkdir()
