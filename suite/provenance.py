@@ -332,9 +332,10 @@ def image_provenance(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 
     The image's lock is given by its ``suite.lock.file`` label (relative to docker/; the block
     names it from the repository root, as a venv's lock is named) and ``suite.lock.sha256``.
-    ``matches_lock`` is null: the image's packages were installed from its lock with
-    ``--require-hashes`` when it was built, and are not listed again at run time; the image ID names
-    those bytes. A run that never got an image (no engine, no such image, a skip) has image null.
+    ``matches_lock`` is null: nothing is listed at run time. The image's packages were installed
+    from its lock with ``--require-hashes`` when it was built, and the build checked every pin is
+    installed at its version (docker/Dockerfile); the image ID names those bytes, which cannot
+    change after. A run that never got an image (no engine, no such image, a skip) has image null.
     Images built before these labels existed have nulls where the labels are missing.
     """
     labels = run.get("image_labels") or {}
@@ -378,8 +379,9 @@ def of_result(section: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
 def short(value: Any) -> str:
     """A revision, hash or image ID as shown: its first SHORT hex digits (an ID without ``sha256:``)."""
-    text = str(value)
-    return text.removeprefix("sha256:")[:SHORT]
+    if not value:
+        return "none"
+    return str(value).removeprefix("sha256:")[:SHORT]
 
 
 def suite_text(suite: dict[str, Any] | None) -> str:
@@ -457,11 +459,13 @@ def _environment_differences(re_: dict[str, Any], ce: dict[str, Any]) -> list[st
         lines.append(f"environment: result {re_.get('kind')}, here {ce.get('kind')}")
     if (re_.get("lock_file"), re_.get("lock_sha256")) != (ce.get("lock_file"), ce.get("lock_sha256")):
         lines.append(f"environment lock: result {lock_text(re_)}, here {lock_text(ce)}")
-    for who, env in (("the result's", re_), ("here", ce)):
+    said = {
+        "result": "installed packages of the result differed from its lock",
+        "here": "installed packages here differ from the lock",
+    }
+    for who, env in (("result", re_), ("here", ce)):
         if env.get("matches_lock") is False:
-            lines.append(
-                f"installed packages {who} differ from the lock: {'; '.join(env.get('lock_differences') or [])}"
-            )
+            lines.append(f"{said[who]}: {'; '.join(env.get('lock_differences') or [])}")
     return lines
 
 
@@ -475,7 +479,7 @@ def _image_differences(ri: dict[str, Any] | None, ci: dict[str, Any] | None) -> 
     if rr != cr:
         lines.append(f"image recipe: result {short(rr) if rr else 'not recorded'}, here {short(cr) if cr else 'none'}")
     if ri.get("id") != ci.get("id"):
-        same = " (the same recipe: built again)" if rr and rr == cr else ""
+        same = " (the same recipe: built again)" if rr and rr == cr and ri.get("id") and ci.get("id") else ""
         lines.append(f"image ID: result {short(ri.get('id'))}, here {short(ci.get('id'))}{same}")
     return lines
 

@@ -327,6 +327,9 @@ def test_differences_are_said_precisely() -> None:
     assert provenance.describe_differences(section(), drifted) == [
         "installed packages here differ from the lock: numpy 2.4.6 in the lock, 2.3.0 installed"
     ]
+    assert provenance.describe_differences(drifted, section()) == [
+        "installed packages of the result differed from its lock: numpy 2.4.6 in the lock, 2.3.0 installed"
+    ]
 
 
 def test_image_differences_name_the_recipe_and_the_id() -> None:
@@ -342,6 +345,10 @@ def test_image_differences_name_the_recipe_and_the_id() -> None:
     ]
     assert provenance.describe_differences(section(image__=a), section()) == [
         "image: result tf2.21-cpu (ID 111111111111), here none"
+    ]
+    missing = {**a, "id": None}  # the image is not on the engine here
+    assert provenance.describe_differences(section(image__=a), section(image__=missing)) == [
+        "image ID: result 111111111111, here none"
     ]
 
 
