@@ -42,7 +42,8 @@ import numpy as np
 from scipy import stats as sps
 
 from suite import backends, compare, datasets, hostinfo, image_catalog, plan, results, runner, stats
-from suite.results import FIT_S, STEADY_EPOCH_S, RunResult
+from suite.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
+from suite.views import ACCURACY_GATE
 
 FORMAT = "keras-speed-suite/reproduce"
 VERSION = 1
@@ -521,12 +522,24 @@ def fact_differences(original: list[RunResult], rerun: list[RunResult]) -> tuple
     return hardware, other
 
 
-def failure_lines(runs: list[RunResult]) -> list[str]:
-    return [
+def failure_lines(runs: list[RunResult], original: list[RunResult] | None = None) -> list[str]:
+    """One line per rerun that did not end ok; and, where every original run reached the accuracy
+    gate the reports hold verdicts to, per ok rerun below it (a fast broken run reproduces nothing)."""
+    lines = [
         f"rep {r.spec.get('repetition')}: {r.status}" + (f": {r.message.splitlines()[0][:200]}" if r.message else "")
         for r in runs
         if not r.ok
     ]
+    was = [a for r in original or [] if r.ok and (a := TEST_ACCURACY.of(r)) is not None]
+    if was and min(was) >= ACCURACY_GATE:
+        for r in runs:
+            acc = TEST_ACCURACY.of(r)
+            if r.ok and acc is not None and acc < ACCURACY_GATE:
+                lines.append(
+                    f"rep {r.spec.get('repetition')}: ok, but test accuracy {acc:.3f} is below the "
+                    f"{ACCURACY_GATE:.2f} gate every original run reached ({min(was):.3f} or more)"
+                )
+    return lines
 
 
 def compare_point(
@@ -538,7 +551,8 @@ def compare_point(
 ) -> dict[str, Any]:
     """One point's comparison as plain data (``--json``); ``render`` formats exactly this."""
     original, again = side(point.ok_runs), side(reruns)
-    v = verdict(original["fit_s"], again["fit_s"], tolerance, failure_lines(reruns))
+    failures = failure_lines(reruns, point.runs)
+    v = verdict(original["fit_s"], again["fit_s"], tolerance, failures)
     hardware, other = fact_differences(point.ok_runs, reruns)
     r = v.ratio
     return {
@@ -550,7 +564,7 @@ def compare_point(
         "backend": backend,
         "original_files": [str(p) for p in point.files],
         "original": original,
-        "rerun": {**again, "failures": failure_lines(reruns), "files": []},
+        "rerun": {**again, "failures": failures, "files": []},
         "ratio": None
         if r is None
         else {"rerun_over_original": r.value, "ci_low": r.low, "ci_high": r.high, "runs": list(r.runs)},

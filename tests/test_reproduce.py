@@ -117,6 +117,19 @@ def test_hardware_that_differs_is_listed_above_the_verdict(tmp_path: Path) -> No
     assert "| original | 3/3 ok | 1.010 (1.000-1.020)" in text  # geometric mean of 1.00, 1.01, 1.02
 
 
+def test_a_rerun_below_the_accuracy_gate_the_original_reached_is_not_reproduced(tmp_path: Path) -> None:
+    base = _spec(tmp_path)
+    specs = [plan.RunSpec(**{**base.__dict__, "repetition": i}) for i in range(3)]
+    loaded = [(tmp_path / f"r{s.repetition}.json", _record(s, quality={"test_accuracy": 0.95}), None) for s in specs]
+    (point,) = reproduce.group_points(loaded)
+    reruns = [_record(s, quality={"test_accuracy": 0.95 if s.repetition else 0.11}) for s in specs]
+    compared = reproduce.compare_point(point, reruns, TOL, ([], []), "local")
+    assert compared["verdict"]["kind"] == NOT_REPRODUCED
+    assert compared["rerun"]["failures"] == [
+        "rep 0: ok, but test accuracy 0.110 is below the 0.80 gate every original run reached (0.950 or more)"
+    ]
+
+
 # -- bad input ------------------------------------------------------------------------------------
 
 
