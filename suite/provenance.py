@@ -37,9 +37,10 @@ SHORT = 12  # hex digits shown of a revision or a hash
 GIT_TIMEOUT_S = 30
 ASK_TIMEOUT_S = 120  # another interpreter listing its distributions
 
-# ``git diff HEAD`` with every option that user or system configuration could change stated, so
-# the hash depends on the tree's content alone: the same modified tree gives the same hash on any
-# machine, and two different modified trees give different ones (--binary: binary files too).
+# ``git diff HEAD`` with every diff option that user or system configuration could change stated,
+# so the hash depends on HEAD and the tree's content, not on who runs git: the same changes to the
+# same commit give the same hash, and two different modified trees give different ones (--binary:
+# binary files too). Clean/smudge filters still apply, as they do to what git stores.
 DIFF_ARGS = (
     "-c",
     "diff.suppressBlankEmpty=false",
@@ -72,8 +73,9 @@ def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
     ``git_revision`` is null when git is missing, ``root`` is not the top of a git checkout (a copy
     unpacked inside some other repository would otherwise report that repository's HEAD), or the
     checkout has no commit; ``git_dirty`` then is null too. ``dirty_paths``: tracked files that
-    differ from HEAD, staged or not, sorted, at most MAX_DIRTY_PATHS (untracked files are not code
-    the suite ships). ``diff_sha256``: sha256 of ``git diff HEAD`` (DIFF_ARGS), null when clean.
+    differ from HEAD, staged or not, sorted, at most MAX_DIRTY_PATHS. Untracked files are left out
+    (``--untracked-files=no``): a new module not yet added to git is not seen here.
+    ``diff_sha256``: sha256 of ``git diff HEAD`` (DIFF_ARGS), null when clean.
     """
     return _identity(root, _git_dirs(root))
 
