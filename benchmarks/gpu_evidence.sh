@@ -162,14 +162,19 @@ REPORTS=$(realpath -m "$REPORTS")
 wheels_mib() { du -sm "$1" | cut -f1; }
 
 # ------------------------------------------------------------------ --prepare-wheels (here, with internet)
-# What the wheel folder holds: the host side's packages at the pins the suite renders with
-# (requirements/host.txt), NVML for the telemetry, and the worker's Keras (worker-cpu.txt). A name
-# without a pin there is taken at its newest version, and said so.
+# What the wheel folder holds: the host side's packages at the versions the suite renders with, NVML
+# for the telemetry, and the worker's Keras. Versions come from the run lock for the target Python
+# (requirements/locks/run-pyX.Y.txt), which pins every dependency too, so the device gets the
+# bytes a locked install would; without that lock, from the top-level pins (requirements/host.txt,
+# worker-cpu.txt), and a name pinned nowhere is taken at its newest version, and said so.
 WHEEL_NAMES=(PyYAML tabulate matplotlib nvidia-ml-py keras)
+LOCK="$REPO/requirements/locks/run-py$TARGET_PY.txt"
 pins() {
   local name pin
   for name in "${WHEEL_NAMES[@]}"; do
-    pin=$(grep -hiE "^$name==" "$REPO/requirements/host.txt" "$REPO/requirements/worker-cpu.txt" | head -n1 || true)
+    pin=""
+    [ -f "$LOCK" ] && pin=$(grep -hioE "^$name==[^ ;]+" "$LOCK" | head -n1 || true)
+    [ -n "$pin" ] || pin=$(grep -hiE "^$name==" "$REPO/requirements/host.txt" "$REPO/requirements/worker-cpu.txt" | head -n1 || true)
     echo "${pin:-$name}"
   done
 }
@@ -187,8 +192,18 @@ if [ "$PREPARE" -eq 1 ]; then
   echo "downloading wheels for CPython $TARGET_PY on x86-64 Linux into $WHEELS: ${WANT[*]} and their dependencies"
   pydl=$PY
   "$pydl" -m pip --version >/dev/null 2>&1 || pydl="$REPO/.venv/bin/python"
+  locked=()
+  if [ -f "$LOCK" ]; then
+    # The lock's pins as constraints (name==version lines; its hashes cover more files than are fetched here).
+    grep -oE '^[A-Za-z0-9][A-Za-z0-9._-]*==[^ ;]+' "$LOCK" > "$WHEELS/.lock-constraints.txt"
+    locked=(-c "$WHEELS/.lock-constraints.txt")
+    echo "versions from $LOCK"
+  else
+    echo "note: no lock for Python $TARGET_PY ($LOCK); dependencies take their newest versions"
+  fi
   "$pydl" -m pip download --quiet --only-binary=:all: --python-version "$TARGET_PY" --implementation cp \
-    "${plat[@]}" -d "$WHEELS" "${WANT[@]}"
+    "${plat[@]}" "${locked[@]}" -d "$WHEELS" "${WANT[@]}"
+  rm -f "$WHEELS/.lock-constraints.txt"
   # JAX's own NumPy (and SciPy, which JAX needs) are used there; another copy could break jaxlib.
   rm -f "$WHEELS"/numpy-*.whl "$WHEELS"/scipy-*.whl
   src=${MNIST:-$MNIST_DEFAULT}
@@ -207,6 +222,7 @@ fi
 
 # ------------------------------------------------------------------ preconditions
 [ -z "${SUITE_WORKER_REQUIREMENTS:-}" ] || echo "note: SUITE_WORKER_REQUIREMENTS is ignored here" >&2
+[ -z "${SUITE_ENV:-}" ] || echo "note: SUITE_ENV is ignored here (the device has its own Python)" >&2
 if [ "$ALLOW_NO_GPU" -eq 0 ]; then
   command -v nvidia-smi >/dev/null 2>&1 || die "nvidia-smi not found on PATH: this needs a machine with an NVIDIA GPU \
 and its driver. On a machine without one, --allow-no-gpu records the GPU points as skipped."
