@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -243,16 +244,19 @@ def venv_environment(python: str) -> dict[str, Any]:
     code = "import json; from suite import provenance; print(json.dumps(provenance.environment_here()))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     try:
-        proc = subprocess.run(
-            [python, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=ASK_TIMEOUT_S,
-            check=False,
-            env=env,
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-        )
+        # In a folder of its own, removed after: whatever the interpreter writes where it stands (a
+        # wrapper script may write files) stays out of the checkout.
+        with tempfile.TemporaryDirectory(prefix="suite-ask-") as cwd:
+            proc = subprocess.run(
+                [python, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=ASK_TIMEOUT_S,
+                check=False,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+            )
         if proc.returncode != 0:
             raise RuntimeError((proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1])
         block = json.loads(proc.stdout.strip().splitlines()[-1])

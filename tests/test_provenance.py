@@ -231,6 +231,17 @@ def test_an_interpreter_that_cannot_be_asked_gives_the_reason(tmp_path: Path) ->
     assert block["matches_lock"] is None and "could not ask" in block["lock_differences"][0]
 
 
+def test_asking_an_interpreter_leaves_nothing_in_the_checkout(tmp_path: Path) -> None:
+    # A stand-in Python (as tests use) that writes a file named by its last argument where it stands.
+    stub = tmp_path / "python-stub"
+    stub.write_text(f"#!{sys.executable}\nimport sys\nopen(sys.argv[-1][:40], 'w').write('x')\n")
+    stub.chmod(0o755)
+    before = set(REPO.iterdir())
+    block = provenance.venv_environment(str(stub))
+    assert block["matches_lock"] is None and "could not ask" in block["lock_differences"][0]
+    assert not [p for p in set(REPO.iterdir()) - before if p.name.startswith("import json")]
+
+
 def test_a_wrapper_of_this_interpreter_answers_as_this_interpreter(tmp_path: Path) -> None:
     wrapper = tmp_path / "python-wrapper"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
