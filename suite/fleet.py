@@ -102,6 +102,7 @@ def child_commands(host: Host, run_args: list[str], results_dir: Path) -> list[l
 
 def record_unreachable(specs: list[Any], host: Host, results_dir: Path, cause: str) -> int:
     """Each run of a host whose engine does not answer, recorded as ``error`` with the cause."""
+    from suite import provenance
     from suite.backends.base import now_iso
 
     previous = {key for key, r in previous_runs(results_dir / host.name).items() if r.ok}
@@ -112,7 +113,9 @@ def record_unreachable(specs: list[Any], host: Host, results_dir: Path, cause: s
         now = now_iso()
         run = {"backend": "docker", "machine": host.name, "daemon": host.docker, "started_at": now, "finished_at": now}
         message = f"host {host.name}: no Docker engine answers at {host.docker}: {cause}"
-        result = results.RunResult(status="error", spec=spec.to_dict(), message=message, run=run)
+        # No engine, so no image: the code that planned it is what can be said of its provenance.
+        origin = provenance.provenance_of(provenance.current_suite_identity(), *provenance.image_provenance(run))
+        result = results.RunResult(status="error", spec=spec.to_dict(), message=message, run=run, provenance=origin)
         results.save(result, results_dir / host.name / spec.scenario, spec.run_id)
         written += 1
     return written

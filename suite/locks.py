@@ -111,7 +111,7 @@ def installed_differences(pins: dict[str, str]) -> list[str]:
     One line per package, sorted by name: "numpy 2.4.6 in the lock, 2.3.0 installed",
     "foo installed, not in the lock", "bar 1.0 in the lock, not installed". pip is left out (see INSTALLER).
     """
-    pins = {normalize(name): version for name, version in pins.items()}
+    pins = {normalize(name): version for name, version in pins.items() if normalize(name) not in INSTALLER}
     have = {name: version for name, version in installed().items() if name not in INSTALLER}
     lines = []
     for name in sorted(set(pins) | set(have)):

@@ -286,6 +286,9 @@ def environment_here() -> dict[str, Any]:
     if marker is None:
         return _environment("venv", None, None, None, [f"{NO_LOCK} (no {LOCK_MARKER} in {prefix})"])
     lock_file, lock_sha = marker.get("lock_file"), marker.get("lock_sha256")
+    if lock_file is None and lock_sha is None:  # what ensure_venv records under SUITE_UNLOCKED=1
+        why = f"{NO_LOCK} (installed unlocked, SUITE_UNLOCKED=1: {Path(prefix) / LOCK_MARKER} names no lock)"
+        return _environment("venv", None, None, None, [why])
     if not isinstance(lock_file, str) or not isinstance(lock_sha, str):
         why = f"{Path(prefix) / LOCK_MARKER}: keys lock_file and lock_sha256 must be strings"
         return _environment("venv", None, None, None, [why])
@@ -469,8 +472,13 @@ def _environment_differences(re_: dict[str, Any], ce: dict[str, Any]) -> list[st
         "result": "installed packages of the result differed from its lock",
         "here": "installed packages here differ from the lock",
     }
+    same_drift = (
+        re_.get("matches_lock") is False
+        and ce.get("matches_lock") is False
+        and re_.get("lock_differences") == ce.get("lock_differences")
+    )
     for who, env in (("result", re_), ("here", ce)):
-        if env.get("matches_lock") is False:
+        if env.get("matches_lock") is False and not same_drift:
             lines.append(f"{said[who]}: {'; '.join(env.get('lock_differences') or [])}")
     return lines
 

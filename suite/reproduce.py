@@ -266,7 +266,7 @@ def current_docker(backend: Any, spec: plan.RunSpec) -> Here:
     today = image_catalog.recipe_hash(catalog, name) if name in catalog.images else None
     suite_now = provenance.suite_identity()
     try:
-        ref, image = backend._image(backend._connect(), spec)
+        ref, image = backend.image_for(spec)
     except Unavailable as exc:
         image_block = {"name": name, "id": None, "digest": None, "recipe_hash": today, "context_hash": None}
         env = {"kind": "image", "lock_file": None, "lock_sha256": None, "matches_lock": None, "lock_differences": []}
@@ -395,7 +395,7 @@ def verdict(original: list[float], rerun: list[float], tolerance: float, failure
             needed,
         )
     low, high = 1.0 - tolerance, 1.0 + tolerance
-    interval = f"95% interval {stats._bound(r.low)}-{stats._bound(r.high)}"
+    interval = f"95% interval {stats.bound(r.low)}-{stats.bound(r.high)}"
     if low <= r.low and r.high <= high:
         within = math.ceil(round(max(abs(r.low - 1.0), abs(r.high - 1.0)) * 100, 9))
         return Verdict(REPRODUCED, f"reproduced within {within}% (rerun/original {r.value:.2f}x, {interval})", r)

@@ -87,10 +87,10 @@ class Ratio:
             few = min(self.runs)
             return f"{base} ({few} run{'s' if few != 1 else ''} on a side: no interval, {MIN_RUNS_FOR_INTERVAL} needed)"
         tail = "" if self.significant else ", not significant"
-        return f"{base} ({LEVEL:.0%} CI {_bound(self.low)}-{_bound(self.high)}{tail})"
+        return f"{base} ({LEVEL:.0%} CI {bound(self.low)}-{bound(self.high)}{tail})"
 
 
-def _bound(x: float) -> str:
+def bound(x: float) -> str:
     """Two decimals, or as many more as it takes for a bound that excludes 1 not to print as 1.00."""
     for digits in range(2, 7):
         text = f"{x:.{digits}f}"

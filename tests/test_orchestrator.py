@@ -334,3 +334,21 @@ def test_a_held_results_folder_is_refused_naming_the_holder(tmp_path: Path) -> N
     with runner.hold_folder(folder):  # released on exit
         pass
     assert not _saved(tmp_path / "res"), "the lock file is not a result"
+
+
+def test_runs_of_an_unreachable_fleet_host_carry_provenance(tmp_path: Path) -> None:
+    # Recorded without any backend (no engine answered), yet each names the code that planned it.
+    import subprocess
+
+    from suite import fleet
+
+    specs = _specs(tmp_path)
+    host = fleet.Host("gone", "ssh://nobody@192.0.2.1")
+    assert fleet.record_unreachable(specs, host, tmp_path / "res", "refused") == len(specs)
+    saved = [r for _, r in results.load_folder(tmp_path / "res" / "gone")]
+    repo = Path(__file__).resolve().parent.parent
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert len(saved) == len(specs)
+    for r in saved:
+        assert r.status == "error" and r.provenance["image"] is None
+        assert r.provenance["suite"]["git_revision"] == (head.stdout.strip() or None)

@@ -226,6 +226,19 @@ def test_a_broken_marker_is_named_not_a_crash(venv: Path) -> None:
     (venv / provenance.LOCK_MARKER).unlink()
 
 
+def test_an_unlocked_venv_says_it_was_installed_unlocked(venv: Path) -> None:
+    # What requirements/ensure_venv.sh records under SUITE_UNLOCKED=1: a record that names no lock.
+    marker = {"environment": "run", "lock_file": None, "lock_sha256": None, "python": "3.13"}
+    (venv / provenance.LOCK_MARKER).write_text(json.dumps(marker))
+    block = provenance.venv_environment(str(venv / "bin" / "python"))
+    (venv / provenance.LOCK_MARKER).unlink()
+    assert block["lock_file"] is None and block["matches_lock"] is None
+    assert block["lock_differences"] == [
+        "not installed from a lock "
+        f"(installed unlocked, SUITE_UNLOCKED=1: {venv / provenance.LOCK_MARKER} names no lock)"
+    ]
+
+
 def test_an_interpreter_that_cannot_be_asked_gives_the_reason(tmp_path: Path) -> None:
     block = provenance.venv_environment(str(tmp_path / "no-such-python"))
     assert block["matches_lock"] is None and "could not ask" in block["lock_differences"][0]
@@ -341,6 +354,12 @@ def test_differences_are_said_precisely() -> None:
     assert provenance.describe_differences(drifted, section()) == [
         "installed packages of the result differed from its lock: numpy 2.4.6 in the lock, 2.3.0 installed"
     ]
+    # The same drift on both sides is the same environment: nothing to say.
+    assert provenance.describe_differences(drifted, drifted) == []
+    other_drift = section(
+        environment__matches_lock=False, environment__lock_differences=["numpy 2.4.6 in the lock, 2.2.0 installed"]
+    )
+    assert len(provenance.describe_differences(drifted, other_drift)) == 2
 
 
 def test_image_differences_name_the_recipe_and_the_id() -> None:

@@ -385,6 +385,13 @@ class DockerBackend(RunSkeleton):
                 raise Unavailable("image_unavailable", str(exc)) from None
         return self._catalog
 
+    def image_for(self, spec: RunSpec) -> tuple[str, Any]:
+        """(reference, docker-py image) a run of ``spec`` would start from on this backend's engine.
+
+        Raises ``Unavailable`` as a run would (no engine, image missing), so a caller says the same.
+        """
+        return self._image(self._connect(), spec)
+
     def _image(self, client: Any, spec: RunSpec) -> tuple[str, Any]:
         import docker
 
