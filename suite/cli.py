@@ -221,7 +221,8 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument(
         "action",
         choices=("list", "build", "lock"),
-        help="list: state on the engine; build: the images (skipped while the recipe is unchanged); lock: base digests",
+        help="list: state on the engine; build: the images (skipped while the recipe is unchanged); "
+        "lock: base digests and how Debian-made bases were made (docker/images.lock)",
     )
     im.add_argument("names", nargs="*", help="image names from docker/images.yaml (default: all)")
     im.add_argument("--force", action="store_true", help="build: rebuild even when the recipe label matches")
