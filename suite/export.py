@@ -259,6 +259,7 @@ def provenance_fields(r: RunResult) -> dict[str, Any]:
     A Docker record made before keeps what its image facts say (``provenance.of_result``)."""
     section = provenance.of_result(r.provenance, r.run)
     suite, environment, image = section.get("suite") or {}, section.get("environment") or {}, section.get("image") or {}
+    at_end = section.get(provenance.CHANGED_DURING_RUN) or {}
     return {
         "provenance_recorded": bool(r.provenance),
         "suite_version": suite.get("version"),
@@ -266,6 +267,9 @@ def provenance_fields(r: RunResult) -> dict[str, Any]:
         "git_dirty": suite.get("git_dirty"),
         "dirty_paths": list(suite.get("dirty_paths") or []),
         "diff_sha256": suite.get("diff_sha256"),
+        "suite_changed_during_run": bool(at_end) if r.provenance else None,
+        "git_revision_at_end": at_end.get("git_revision"),
+        "diff_sha256_at_end": at_end.get("diff_sha256"),
         "environment_kind": environment.get("kind"),
         "lock_file": environment.get("lock_file"),
         "lock_sha256": environment.get("lock_sha256"),

@@ -29,11 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from suite import locks
+from suite.markdown import code as markdown_code
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCK_MARKER = locks.LOCK_RECORD  # written into a venv by requirements/ensure_venv.sh after a locked install
 NO_LOCK = "not installed from a lock"
 MAX_DIRTY_PATHS = 50
+# The folders, relative to the checkout's top, whose untracked files are code a run can import.
+CODE_DIRS = ("suite",)
+UNTRACKED = " (untracked)"  # after an untracked file's path in ``dirty_paths``
+# A section's key for the suite block at the end of a local run whose checkout changed while it ran
+# (``RunSkeleton.stamp``); the "suite" block is the checkout at its launch.
+CHANGED_DURING_RUN = "suite_changed_during_run"
 SHORT = 12  # hex digits shown of a revision or a hash
 GIT_TIMEOUT_S = 30
 ASK_TIMEOUT_S = 120  # another interpreter listing its distributions
@@ -69,14 +76,27 @@ DIFF_ARGS = (
 
 
 def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
-    """The "suite" block for the checkout at ``root`` now: version, HEAD, and the tracked files that differ.
+    """The "suite" block for the checkout at ``root`` now: version, HEAD, and the files that differ.
 
     ``git_revision`` is null when git is missing, ``root`` is not the top of a git checkout (a copy
     unpacked inside some other repository would otherwise report that repository's HEAD), or the
-    checkout has no commit; ``git_dirty`` then is null too. ``dirty_paths``: tracked files that
-    differ from HEAD, staged or not, sorted, at most MAX_DIRTY_PATHS. Untracked files are left out
-    (``--untracked-files=no``): a new module not yet added to git is not seen here.
-    ``diff_sha256``: sha256 of ``git diff HEAD`` (DIFF_ARGS), null when clean.
+    checkout has no commit; ``git_dirty`` then is null too.
+
+    ``dirty_paths``, sorted, at most MAX_DIRTY_PATHS: every tracked file that differs from HEAD,
+    staged or not, anywhere in the checkout (a README edit is named too, so a reader can tell it
+    from a code change), and every untracked, not ignored file under CODE_DIRS (``suite/``), named
+    ``"suite/x.py (untracked)"``. Untracked files under ``suite/`` are code a run can import: a
+    local worker imports the package from this checkout, and the Docker backend ships every
+    ``suite/**/*.py`` into its containers, tracked or not. Untracked files elsewhere (results under
+    ``reports/``, scratch files) cannot change what a run does and do not make the tree dirty.
+    ``git_dirty`` is true when that list is not empty.
+
+    ``diff_sha256`` (null when clean): sha256 of what ``git diff HEAD`` (DIFF_ARGS) prints when every
+    untracked file of ``dirty_paths`` has been marked with ``git add --intent-to-add`` (in a copy of
+    the index: the checkout's own index is not touched): the diff of the tracked changes, with each
+    such file as a "new file" diff of its full content. It thus covers the content of every
+    modified tracked file, and the path and content of every untracked file under ``suite/``; with
+    no untracked file there it is exactly the hash of ``git diff HEAD``.
     """
     return _identity(root, _git_dirs(root))
 
@@ -93,15 +113,34 @@ def _identity(root: Path, dirs: _GitDirs | None) -> dict[str, Any]:
         return block
     block["git_revision"] = dirs.revision
     status = _git(root, "status", "--porcelain", "-z", "--untracked-files=no")
-    if status is None:
+    untracked = _git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", *CODE_DIRS)
+    if status is None or untracked is None:
         return block
-    paths = _porcelain_paths(status)
+    new_files = sorted(p for p in untracked.decode("utf-8", errors="replace").split("\0") if p)
+    paths = sorted([*_porcelain_paths(status), *(f"{p}{UNTRACKED}" for p in new_files)])
     block["git_dirty"] = bool(paths)
     block["dirty_paths"] = paths[:MAX_DIRTY_PATHS]
     if paths:
-        diff = _git(root, *DIFF_ARGS)
+        diff = _diff_with_untracked(root, dirs, new_files) if new_files else _git(root, *DIFF_ARGS)
         block["diff_sha256"] = hashlib.sha256(diff).hexdigest() if diff is not None else None
     return block
+
+
+def _diff_with_untracked(root: Path, dirs: _GitDirs, new_files: list[str]) -> bytes | None:
+    """``git diff HEAD`` with ``new_files`` marked ``--intent-to-add`` in a copy of the index, so git
+    shows them as new files; the checkout's index is read, never written."""
+    with tempfile.TemporaryDirectory(prefix="suite-index-") as tmp:
+        index = Path(tmp) / "index"
+        try:
+            shutil.copyfile(dirs.git_dir / "index", index)
+        except FileNotFoundError:
+            pass  # no index yet: git starts an empty one
+        except OSError:
+            return None
+        env = {"GIT_INDEX_FILE": str(index), "GIT_LITERAL_PATHSPECS": "1"}
+        if _git(root, "add", "--intent-to-add", "--", *new_files, env=env) is None:
+            return None
+        return _git(root, *DIFF_ARGS, env=env)
 
 
 def _version(root: Path) -> str | None:
@@ -113,10 +152,11 @@ def _version(root: Path) -> str | None:
         return None
 
 
-def _git(root: Path, *args: str) -> bytes | None:
+def _git(root: Path, *args: str, env: dict[str, str] | None = None) -> bytes | None:
     """git's stdout, or None when git is missing, fails or hangs. GIT_OPTIONAL_LOCKS=0: a status
-    taken while a plan runs never rewrites the index under another git command."""
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+    taken while a plan runs never rewrites the index under another git command. ``env``: variables
+    added for this call."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C", **(env or {})}
     try:
         proc = subprocess.run(
             ["git", "-C", str(root), *args],
@@ -175,9 +215,11 @@ def _git_dirs(root: Path) -> _GitDirs | None:
 # checkout: the local backend's workers import the suite from this checkout at each launch, so a
 # run after an edit runs the edited code. Running git three times per run would catch that but
 # costs a plan of 100 runs 300 git calls; instead the identity is kept with a signature of what git
-# would look at (every tracked file's stat, HEAD, the ref it names, packed-refs and the index), taken
-# before git was asked, and git runs again only when that signature changes. A plan over an
-# unchanged tree runs git four times; an edit between two runs is caught before the next record.
+# would look at (every tracked file's stat, every file and folder under CODE_DIRS, so an untracked
+# module added or edited there is seen, HEAD, the ref it names, packed-refs, the index and
+# info/exclude), taken before git was asked, and git runs again only when that signature changes. A
+# plan over an unchanged tree runs git four to six times in all; an edit between two runs is caught
+# before the next record.
 _cache: dict[Path, tuple[Any, dict[str, Any]]] = {}
 _NO_CHECKOUT = ("no git checkout",)
 _cache_lock = threading.Lock()
@@ -201,7 +243,8 @@ def current_suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
 
 
 def _signature(root: Path, key: tuple[tuple[str, ...], Path, Path]) -> tuple[Any, ...]:
-    """What changes when a tracked file, HEAD, a ref or the index does (stat, not content: cheap)."""
+    """What changes when a tracked file, a file or folder under CODE_DIRS, HEAD, a ref or the index
+    does (stat, not content: cheap). ``__pycache__`` folders are left out: every import writes there."""
     files, git_dir, common = key
 
     def stat(path: Path) -> tuple[int, int, int, int] | None:
@@ -215,10 +258,15 @@ def _signature(root: Path, key: tuple[tuple[str, ...], Path, Path]) -> tuple[Any
         head = (git_dir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         head = ""
-    refs = [git_dir / "index", common / "packed-refs"]
+    refs = [git_dir / "index", common / "packed-refs", common / "info" / "exclude"]
     if head.startswith("ref: "):
         refs.append(common / head[5:])
-    return (key, head, tuple(stat(p) for p in refs), tuple(stat(root / f) for f in files))
+    code = []
+    for folder in CODE_DIRS:
+        for where, dirs, names in os.walk(root / folder):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            code += [(p, stat(Path(p))) for p in [where, *(os.path.join(where, n) for n in sorted(names))]]
+    return (key, head, tuple(stat(p) for p in refs), tuple(stat(root / f) for f in files), tuple(code))
 
 
 def clear_cache() -> None:
@@ -393,22 +441,48 @@ def short(value: Any) -> str:
     return str(value).removeprefix("sha256:")[:SHORT]
 
 
-def suite_text(suite: dict[str, Any] | None) -> str:
-    """ "1a2b3c4d5e6f", with "+ uncommitted changes (N files, diff sha256 ...)" for a dirty tree."""
+def suite_text(suite: dict[str, Any] | None, *, markdown: bool = False, paths: int = 0) -> str:
+    """ "1a2b3c4d5e6f", with "+ uncommitted changes (N files, diff sha256 ...)" for a dirty tree.
+
+    ``paths``: how many of the dirty paths to name after the count ("2 files: suite/x.py, README.md"),
+    so a reader can tell a README edit from a code change; an untracked file reads "suite/x.py
+    (untracked)". ``markdown``: revision, hash and paths as code spans (``suite.markdown.code``:
+    a path is user text) for a report; plain text otherwise (a terminal, a table cell).
+    """
     if not suite:
         return "not recorded"
     revision = suite.get("git_revision")
     if not revision:
         return "unknown (not a git checkout, or git missing)"
-    text = short(revision)
+    as_code = markdown_code if markdown else str
+    text = as_code(short(revision))
     if suite.get("git_dirty"):
-        n = len(suite.get("dirty_paths") or [])
-        files = f"{n}{'+' if n >= MAX_DIRTY_PATHS else ''} file{'s' if n != 1 else ''}"
+        listed = list(suite.get("dirty_paths") or [])
+        n = len(listed)
+        more = "+" if n >= MAX_DIRTY_PATHS else ""
+        files = f"{n}{more} file{'s' if n != 1 else ''}"
+        if paths > 0 and listed:
+            named = ", ".join(_path_text(p, as_code) for p in listed[:paths])
+            files += f": {named}" + (f" and {n - paths}{more} more" if n > paths else "")
         diff = suite.get("diff_sha256")
-        text += f" + uncommitted changes ({files}" + (f", diff sha256 {short(diff)})" if diff else ")")
+        sep = "; " if paths > 0 and listed else ", "
+        text += f" + uncommitted changes ({files}" + (f"{sep}diff sha256 {as_code(short(diff))})" if diff else ")")
     elif suite.get("git_dirty") is None:
         text += " (whether the tree had uncommitted changes is unknown)"
     return text
+
+
+def _path_text(path: str, as_code: Any) -> str:
+    if path.endswith(UNTRACKED):
+        return f"{as_code(path.removesuffix(UNTRACKED))}{UNTRACKED}"
+    return str(as_code(path))
+
+
+def changed_during_run_text(section: dict[str, Any], *, markdown: bool = False) -> str | None:
+    """The checkout at the end of a local run whose checkout changed while it ran (CHANGED_DURING_RUN),
+    as ``suite_text`` says it with up to 5 paths; None when it did not change (or was not checked)."""
+    at_end = section.get(CHANGED_DURING_RUN)
+    return suite_text(at_end, markdown=markdown, paths=5) if at_end else None
 
 
 def lock_text(environment: dict[str, Any] | None) -> str:

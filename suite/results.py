@@ -25,12 +25,20 @@ Optional sections added without a bump (older records simply lack them):
   ``peak_memory_bytes`` and ``peak_gpu_memory_bytes`` below.
 - ``provenance``: what produced the result, so a figure can be traced and rerun (``suite.provenance``
   builds and compares it): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:
-  tracked files differing from HEAD, at most 50, ``diff_sha256``: sha256 of ``git diff HEAD``),
+  tracked files differing from HEAD and untracked, not ignored files under ``suite/`` (code a run
+  can import), the latter as ``"suite/x.py (untracked)"``, at most 50, ``diff_sha256``: sha256 of
+  ``git diff HEAD`` with those untracked files shown as new files, ``suite_identity`` says exactly),
   ``environment`` (``kind`` venv or image, ``lock_file`` and ``lock_sha256`` of the lock it was
   installed from, ``matches_lock`` whether the installed distributions equal the lock's pins, null
   when not checked, ``lock_differences`` in words) and ``image`` (null for a local run or a run
   that got no image; else ``name``, ``id``, ``digest``, ``recipe_hash``, ``context_hash``). Every
   result a backend makes carries it, whatever its status; nulls where a fact is not known.
+  ``suite`` is the checkout when the worker was launched (for a Docker run: the code copied into
+  its container). A local worker imports the suite from the checkout while it runs, so when the
+  checkout's identity at the run's end differs from that, the section also holds
+  ``suite_changed_during_run``: the ``suite`` block at the end (the run may have imported some of
+  either). Reports, ``show`` and the exports say so; records made before this was checked lack the
+  key, and their ``suite`` is the checkout at their end.
 """
 
 from __future__ import annotations

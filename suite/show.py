@@ -53,7 +53,7 @@ def render(path: Path, result: RunResult) -> str:
         *_telemetry(result.telemetry),
         "environment:  " + _pairs(_environment(result)),
         "provenance:",
-        *_provenance(result.provenance),
+        *_provenance(result),
     ]
     if not result.ok and result.log_tail:
         lines += ["log tail:", *[f"  {line}" for line in result.log_tail.splitlines()[-LOG_LINES:]]]
@@ -86,18 +86,27 @@ def _environment(r: RunResult) -> dict[str, Any]:
     }
 
 
-def _provenance(section: dict[str, Any]) -> list[str]:
-    """The code, lock and image the result came from, every hash in full (what a rerun checks against)."""
-    if not section:
-        return ["  not recorded (a result made before the suite recorded it)"]
+def _provenance(result: RunResult) -> list[str]:
+    """The code, lock and image the result came from, every hash in full (what a rerun checks against).
+
+    A record made before results carried the section is read as reports read it
+    (``provenance.of_result``): a Docker run's recorded image facts still name its image and lock."""
+    section = provenance.of_result(result.provenance, result.run)
     suite, environment, image = section.get("suite") or {}, section.get("environment") or {}, section.get("image")
-    lines = ["  suite:        " + (provenance.suite_text(suite) if suite else "not recorded")]
+    if not (suite or environment or image):
+        return ["  not recorded (a result made before the suite recorded it)"]
+    old = "  (a record made before results carried provenance: read from its recorded image facts)"
+    lines = [] if result.provenance else [old]
+    lines.append("  suite:        " + (provenance.suite_text(suite) if suite else "not recorded"))
     if suite:
         lines.append(
             "    " + _pairs({k: suite.get(k) for k in ("version", "git_revision", "git_dirty", "diff_sha256")})
         )
         if suite.get("dirty_paths"):
             lines.append("    dirty paths: " + ", ".join(suite["dirty_paths"]))
+    changed = provenance.changed_during_run_text(section)
+    if changed:
+        lines.append(f"  changed while it ran: the suite above is the code at launch; at the end: {changed}")
     lines.append("  environment:  " + (provenance.lock_text(environment) if environment else "not recorded"))
     if environment:
         keys = ("kind", "lock_file", "lock_sha256", "matches_lock")

@@ -509,3 +509,23 @@ def test_show_and_exports_carry_the_provenance(tmp_path: Path) -> None:
     assert rows[file]["dirty_paths"] == "suite/x.py; suite/y.py"
     assert rows[file]["lock_differences"] == "; ".join(environment["lock_differences"])
     assert rows[file]["provenance_recorded"] == "true" and rows[file]["image_id"] == ""
+    assert mine["suite_changed_during_run"] is False and other["suite_changed_during_run"] is None
+    assert mine["git_revision_at_end"] is None and rows[file]["suite_changed_during_run"] == "false"
+
+
+def test_exports_say_when_the_code_changed_while_a_run_ran(tmp_path: Path) -> None:
+    res, out = tmp_path / "results", tmp_path / "out"
+    shutil.copytree(FIXTURES, res)
+    at_end = {**PROVENANCE["suite"], "git_revision": "9f8e7d6c5b4a" + "b" * 28, "diff_sha256": "e2" * 32}
+    data = json.loads((res / RESULT.relative_to(FIXTURES)).read_text())
+    data["provenance"] = {**PROVENANCE, "suite_changed_during_run": at_end}
+    (res / RESULT.relative_to(FIXTURES)).write_text(json.dumps(data))
+    proc = suite_cli("report", "--results", res, "--out", out, "--format", "json,csv")
+    assert proc.returncode == 0, proc.stderr
+    file = RESULT.relative_to(FIXTURES).as_posix()
+    mine = {r["file"]: r for r in _json(out)["runs"]}[file]
+    assert mine["git_revision"] == PROVENANCE["suite"]["git_revision"], "the code at launch"
+    assert mine["suite_changed_during_run"] is True
+    assert (mine["git_revision_at_end"], mine["diff_sha256_at_end"]) == (at_end["git_revision"], at_end["diff_sha256"])
+    row = {r["file"]: r for r in _csv_rows(out / "runs.csv")}[file]
+    assert row["suite_changed_during_run"] == "true" and row["diff_sha256_at_end"] == at_end["diff_sha256"]

@@ -6,12 +6,14 @@ References this project did not write: git itself (HEAD, the diff whose hash is 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,12 @@ import pytest
 from conftest import REPO, SCENARIOS
 from docker_fixtures import backend_factory, engine_client, image_fixture, small_specs  # noqa: F401 - fixtures
 
-from suite import plan, provenance, scenario
+from suite import plan, provenance, scenario, show
+from suite.backends.base import Exit, RunSkeleton
+from suite.backends.docker import DockerBackend
 from suite.backends.local import LocalBackend
 
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
 
@@ -82,6 +87,76 @@ def test_modified_files_are_named_and_the_diff_hash_follows_the_content(repo: Pa
     assert provenance.suite_identity(repo)["dirty_paths"] == ["a.py"], "untracked files are not the suite's code"
     git(repo, "mv", "b.py", "c.py")
     assert provenance.suite_identity(repo)["dirty_paths"] == ["a.py", "b.py", "c.py"]
+
+
+def intent_to_add_diff_sha(root: Path, *untracked: str) -> str:
+    """sha256 of what git prints for `git diff HEAD` once `untracked` are marked `git add -N`, in a
+    copy of the index (the checkout's own stays as it is)."""
+    index = root.parent / "reference-index"
+    shutil.copyfile(root / ".git" / "index", index)
+    env = {**os.environ, "GIT_INDEX_FILE": str(index)}
+    subprocess.run(["git", "-C", str(root), "add", "-N", "--", *untracked], check=True, env=env)
+    out = subprocess.run(["git", "-C", str(root), "diff", "HEAD"], check=True, capture_output=True, env=env).stdout
+    index.unlink()
+    return hashlib.sha256(out).hexdigest()
+
+
+@pytest.fixture
+def code_repo(repo: Path) -> Path:
+    """The temp checkout with a tracked suite/ package whose main module imports an untracked one."""
+    (repo / "suite").mkdir()
+    (repo / "suite" / "__init__.py").write_text("")
+    (repo / "suite" / "main.py").write_text("from suite.extra_mod import X\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    git(repo, "add", "suite", ".gitignore")
+    git(repo, "commit", "-q", "-m", "code")
+    return repo
+
+
+@needs_git
+def test_an_untracked_module_under_suite_is_code_the_run_can_import(code_repo: Path) -> None:
+    repo = code_repo
+    assert provenance.suite_identity(repo)["git_dirty"] is False
+    (repo / "suite" / "extra_mod.py").write_text("X = 1\n")
+    first = provenance.suite_identity(repo)
+    assert first["git_dirty"] is True and first["dirty_paths"] == ["suite/extra_mod.py (untracked)"]
+    assert first["diff_sha256"] == intent_to_add_diff_sha(repo, "suite/extra_mod.py"), "git's own diff of the new file"
+    (repo / "suite" / "extra_mod.py").write_text("X = 2\n")
+    second = provenance.suite_identity(repo)
+    assert second["dirty_paths"] == first["dirty_paths"] and second["diff_sha256"] != first["diff_sha256"]
+    assert second["diff_sha256"] == intent_to_add_diff_sha(repo, "suite/extra_mod.py")
+    assert git(repo, "status", "--porcelain") == "?? suite/extra_mod.py\n", "the checkout's index is not touched"
+
+    (repo / "a.py").write_text("one = 'tracked edit'\n")  # a tracked change anywhere, beside the new module
+    both = provenance.suite_identity(repo)
+    assert both["dirty_paths"] == ["a.py", "suite/extra_mod.py (untracked)"]
+    assert both["diff_sha256"] == intent_to_add_diff_sha(repo, "suite/extra_mod.py")
+    (repo / "a.py").write_text("one = 1\n")
+
+    # Results, scratch files and ignored files are not code a run imports: the tree stays as it was.
+    (repo / "reports" / "results").mkdir(parents=True)
+    (repo / "reports" / "results" / "r0.json").write_text("{}")
+    (repo / "notes.txt").write_text("scratch")
+    (repo / "suite" / "run.log").write_text("ignored")
+    assert provenance.suite_identity(repo) == second
+    (repo / "suite" / "extra_mod.py").unlink()
+    assert provenance.suite_identity(repo)["git_dirty"] is False
+
+
+@needs_git
+def test_the_cached_identity_sees_an_untracked_module_appear_and_change(code_repo: Path) -> None:
+    repo = code_repo
+    clean = provenance.current_suite_identity(repo)
+    assert clean["git_dirty"] is False
+    (repo / "suite" / "sub").mkdir()
+    (repo / "suite" / "sub" / "extra_mod.py").write_text("X = 1\n")
+    added = provenance.current_suite_identity(repo)
+    assert added["dirty_paths"] == ["suite/sub/extra_mod.py (untracked)"]
+    time.sleep(0.05)  # past the file system's timestamp granularity: the edit below keeps the size
+    (repo / "suite" / "sub" / "extra_mod.py").write_text("X = 2\n")
+    edited = provenance.current_suite_identity(repo)
+    assert edited["diff_sha256"] != added["diff_sha256"]
+    assert edited == provenance.suite_identity(repo), "the cache answers what git answers"
 
 
 @needs_git
@@ -431,6 +506,108 @@ def test_a_real_local_run_carries_the_checkout_it_ran() -> None:
     assert_names_this_checkout(result.provenance["suite"], before)
     assert result.provenance["environment"] == provenance.environment_here()
     assert result.provenance["image"] is None
+
+
+class EndedExecution:
+    """A worker that has already ended, with no output and no result file."""
+
+    facts: dict[str, Any] = {}
+
+    def lines(self):
+        return iter(())
+
+    def wait(self) -> Exit:
+        return Exit(code=0)
+
+    def kill(self) -> bool:
+        return False
+
+    def result(self) -> bytes | None:
+        return None
+
+    def cleanup(self) -> None:
+        pass
+
+
+class EditingBackend(RunSkeleton):
+    """A backend over a temp checkout whose launch edits a module there: an edit made while a run runs."""
+
+    name = "editing"
+
+    def __init__(self, root: Path, edit: bool = True):
+        self.root, self.edit = root, edit
+
+    def run_info(self) -> dict[str, Any]:
+        return {"backend": self.name}
+
+    def suite_provenance(self) -> dict[str, Any]:
+        return provenance.current_suite_identity(self.root)
+
+    def environment_provenance(self, run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        return {}, None
+
+    def launch(self, spec: plan.RunSpec, spec_json: bytes, env: dict[str, str]) -> EndedExecution:
+        if self.edit:
+            (self.root / "suite" / "main.py").write_text("X = 'edited while the run ran'\n")
+        return EndedExecution()
+
+
+@needs_git
+def test_a_run_records_the_code_at_its_launch_and_an_edit_made_while_it_ran(code_repo: Path) -> None:
+    spec = smoke_specs()[0]
+    clean = provenance.suite_identity(code_repo)
+    result = EditingBackend(code_repo).run(spec)
+    assert result.provenance["suite"] == clean, "the code the worker started with"
+    at_end = result.provenance[provenance.CHANGED_DURING_RUN]
+    assert at_end == provenance.suite_identity(code_repo) and at_end["dirty_paths"] == ["suite/main.py"]
+    assert "error" not in result.provenance
+
+    again = EditingBackend(code_repo, edit=False).run(spec)  # nothing changes during this one
+    assert again.provenance["suite"] == at_end and provenance.CHANGED_DURING_RUN not in again.provenance
+
+
+@needs_git
+def test_a_backend_that_copies_the_code_at_launch_records_the_copy(code_repo: Path) -> None:
+    class Copying(EditingBackend):
+        code_copied_at_launch = True  # as a container's payload: the edit cannot reach the run
+
+        def launch(self, spec: plan.RunSpec, spec_json: bytes, env: dict[str, str]) -> EndedExecution:
+            execution = super().launch(spec, spec_json, env)
+            self.copied = provenance.current_suite_identity(self.root)  # the code read into the payload
+            return execution
+
+    backend = Copying(code_repo)
+    result = backend.run(smoke_specs()[0])
+    assert result.provenance["suite"] == backend.copied and result.provenance["suite"]["dirty_paths"]
+    assert provenance.CHANGED_DURING_RUN not in result.provenance
+    # Containers get the code in their payload; a local worker imports it from the checkout.
+    assert DockerBackend(machine="test").code_copied_at_launch is True
+    assert LocalBackend(machine="test").code_copied_at_launch is False
+
+
+def test_show_reads_an_old_docker_record_as_the_reports_do() -> None:
+    path = FIXTURES / "fixture-docker" / "fx_width" / "8795d9598222-r0.json"  # an ok run, in an image
+    result = show.load(path)
+    assert not result.provenance, "a record made before results carried provenance"
+    text = show.render(path, result)
+    section = text.split("provenance:\n", 1)[1]
+    assert "not recorded (a result made before" not in section
+    image_id = result.run["image_id"]
+    assert f"id {image_id}" in section and "name " in section, section
+    assert "environment:  not from a lock" in section, section
+    assert "  suite:        not recorded" in section
+
+
+def test_show_says_when_the_code_changed_while_it_ran() -> None:
+    path = sorted((FIXTURES / "fixture-local" / "fx_knobs").glob("*.json"))[0]
+    result = show.load(path)
+    at_end = section(suite__git_dirty=True, suite__dirty_paths=["suite/x.py"], suite__diff_sha256="ab" * 32)
+    changed = {**section(), provenance.CHANGED_DURING_RUN: at_end["suite"]}
+    text = show.render(path, dataclasses.replace(result, provenance=changed))
+    assert (
+        "  changed while it ran: the suite above is the code at launch; at the end: 1a2b3c4d5e6f + uncommitted "
+        "changes (1 file: suite/x.py; diff sha256 abababababab)"
+    ) in text
 
 
 # -- a real Docker run --------------------------------------------------------------------------

@@ -129,6 +129,15 @@ class RunSkeleton:
     what = "worker"  # for messages: "worker" or "container"
     memory_limit: str | None = None
 
+    @property
+    def code_copied_at_launch(self) -> bool:
+        """True when ``launch`` hands the run a copy of the suite's code: the run then ran the code
+        ``suite_provenance`` names after the launch, and later edits cannot reach it. A container
+        gets its code in its payload (nothing is mounted from this disk, ``docker_parts``), so a
+        backend whose workers are containers copies; a local worker imports the suite from this
+        checkout as it goes. A subclass may set it as a class attribute."""
+        return self.what == "container"
+
     def run_info(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -145,16 +154,25 @@ class RunSkeleton:
         when the tree changed: ``provenance.current_suite_identity``)."""
         return provenance.current_suite_identity()
 
-    def stamp(self, result: RunResult) -> RunResult:
+    def stamp(self, result: RunResult, at_launch: dict[str, Any] | None = None) -> RunResult:
         """The result with its ``provenance`` section: the one place every result of a backend gets it.
 
+        ``at_launch``: the suite block taken just before the worker was launched (``run``). A local
+        worker imports the suite from the checkout while it runs, so the code a run ran is the
+        checkout at its launch: that block is recorded, and when the checkout's identity at the end
+        differs, the block at the end is recorded too, as ``suite_changed_during_run`` (the run may
+        have imported some of either). A backend that copies the code at launch
+        (``code_copied_at_launch``) records the copy's identity, taken after the launch.
         Taking it never fails a run: an error on the way is recorded in the section instead.
         """
         suite: dict[str, Any] = {}
         try:
-            suite = self.suite_provenance()
+            at_end = self.suite_provenance()
+            suite = at_end if at_launch is None or self.code_copied_at_launch else at_launch
             environment, image = self.environment_provenance(result.run)
             section = provenance.provenance_of(suite, environment, image)
+            if suite is at_launch and at_end != at_launch:
+                section[provenance.CHANGED_DURING_RUN] = at_end
         except Exception as exc:  # noqa: BLE001 - a run's figures must not be lost to its provenance
             section = provenance.provenance_of(suite, {}, None)
             section["error"] = f"provenance not taken: {type(exc).__name__}: {exc}"
@@ -164,7 +182,11 @@ class RunSkeleton:
         return self.stamp(skipped_result(spec, reason, self.run_info()))
 
     def run(self, spec: RunSpec, on_event: EventSink | None = None) -> RunResult:
-        return self.stamp(self._attempt(spec, on_event))
+        try:
+            at_launch: dict[str, Any] | None = self.suite_provenance()
+        except Exception:  # noqa: BLE001 - stamp takes it again after the run and records what fails
+            at_launch = None
+        return self.stamp(self._attempt(spec, on_event), at_launch)
 
     def _attempt(self, spec: RunSpec, on_event: EventSink | None) -> RunResult:
         started = time.monotonic()  # telemetry's time zero
