@@ -132,9 +132,13 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
             continue
         scenarios.append(_scenario(scenario, per_machine, machines, ref))
     facts = {m: machine_facts([v for v in views if v.machine == m]) for m in machines}
-    # A fact some machine did not record is neither the same nor different: it is unknown.
-    unrecorded = [name for name, _ in FACTS if any(facts[m][name] == NOT_RECORDED for m in machines)]
-    differ = [name for name, _ in FACTS if name not in unrecorded and len({facts[m][name] for m in machines}) > 1]
+    # A fact a machine did not record is neither the same nor different on that machine: it is
+    # unknown there, and compared among the machines that record it (one machine of older results
+    # does not hide that two others ran different code).
+    recorded = {name: [m for m in machines if facts[m][name] != NOT_RECORDED] for name, _ in FACTS}
+    unrecorded = [name for name, _ in FACTS if len(recorded[name]) < len(machines)]
+    differ = [name for name, _ in FACTS if len({facts[m][name] for m in recorded[name]}) > 1]
+    same = [name for name, _ in FACTS if name not in differ and len(recorded[name]) >= min(2, len(machines))]
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -145,7 +149,7 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
         "not_compared": alone,
         "facts": facts,
         "facts_differ": differ,
-        "facts_same": [name for name, _ in FACTS if name not in differ and name not in unrecorded],
+        "facts_same": same,
         "facts_unrecorded": unrecorded,
     }
 
@@ -242,10 +246,16 @@ def _facts(data: dict[str, Any]) -> list[str]:
 
 
 def _unrecorded(data: dict[str, Any]) -> list[str]:
-    names = data.get("facts_unrecorded") or []
-    if not names:
-        return []
-    return [f"Unknown on some machine (its results do not record it), so not compared: {', '.join(names)}."]
+    """Which machines' results do not record which facts: a sentence per set of such machines."""
+    machines, facts = data["machines"], data["facts"]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name in data.get("facts_unrecorded") or []:
+        groups.setdefault(tuple(m for m in machines if facts[m][name] == NOT_RECORDED), []).append(name)
+    lines = []
+    for missing, names in groups.items():
+        who = " and ".join(code(m) for m in missing)
+        lines.append(f"Not recorded by the results of {who}, so not compared there: {', '.join(names)}.")
+    return lines
 
 
 def _ran_differently(data: dict[str, Any]) -> list[str]:
@@ -258,7 +268,11 @@ def _ran_differently(data: dict[str, Any]) -> list[str]:
         def values(name: str, other: str = m) -> str:
             return f"{code(ref)} {cell(facts[ref][name])}, {code(other)} {cell(facts[other][name])}"
 
-        differ = [name for name in data["facts_differ"] if facts[ref][name] != facts[m][name]]
+        differ = [
+            name
+            for name in data["facts_differ"]
+            if NOT_RECORDED not in (facts[ref][name], facts[m][name]) and facts[ref][name] != facts[m][name]
+        ]
         code_differs = [n for n in CODE_FACTS if n in differ]
         environment_differs = [n for n in ENVIRONMENT_FACTS if n in differ]
         if code_differs:

@@ -175,15 +175,28 @@ def _environment(view: ScenarioView) -> list[str]:
 def _provenance_lines(view: ScenarioView) -> list[str]:
     """The suite revision, environment lock and image the page's runs came from: one value each, or
     every value with its number of runs when the runs do not all share it (never the newest alone)."""
-    sections = [provenance.of_result(r.provenance, r.run) for r in view.provenance_runs]
+    runs = view.provenance_runs
+    sections = [provenance.of_result(r.provenance, r.run) for r in runs]
+    suites = [provenance.suite_text(s.get("suite"), markdown=True, paths=5) for s in sections]
     lines = [
-        _provenance_line("Suite revision", "suite revisions", [_suite_md(s.get("suite")) for s in sections]),
+        _provenance_line("Suite revision", "suite revisions", suites),
         _provenance_line("Environment lock", "environment locks", [_lock_md(s.get("environment")) for s in sections]),
     ]
-    images = [_image_md(s["image"]) for s in sections if s.get("image")]
+    changed = [text for s in sections if (text := provenance.changed_during_run_text(s, markdown=True))]
+    if changed:
+        lines.append(_changed_line(changed, len(sections)))
+    images = [_image_md(s["image"], r.run) for s, r in zip(sections, runs, strict=True) if s.get("image")]
     if images:
         lines.append(_provenance_line("Image", "images", images))
     return lines
+
+
+def _changed_line(at_end: list[str], total: int) -> str:
+    """Local runs whose checkout changed between their launch and their end: the suite revision
+    line gives their code at launch; they may have imported some of the code at their end."""
+    n = f"{len(at_end)} of {total} run{'s' if total != 1 else ''}"
+    ends = "; ".join(dict.fromkeys(at_end))
+    return f"- **The suite's code changed while {n} ran** (above: the code at launch); at the end: {ends}"
 
 
 def _provenance_line(label: str, plural: str, values: list[str]) -> str:
@@ -194,23 +207,6 @@ def _provenance_line(label: str, plural: str, values: list[str]) -> str:
         return f"- {label}: {values[0]}"
     listed = "; ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items(), key=lambda c: -c[1]))
     return f"- {label}: runs on this page came from {len(counts)} {plural}: {listed}"
-
-
-def _suite_md(suite: dict[str, Any] | None) -> str:
-    if not suite:
-        return "not recorded"
-    revision = suite.get("git_revision")
-    if not revision:
-        return "unknown (not a git checkout, or git missing)"
-    text = code(provenance.short(revision))
-    if suite.get("git_dirty"):
-        n = len(suite.get("dirty_paths") or [])
-        files = f"{n}{'+' if n >= provenance.MAX_DIRTY_PATHS else ''} file{'s' if n != 1 else ''}"
-        diff = suite.get("diff_sha256")
-        text += f" + uncommitted changes ({files}" + (f", diff sha256 {code(provenance.short(diff))})" if diff else ")")
-    elif suite.get("git_dirty") is None:
-        text += " (whether the tree had uncommitted changes is unknown)"
-    return text
 
 
 def _lock_md(environment: dict[str, Any] | None) -> str:
@@ -229,9 +225,18 @@ def _lock_md(environment: dict[str, Any] | None) -> str:
     return text
 
 
-def _image_md(image: dict[str, Any]) -> str:
-    recipe = image.get("recipe_hash")
-    return f"ID {code(provenance.short(image.get('id')))}, recipe " + (
+def _image_md(image: dict[str, Any], run: dict[str, Any]) -> str:
+    """ID, digest and recipe hash. An image the engine knows no registry digest of (RepoDigests
+    empty: built on the engine, never pushed or pulled) says so; a record made before runs recorded
+    the digests says that instead."""
+    recipe, digest = image.get("recipe_hash"), image.get("digest")
+    if digest:
+        digest_text = code(digest)
+    elif "repo_digests" in run:
+        digest_text = "none (built locally, not pushed)"
+    else:
+        digest_text = "not recorded"
+    return f"ID {code(provenance.short(image.get('id')))}, digest {digest_text}, recipe " + (
         code(provenance.short(recipe)) if recipe else "not recorded (built before images carried one)"
     )
 

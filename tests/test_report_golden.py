@@ -130,7 +130,10 @@ def test_the_environment_says_which_code_and_lock_the_runs_came_from(tmp_path: P
     assert "- Suite revision: `1a2b3c4d5e6f`" in clean
     assert f"- Environment lock: `{LOCK}` (sha256 `ab12cd34ef56`)" in clean
     dirty = _environment(page, "dirty")
-    assert "- Suite revision: `1a2b3c4d5e6f` + uncommitted changes (2 files, diff sha256 `d1ff00000000`)" in dirty
+    assert (
+        "- Suite revision: `1a2b3c4d5e6f` + uncommitted changes (2 files: `suite/x.py`, `suite/y.py`; "
+        "diff sha256 `d1ff00000000`)"
+    ) in dirty, "the dirty paths are named: a README edit reads apart from a code change"
     assert (
         f"- Environment lock: `{LOCK}` (sha256 `ab12cd34ef56`); installed packages differ from the lock: "
         "numpy 2.4.6 in the lock, 2.3.0 installed; a\\|b \\*x\\* installed, not in the lock"
@@ -167,5 +170,62 @@ def test_hardware_says_when_two_machines_ran_different_code_or_environments(tmp_
     _machine(tmp_path, "box-c", lambda d: {})  # results made before provenance was recorded
     report.write_reports(tmp_path, tmp_path / "out2", reference="box-a")
     text = (tmp_path / "out2" / "hardware.md").read_text()
-    assert "so not compared: suite revision, environment lock." in text
+    assert "Not recorded by the results of `box-c`, so not compared there: suite revision, environment lock." in text
     assert "`box-a` and `box-c` ran different" not in text, "an unrecorded revision is not called a difference"
+    # One machine of older results does not hide that two others ran different code.
+    assert "Differ: suite revision, environment lock." in text
+    assert "`box-a` and `box-b` ran different suite code: `box-a` 1a2b3c4d5e6f, `box-b` 9f8e7d6c5b4a." in text
+    assert "`box-a` and `box-b` ran in different environments: environment lock: " in text
+
+
+def test_the_environment_names_up_to_five_dirty_paths_and_untracked_files(tmp_path: Path) -> None:
+    dirty = ["README.md", *[f"suite/m{i}.py" for i in range(5)], "suite/new_mod.py (untracked)"]
+    _machine(tmp_path, "box", lambda d: _provenance(REV_A, dirty=dirty))
+    report.write_reports(tmp_path, tmp_path / "out")
+    lines = _environment((tmp_path / "out" / "fx_knobs.md").read_text(), "box")
+    assert (
+        "- Suite revision: `1a2b3c4d5e6f` + uncommitted changes (7 files: `README.md`, `suite/m0.py`, "
+        "`suite/m1.py`, `suite/m2.py`, `suite/m3.py` and 2 more; diff sha256 `d1ff00000000`)"
+    ) in lines
+    _machine(tmp_path, "box-u", lambda d: _provenance(REV_A, dirty=["suite/new|mod.py (untracked)"]))
+    report.write_reports(tmp_path, tmp_path / "out2")
+    lines = _environment((tmp_path / "out2" / "fx_knobs.md").read_text(), "box-u")
+    assert any("(1 file: `suite/new|mod.py` (untracked); diff sha256" in line for line in lines), lines
+
+
+def test_the_environment_says_when_the_code_changed_while_runs_ran(tmp_path: Path) -> None:
+    at_end = _provenance(REV_A, dirty=["suite/x.py"])["suite"]
+
+    def changed_in_one(d: dict) -> dict:
+        section = _provenance(REV_A)
+        if d["spec"]["repetition"] == 1 and d["spec"]["point_label"] == _first_label():
+            section["suite_changed_during_run"] = at_end
+        return section
+
+    _machine(tmp_path, "box", changed_in_one)
+    report.write_reports(tmp_path, tmp_path / "out")
+    lines = _environment((tmp_path / "out" / "fx_knobs.md").read_text(), "box")
+    assert "- Suite revision: `1a2b3c4d5e6f`" in lines, "the code at launch"
+    changed = [line for line in lines if "changed while" in line]
+    assert changed == [
+        "- **The suite's code changed while 1 of 9 runs ran** (above: the code at launch); at the end: "
+        "`1a2b3c4d5e6f` + uncommitted changes (1 file: `suite/x.py`; diff sha256 `d1ff00000000`)"
+    ], lines
+
+
+def _first_label() -> str:
+    first = sorted((FIXTURES / "fixture-local" / "fx_knobs").glob("*.json"))[0]
+    return json.loads(first.read_text())["spec"]["point_label"]
+
+
+def test_the_image_line_gives_the_digest(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "fixture-docker", tmp_path / "fixture-docker")
+    for path in (tmp_path / "fixture-docker").rglob("*.json"):
+        data = json.loads(path.read_text())
+        data["run"]["repo_digests"] = ["suite-bench@sha256:" + "d" * 64]
+        path.write_text(json.dumps(data))
+    report.write_reports(tmp_path, tmp_path / "out")
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    assert f"- Image: ID `5a942f222e6c`, digest `suite-bench@sha256:{'d' * 64}`, recipe not recorded" in page
+    golden = (GOLDEN / "fx_width.md").read_text()
+    assert "- Image: ID `5a942f222e6c`, digest none (built locally, not pushed), recipe" in golden
