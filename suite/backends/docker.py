@@ -68,6 +68,9 @@ REAP_MARGIN_S = 60  # beyond a run's own limit before another host may call its 
 class DockerBackend(RunSkeleton):
     name = "docker"
     what = "container"
+    # The container gets the code copied into its payload at launch (docker_parts.code_files): a later
+    # edit of the checkout cannot reach it, so the provenance recorded is that copy's.
+    code_copied_at_launch = True
 
     def __init__(
         self,
