@@ -59,8 +59,10 @@ ensure_venv() {
     want="unlocked $(cd "$root" && cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)"
   else
     local have
+    # `|| true`: with no lock at all, ls fails, and under the callers' `set -euo pipefail` the
+    # assignment would end the script before the message below says why.
     have=$(cd "$locks" 2>/dev/null && ls -- "$env"-py*.txt 2>/dev/null |
-      sed -e "s/^$env-py//" -e 's/\.txt$//' | paste -sd' ' -)
+      sed -e "s/^$env-py//" -e 's/\.txt$//' | paste -sd' ' -) || true
     echo "error: no lock for Python $xy: $lock does not exist." >&2
     echo "Locks of environment '$env' exist for Python: ${have:-none} (in $locks)." >&2
     if [ "$py" = "$venv/bin/python" ]; then
@@ -87,12 +89,55 @@ ensure_venv() {
     fi
   fi
 
+  if [ -n "$lock" ]; then
+    # The locks hold wheels for Linux x86_64 only (their sdists would be built here, from source,
+    # into files no lock hashed): elsewhere a locked install cannot be what the lock promises.
+    local machine
+    machine=$(uname -sm 2>/dev/null) || machine="unknown"
+    if [ "$machine" != "Linux x86_64" ]; then
+      echo "error: the locks in $locks are for Linux x86_64; this machine is '$machine'." >&2
+      echo "Set SUITE_UNLOCKED=1 to install the unhashed top-level pins of ${inputs[*]}" \
+        "(results then say 'unlocked')." >&2
+      return 1
+    fi
+  fi
+
+  if [ -x "$venv/bin/python" ] && [ -n "$lock" ]; then
+    # `pip install --require-hashes` checks only what it downloads: a version already installed is
+    # kept as it is. A venv whose files no locked install checked (made without a record, or under
+    # SUITE_UNLOCKED=1) is therefore emptied first, or its record would vouch for unchecked files.
+    # So is one holding another environment (dev serves run, above): run-gpu's tensorflow and
+    # run's tensorflow-cpu share files (tensorflow/...), and uninstalling one deletes the other's.
+    local recorded
+    recorded=$("$venv/bin/python" -c '
+import json, sys
+try:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        facts = json.load(f)
+except (OSError, ValueError):
+    facts = None
+locked = isinstance(facts, dict) and facts.get("lock_file") and isinstance(facts.get("environment"), str)
+print(facts["environment"] if locked else "")
+' "$record" 2>/dev/null) || recorded=""
+    # A dev venv serves run (above), so it turns into a run venv in place: the removal below takes
+    # only the test tools, which share no files with what the run lock installs.
+    if [ "$recorded" != "$env" ] && ! { [ "$recorded" = dev ] && [ "$env" = run ]; }; then
+      if [ -z "$recorded" ]; then
+        echo "recreating $venv: it holds no record of a hash-checked install" >&2
+      else
+        echo "recreating $venv: it holds environment '$recorded', '$env' is asked for" >&2
+      fi
+      rm -f "$stamp" "$record"
+      "$py" -m venv --clear "$venv" || return 1
+    fi
+  fi
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv" || return 1
   rm -f "$stamp" "$record"  # until the install below succeeds, the venv holds no known lock
   if [ -n "$lock" ]; then
     echo "setting up $venv from $lock (hash-checked) ..." >&2
-    "$venv/bin/python" -m pip install --quiet --require-hashes -r "$lock" || return 1
-    # What an earlier lock or a manual install left behind would make the venv differ from the lock.
+    # What an earlier lock of this environment, a manual install or `python -m venv` (setuptools, on
+    # 3.11) left goes before the install: removed after it, a package sharing files with one the lock
+    # installs would delete them.
     local extra
     extra=$(cd "$root" && "$venv/bin/python" -m suite.locks extraneous "$lock") || return 1
     if [ -n "$extra" ]; then
@@ -100,6 +145,18 @@ ensure_venv() {
       # shellcheck disable=SC2086
       "$venv/bin/python" -m pip uninstall --quiet --yes $extra || return 1
     fi
+    # The lock's pip first (the one a venv is born with differs by Python build), then the rest by it.
+    # --only-binary: the lock hashes sdists too; a machine without a matching wheel must stop, not build.
+    local installer
+    installer=$(mktemp) || return 1
+    if ! (cd "$root" && "$venv/bin/python" -m suite.locks installer "$lock") >"$installer" ||
+      { [ -s "$installer" ] && ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --require-hashes --no-deps --only-binary :all: -r "$installer"; }; then
+      rm -f "$installer"
+      return 1
+    fi
+    rm -f "$installer"
+    "$venv/bin/python" -m pip install --quiet --require-hashes --only-binary :all: -r "$lock" || return 1
     (cd "$root" && "$venv/bin/python" -m suite.locks check "$lock") || return 1
   else
     echo "WARNING: no lock for Python $xy; SUITE_UNLOCKED=1 installs the top-level pins of ${inputs[*]}" >&2

@@ -31,8 +31,10 @@ ENVIRONMENTS: dict[str, tuple[str, ...]] = {
     "dev": ("requirements/host.txt", "requirements/worker-cpu.txt", "requirements/dev.txt"),
 }
 LOCKED_PYTHONS = ("3.11", "3.12")
-# What ``python -m venv`` puts into every venv to install the rest; a lock pins what it installs, not
-# the installer (pip verifies the hashes whatever its own version).
+# What ``python -m venv`` puts into every venv to install the rest. The host locks pin it
+# (requirements/host.txt): a venv is born with whatever pip its Python build bundles, and pip's
+# behaviour differs by version. A lock that does not pin it (an image's) says nothing about it:
+# then it is neither compared nor ever removed as extraneous.
 INSTALLER = frozenset({"pip"})
 
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*(?P<version>[^\s;\\#]+)")
@@ -109,10 +111,11 @@ def installed_differences(pins: dict[str, str]) -> list[str]:
     """How the running interpreter's installed distributions differ from ``pins`` (empty: they match).
 
     One line per package, sorted by name: "numpy 2.4.6 in the lock, 2.3.0 installed",
-    "foo installed, not in the lock", "bar 1.0 in the lock, not installed". pip is left out (see INSTALLER).
+    "foo installed, not in the lock", "bar 1.0 in the lock, not installed". pip is compared when the
+    lock pins it and left out when it does not (see INSTALLER).
     """
-    pins = {normalize(name): version for name, version in pins.items() if normalize(name) not in INSTALLER}
-    have = {name: version for name, version in installed().items() if name not in INSTALLER}
+    pins = {normalize(name): version for name, version in pins.items()}
+    have = {name: version for name, version in installed().items() if name in pins or name not in INSTALLER}
     lines = []
     for name in sorted(set(pins) | set(have)):
         if name not in have:
@@ -130,15 +133,48 @@ def extraneous(pins: dict[str, str]) -> list[str]:
     return sorted(name for name in installed() if name not in pins and name not in INSTALLER)
 
 
+def installer_requirements(path: str | Path) -> str:
+    """The lock's own lines for its installer (``pip==X \\`` and its ``--hash`` lines), ready to be a
+    requirements file of its own; empty when the lock does not pin it.
+
+    ensure_venv installs these first, with ``--require-hashes --no-deps``, so that the pip the lock
+    pins (not the one the venv was born with) installs the rest. Hashes cannot be given to pip on its
+    command line, only in a file.
+    """
+    path = Path(path)
+    pinned = {normalize(name) for name in read_pins(path)} & INSTALLER  # validates the whole file first
+    requirements: list[list[str]] = []  # [requirement, --hash=..., ...] per pinned installer
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        text = raw.split(" #", 1)[0].strip().rstrip("\\").strip()
+        if not raw[:1].isspace():
+            match = _PIN.match(text)
+            if match and normalize(match.group("name")) in pinned:
+                requirements.append([text])
+                continue
+            if text:
+                requirements.append([])  # another package: its hash lines are not the installer's
+        elif text.startswith("--hash") and requirements and requirements[-1]:
+            requirements[-1].append(text)
+    return "".join(" \\\n    ".join(parts) + "\n" for parts in requirements if parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m suite.locks extraneous LOCK`` prints one name a line; ``check LOCK`` prints the
-    differences and exits 1 when there are any (both for requirements/ensure_venv.sh)."""
+    differences and exits 1 when there are any; ``installer LOCK`` prints the lock's pip requirement
+    with its hashes, or nothing (all for requirements/ensure_venv.sh); ``environments`` prints the
+    host environments, one a line."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in ("extraneous", "check"):
-        print("usage: python -m suite.locks {extraneous,check} LOCK_FILE", file=sys.stderr)
+    if args == ["environments"]:
+        print("\n".join(ENVIRONMENTS))
+        return 0
+    if len(args) != 2 or args[0] not in ("extraneous", "check", "installer"):
+        print("usage: python -m suite.locks {extraneous,check,installer} LOCK_FILE | environments", file=sys.stderr)
         return 2
     try:
         pins = read_pins(args[1])
+        if args[0] == "installer":
+            sys.stdout.write(installer_requirements(args[1]))
+            return 0
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@ requirements/ensure_venv.sh installs nothing whose sha256 differs, and suite/loc
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import platform
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -360,6 +362,137 @@ def test_ensure_venv_refuses_a_lock_that_misses_a_dependency(tmp_path: Path) -> 
     assert not (venv / locks.LOCK_RECORD).exists()
 
 
+def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> str:
+    """Build a pure-Python wheel with the standard library (a zip with METADATA, WHEEL and RECORD);
+    return its sha256, as a lock would hash it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-{version}.dist-info"
+    contents = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{info}/RECORD,,")
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in {**contents, f"{info}/RECORD": "\n".join(record) + "\n"}.items():
+            z.writestr(path, text)
+    return hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+
+def _local_index(folder: Path) -> dict[str, str]:
+    # pip reads these as it reads its own options: wheels from this folder only, no package index.
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(folder)}
+
+
+def _site_file(venv: Path, relative: str) -> Path:
+    return venv / "lib" / f"python{_python_xy()}" / "site-packages" / relative
+
+
+def test_ensure_venv_switching_environments_keeps_files_two_packages_share(tmp_path: Path) -> None:
+    # As tensorflow-cpu (run) and tensorflow (run-gpu) both install tensorflow/...: uninstalling the one
+    # the new lock does not name, after installing the other, would delete the files both wrote.
+    wheels, folder, venv = tmp_path / "wheels", tmp_path / "locks", tmp_path / "venv"
+    cpu = _wheel(wheels, "sharer_cpu", "1.0", {"sharedpkg/__init__.py": "KIND = 'cpu'\n"})
+    gpu = _wheel(wheels, "sharer_gpu", "1.0", {"sharedpkg/__init__.py": "KIND = 'gpu'\n"})
+    _one_wheel_lock(folder, "run", f"sharer-cpu==1.0 \\\n    --hash=sha256:{cpu}\n")
+    _one_wheel_lock(folder, "run-gpu", f"sharer-gpu==1.0 \\\n    --hash=sha256:{gpu}\n")
+    env = {"SUITE_LOCKS_DIR": str(folder), **_local_index(wheels)}
+    shared = _site_file(venv, "sharedpkg/__init__.py")
+    for name, kind in (("run", "cpu"), ("run-gpu", "gpu"), ("run", "cpu")):
+        proc = _ensure_venv(venv, name, env)
+        assert proc.returncode == 0, proc.stderr
+        assert shared.is_file(), f"after switching to {name}: {shared} is gone\n{proc.stderr}"
+        assert shared.read_text(encoding="utf-8") == f"KIND = '{kind}'\n"
+        assert {n: v for n, v in _venv_pins(venv).items() if n != "pip"} == {f"sharer-{kind}": "1.0"}
+    assert "recreating" in proc.stderr and "'run-gpu', 'run' is asked for" in proc.stderr, proc.stderr
+
+    # Within one environment, a new lock that swaps one for the other: the old one goes before the install.
+    _one_wheel_lock(folder, "run", f"sharer-gpu==1.0 \\\n    --hash=sha256:{gpu}\n")
+    proc = _ensure_venv(venv, "run", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "recreating" not in proc.stderr and "removing packages the lock does not name: sharer-cpu" in proc.stderr
+    assert shared.is_file() and shared.read_text(encoding="utf-8") == "KIND = 'gpu'\n"
+
+
+@pytest.mark.parametrize("made", ["without a record", "unlocked"])
+def test_ensure_venv_recreates_a_venv_whose_files_no_locked_install_checked(tmp_path: Path, made: str) -> None:
+    # pip skips a version that is already installed, hashes or not: the venv must start empty, or a
+    # file the lock's hash never covered would stay under a record that says it came from the lock.
+    wheels, doctored_wheels, folder, venv = tmp_path / "w", tmp_path / "d", tmp_path / "locks", tmp_path / "venv"
+    good = _wheel(wheels, "tiny_pkg", "1.0", {"tiny_pkg.py": "SOURCE = 'the locked wheel'\n"})
+    _wheel(doctored_wheels, "tiny_pkg", "1.0", {"tiny_pkg.py": "SOURCE = 'another wheel'\n"})
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(doctored_wheels),
+            "tiny_pkg==1.0",
+        ],
+        check=True,
+        timeout=300,
+    )
+    if made == "unlocked":  # what ensure_venv records under SUITE_UNLOCKED=1
+        record = {"environment": "run", "lock_file": None, "lock_sha256": None, "python": platform.python_version()}
+        (venv / locks.LOCK_RECORD).write_text(json.dumps(record), encoding="utf-8")
+        (venv / ".requirements.sha256").write_text("unlocked 0\n", encoding="utf-8")
+    _one_wheel_lock(folder, "run", f"tiny-pkg==1.0 \\\n    --hash=sha256:{good}\n")
+    proc = _ensure_venv(venv, "run", {"SUITE_LOCKS_DIR": str(folder), **_local_index(wheels)})
+    assert proc.returncode == 0, proc.stderr
+    assert "recreating" in proc.stderr and "no record of a hash-checked install" in proc.stderr, proc.stderr
+    assert _site_file(venv, "tiny_pkg.py").read_text(encoding="utf-8") == "SOURCE = 'the locked wheel'\n"
+    assert locks.venv_lock(str(venv))["lock_sha256"] == locks.lock_sha256(folder / f"run-py{_python_xy()}.txt")
+
+
+def test_ensure_venv_explains_a_missing_lock_under_the_callers_strict_mode(tmp_path: Path) -> None:
+    # run_all.sh and run_tests.sh source it under `set -euo pipefail`; with no lock at all, listing the
+    # locks that do exist fails, and that must not end the script before the message.
+    empty = tmp_path / "locks"
+    empty.mkdir()
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'set -euo pipefail; . requirements/ensure_venv.sh; ensure_venv "$1" dev',
+            "_",
+            str(tmp_path / "v"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, "SUITE_LOCKS_DIR": str(empty)},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"no lock for Python {_python_xy()}" in proc.stderr, proc.stderr
+    assert "exist for Python: none" in proc.stderr and "SUITE_UNLOCKED=1" in proc.stderr, proc.stderr
+
+
+def test_ensure_venv_refuses_a_locked_install_off_linux_x86_64(tmp_path: Path) -> None:
+    # The locks' wheels are Linux x86_64 ones; elsewhere pip would build the hashed sdists from source.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uname").write_text("#!/bin/sh\necho Darwin arm64\n", encoding="utf-8")
+    (bin_dir / "uname").chmod(0o755)
+    folder = tmp_path / "locks"
+    _one_wheel_lock(folder, "run", f"six==1.16.0 \\\n    --hash=sha256:{SIX_WHEEL_SHA256}\n")
+    env = {"SUITE_LOCKS_DIR": str(folder), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = _ensure_venv(tmp_path / "venv", "run", env)
+    assert proc.returncode == 1, proc.stderr
+    assert "for Linux x86_64; this machine is 'Darwin arm64'" in proc.stderr, proc.stderr
+    assert "SUITE_UNLOCKED=1" in proc.stderr and not (tmp_path / "venv").exists()
+
+
 def _fake_python(path: Path, version: str) -> Path:
     # Passes the 3.11 floor and reports its version, as an interpreter of that version would.
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -463,8 +596,44 @@ def test_installed_differences_of_this_venv_against_its_lock() -> None:
         f"numpy 0.0.1 in the lock, {numpy} installed",
         "six installed, not in the lock",
     ]
-    # pip is the venv's installer, left out on both sides: a lock that pins it is not "not installed".
-    assert locks.installed_differences({**pins, "pip": "0.0.1"}) == []
+
+
+def test_pip_is_compared_when_the_lock_pins_it_and_left_out_when_not() -> None:
+    # What this interpreter has, as pip itself lists it, is the reference lock.
+    have = locks.installed()
+    assert "pip" in have
+    assert locks.installed_differences(have) == []
+    assert locks.installed_differences({**have, "pip": "0.0.1"}) == [f"pip 0.0.1 in the lock, {have['pip']} installed"]
+    # A lock that does not pin the installer (an image's) says nothing about it: not "installed, not in the lock".
+    without = {n: v for n, v in have.items() if n != "pip"}
+    assert locks.installed_differences(without) == []
+    assert "pip" not in locks.extraneous(without)
+
+
+def test_every_host_lock_pins_pip_and_hands_it_to_ensure_venv_with_its_hashes(tmp_path: Path) -> None:
+    for env, python in HOST_LOCKS:
+        path = LOCKS / f"{env}-py{python}.txt"
+        pin = locks.read_pins(path)["pip"]
+        text = locks.installer_requirements(path)
+        hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", text)
+        assert text.startswith(f"pip=={pin} \\\n") and hashes, text
+        # The same hashes as the lock's own lines for pip, and nothing of any other package.
+        block = re.search(
+            rf"^pip=={re.escape(pin)} \\\n((?:    --hash=sha256:[0-9a-f]{{64}}.*\n)+)", path.read_text(), re.M
+        )
+        assert block is not None and re.findall(r"sha256:([0-9a-f]{64})", block.group(1)) == hashes
+        # pip itself reads it as one requirement with hashes (the form --require-hashes accepts).
+        reqs = tmp_path / f"{env}-{python}.txt"
+        reqs.write_text(text, encoding="utf-8")
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--require-hashes", "-r", str(reqs)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "pinned with ==" not in proc.stderr and "Hashes are required" not in proc.stderr, proc.stderr
+    # A lock without pip gives nothing to install first.
+    assert locks.installer_requirements(DOCKER / "locks" / "tf2.21-cpu.txt") == ""
 
 
 def test_venv_lock_reads_the_record_or_says_none(tmp_path: Path) -> None:
