@@ -7,9 +7,13 @@
 # them an existing lock is kept as the preference, so only what an input change forces moves.
 #
 # A lock is the full resolution (every transitive package, pinned with ==) with the sha256 of every
-# distribution of each pinned version, so `pip install --require-hashes` installs the same bytes on
-# every Linux x86_64 machine. Resolution is for manylinux_2_28 (glibc 2.28+: the Debian bookworm
-# images and any current host). The output carries no timestamp: the same inputs give the same bytes.
+# file of each pinned version on the index: wheels for every platform, and the sdist where there is
+# one. `pip install --require-hashes` then refuses any other file, but which of the listed files a
+# machine takes depends on it: requirements/ensure_venv.sh adds --only-binary :all: and refuses a
+# machine other than Linux x86_64, so a host gets the same wheels as every other Linux x86_64 host
+# with glibc 2.28+ (manylinux_2_28, what the resolution is for: the Debian bookworm images and any
+# current host) instead of building an sdist. The output carries no timestamp: the same inputs give
+# the same bytes.
 # uv is pinned in requirements/dev.txt (`./run_tests.sh` installs it into .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +41,10 @@ PLATFORM=x86_64-manylinux_2_28
 HOST_PYTHONS=(3.11 3.12)
 # The images' interpreter: every base in docker/images.yaml is a python:3.11 image.
 IMAGE_PYTHON=3.11
+# The venv's Python reads the catalog and the environments through the suite's own code (one
+# definition each: suite/image_catalog.py, suite/locks.py); it has PyYAML (host.txt pins it).
+PY=$VENV/bin/python
+[ -x "$PY" ] || PY=python3
 
 # compile OUT HEADER_LINE PYTHON_VERSION UV_INPUT_ARGS... (stdin is read when an input is "-")
 compile() {
@@ -62,46 +70,38 @@ compile() {
 
 extra_args=("$@")
 
-for py in "${HOST_PYTHONS[@]}"; do
-  compile "requirements/locks/run-py$py.txt" "requirements/host.txt + requirements/worker-cpu.txt" "$py" \
-    requirements/host.txt requirements/worker-cpu.txt
-  compile "requirements/locks/run-gpu-py$py.txt" "requirements/host.txt + requirements/worker-gpu.txt" "$py" \
-    requirements/host.txt requirements/worker-gpu.txt
-  # Under the run lock: a venv holding dev holds run too, at the same versions (ensure_venv relies on it).
-  compile "requirements/locks/dev-py$py.txt" \
-    "requirements/host.txt + requirements/worker-cpu.txt + requirements/dev.txt (under the run lock)" "$py" \
-    requirements/host.txt requirements/worker-cpu.txt requirements/dev.txt -c "requirements/locks/run-py$py.txt"
-done
-
 # One line per image: NAME<TAB>LOCK<TAB>CONSTRAINTS<TAB>REQUIREMENT REQUIREMENT ... (tensorflow, then extra);
-# LOCK and CONSTRAINTS relative to docker/, the lock where the entry's `lock` key says (default locks/NAME.txt).
-# PyYAML reads the catalog: the venv's (host.txt pins it), else python3's.
-yaml_python=python3
-[ -x "$VENV/bin/python" ] && yaml_python=$VENV/bin/python
-images=$("$yaml_python" - <<'EOF'
+# LOCK and CONSTRAINTS relative to docker/. The catalog is read and checked as every other command
+# reads it (suite.image_catalog.load_catalog), except that a lock file may not exist yet: this writes
+# it. Read first, so that a catalog error stops the script before any lock is written.
+images=$("$PY" - <<'EOF'
 import sys
 
-import yaml
+from suite.image_catalog import ImageError, load_catalog
 
-path = "docker/images.yaml"
-with open(path, encoding="utf-8") as f:
-    catalog = yaml.safe_load(f)
-images = catalog.get("images") if isinstance(catalog, dict) else None
-if not isinstance(images, dict) or not images:
-    sys.exit(f"error: {path}: 'images' must map image names to entries")
-for name, entry in images.items():
-    for key in ("tensorflow", "constraints"):
-        if not isinstance(entry, dict) or not isinstance(entry.get(key), str) or not entry[key].strip():
-            sys.exit(f"error: {path}: images.{name}.{key} must be a non-empty string")
-    extra = entry.get("extra") or ""
-    if not isinstance(extra, str):
-        sys.exit(f"error: {path}: images.{name}.extra must be a string of space-separated requirements")
-    lock = entry.get("lock", f"locks/{name}.txt")
-    if not isinstance(lock, str) or not lock.endswith(".txt") or lock.startswith("/") or ".." in lock.split("/"):
-        sys.exit(f"error: {path}: images.{name}.lock must be a .txt path inside docker/, e.g. locks/{name}.txt")
-    print(f"{name}\t{lock}\t{entry['constraints']}\t{entry['tensorflow']} {extra}".rstrip())
+try:
+    catalog = load_catalog(locks_may_be_missing=True)
+except ImageError as e:
+    sys.exit(f"error: {e}")
+for name, d in catalog.images.items():
+    print(f"{name}\t{d.lock}\t{d.constraints}\t{d.tensorflow} {d.extra or ''}".rstrip())
 EOF
 )
+
+# One line per environment: NAME<TAB>INPUT INPUT ... (suite/locks.py ENVIRONMENTS).
+environments=$("$PY" -m suite.locks environments)
+for py in "${HOST_PYTHONS[@]}"; do
+  while IFS=$'\t' read -r env inputs; do
+    [ "$env" = dev ] && continue  # below, under the run lock
+    read -r -a files <<<"$inputs"
+    compile "requirements/locks/$env-py$py.txt" "${inputs// / + }" "$py" "${files[@]}"
+  done <<<"$environments"
+  # Under the run lock: a venv holding dev holds run too, at the same versions (ensure_venv relies on it).
+  dev_inputs=$(sed -n 's/^dev\t//p' <<<"$environments")
+  read -r -a files <<<"$dev_inputs"
+  compile "requirements/locks/dev-py$py.txt" "${dev_inputs// / + } (under the run lock)" "$py" \
+    "${files[@]}" -c "requirements/locks/run-py$py.txt"
+done
 
 while IFS=$'\t' read -r name lock constraints requirements; do
   # The image's own requirements, as the Dockerfile passes them to pip, on stdin (one per line).

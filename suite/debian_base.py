@@ -236,8 +236,9 @@ def _debootstrap(recipe: DebianRecipe, root: Path, progress: Callable[[str], Non
 def _pip_install(recipe: DebianRecipe, root: Path, progress: Callable[[str], None]) -> None:
     """The host's pip installs the lock into the root's site-packages: the root itself needs no pip.
 
-    ``--require-hashes --no-deps``, as in the Dockerfile: every file must match a sha256 of the lock,
-    and the lock is the complete resolution, so pip resolves nothing of its own.
+    ``--require-hashes``, as in the Dockerfile: every file must match a sha256 of the lock. Without
+    ``--no-deps`` pip still resolves each package's dependencies, so a lock that misses one is refused
+    (the dependency has no hash in it) rather than installed incomplete.
     """
     progress(f"pip install --require-hashes -r {recipe.lock_file} into the root")
     cmd = [
@@ -248,7 +249,6 @@ def _pip_install(recipe: DebianRecipe, root: Path, progress: Callable[[str], Non
         "--disable-pip-version-check",
         "--no-warn-script-location",
         "--require-hashes",
-        "--no-deps",
         "--target",
         str(root / SITE_PACKAGES),
         "-r",

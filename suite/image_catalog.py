@@ -93,8 +93,12 @@ class Catalog:
         return f"{self.repository}:{name}"
 
 
-def load_catalog(path: Path = CATALOG) -> Catalog:
-    """images.yaml -> Catalog, with every error naming the file and the key."""
+def load_catalog(path: Path = CATALOG, *, locks_may_be_missing: bool = False) -> Catalog:
+    """images.yaml -> Catalog, with every error naming the file and the key.
+
+    ``locks_may_be_missing``: for requirements/lock.sh, which writes the lock files (a new image's does
+    not exist yet); everything else about the ``lock`` key is checked all the same.
+    """
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -104,7 +108,7 @@ def load_catalog(path: Path = CATALOG) -> Catalog:
     unknown = set(data) - {"repository", "defaults", "images"}
     if unknown:
         raise ImageError(f"{path}: unknown top-level key(s) {sorted(unknown)}; allowed: repository, defaults, images")
-    images = {name: _image_def(path, name, entry) for name, entry in data["images"].items()}
+    images = {name: _image_def(path, name, entry, locks_may_be_missing) for name, entry in data["images"].items()}
     defaults = data.get("defaults") or {}
     for kind in ("gpu", "cpu"):
         if defaults.get(kind) not in images:
@@ -112,7 +116,7 @@ def load_catalog(path: Path = CATALOG) -> Catalog:
     return Catalog(str(data.get("repository") or "suite-bench"), dict(defaults), images, path.resolve().parent)
 
 
-def _image_def(path: Path, name: str, entry: Any) -> ImageDef:
+def _image_def(path: Path, name: str, entry: Any, locks_may_be_missing: bool = False) -> ImageDef:
     where = f"{path}: images.{name}"
     if not isinstance(entry, dict):
         raise ImageError(f"{where}: expected a mapping")
@@ -121,7 +125,8 @@ def _image_def(path: Path, name: str, entry: Any) -> ImageDef:
         raise ImageError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {', '.join(sorted(IMAGE_KEYS))}")
     missing = REQUIRED_KEYS - set(entry)
     if missing:
-        raise ImageError(f"{where}: missing key(s) {sorted(missing)}")
+        hint = f"; lock: expected locks/{name}.txt (written by requirements/lock.sh)" if "lock" in missing else ""
+        raise ImageError(f"{where}: missing key(s) {sorted(missing)}{hint}")
     if not isinstance(entry["gpu"], bool):
         raise ImageError(f"{where}.gpu: expected true or false, got {entry['gpu']!r}")
     root = path.resolve().parent
@@ -131,8 +136,20 @@ def _image_def(path: Path, name: str, entry: Any) -> ImageDef:
         value = entry[key]
         if not isinstance(value, str) or not value or Path(value).is_absolute() or ".." in Path(value).parts:
             raise ImageError(f"{where}.{key}: expected a file path relative to {root}, got {value!r}")
-        if not (root / value).is_file():
-            raise ImageError(f"{where}.{key}: {root / value} does not exist")
+        if (root / value).is_dir():
+            raise ImageError(f"{where}.{key}: {root / value} is not a file (a folder)")
+        if key == "lock" and not value.endswith(".txt"):
+            raise ImageError(
+                f"{where}.lock: expected locks/{name}.txt (written by requirements/lock.sh), got {value!r}"
+            )
+        if not (root / value).is_file() and not (key == "lock" and locks_may_be_missing):
+            written = " (requirements/lock.sh writes it)" if key == "lock" else ""
+            raise ImageError(f"{where}.{key}: {root / value} does not exist{written}")
+    if Path(entry["lock"]) == Path(entry["constraints"]):
+        raise ImageError(
+            f"{where}.lock: {entry['lock']!r} is the constraints file; "
+            f"expected locks/{name}.txt (written by requirements/lock.sh)"
+        )
     for key in ("description", "tensorflow", "extra", "python", "base"):
         # Each becomes an image label or a build arg: one line of text.
         if entry.get(key) is not None and (not isinstance(entry[key], str) or "\n" in entry[key] or "\r" in entry[key]):
@@ -168,7 +185,39 @@ def read_lock(path: Path = LOCK) -> dict[str, dict[str, dict[str, Any]]]:
     for base, entry in lock["bases"].items():
         if not str(entry.get("digest", "")).startswith("sha256:"):
             raise ImageError(f"{path}: bases.{base}.digest: expected sha256:..., got {entry.get('digest')!r}")
+    for name, entry in lock["debian_bases"].items():
+        _check_debian_entry(path, name, entry, what_to_do)
     return lock
+
+
+# What `python -m suite images lock` writes for a Debian-made base (suite.images.debian_record), by type.
+DEBIAN_TEXT_KEYS = ("base", "image_id", "made_at", "recipe", "suite", "mirror", "locked_at")
+
+
+def _check_debian_entry(path: Path, name: str, entry: Mapping[str, Any], what_to_do: str) -> None:
+    """A debian_bases entry as `images lock` writes it, or an ImageError naming the key: a hand-edited
+    ``packages: [libc6, bash]`` would otherwise fail far from here, when a build compares versions."""
+    where = f"{path}: debian_bases.{name}"
+    for key in DEBIAN_TEXT_KEYS:
+        if key in entry and not isinstance(entry[key], str):
+            raise ImageError(f"{where}.{key}: expected text, got {entry[key]!r}; {what_to_do}")
+    packages = entry.get("packages", {})
+    if not isinstance(packages, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in packages.items()
+    ):
+        raise ImageError(
+            f"{where}.packages: expected a mapping of Debian package name to version text "
+            f"(e.g. libc6: 2.36-9+deb12u14), got {packages!r:.80}; {what_to_do}"
+        )
+    pip_lock = entry.get("pip_lock", {})
+    if not isinstance(pip_lock, dict) or not all(isinstance(pip_lock.get(k, ""), str) for k in ("file", "sha256")):
+        raise ImageError(
+            f"{where}.pip_lock: expected a mapping with text file and sha256, got {pip_lock!r}; {what_to_do}"
+        )
+    unknown = set(entry) - {*DEBIAN_TEXT_KEYS, "packages", "pip_lock"}
+    if unknown:
+        allowed = ", ".join(sorted({*DEBIAN_TEXT_KEYS, "packages", "pip_lock"}))
+        raise ImageError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {allowed}; {what_to_do}")
 
 
 def load_lock(path: Path = LOCK) -> dict[str, dict[str, str]]:
@@ -270,40 +319,53 @@ def plan_build(
         d.lock: (catalog.root / d.lock).read_bytes(),
     }
     recipe = recipe_hash(catalog, name)
-    digest = hashlib.sha256()
-    for key in sorted(files):
-        digest.update(f"file {key} {hashlib.sha256(files[key]).hexdigest()}\n".encode())
-    for key in sorted(args):
-        digest.update(f"arg {key}={args[key]}\n".encode())
-    digest.update(f"recipe {recipe}\n".encode())  # the catalog entry's labels (tensorflow, ...) follow it
-    context_hash = digest.hexdigest()
-    tag = catalog.tag(name) if not base_override else f"{catalog.tag(name)}-x{context_hash[:10]}"
     base_ref = args["BASE_IMAGE"]
-    base_name = base_ref if base_override or debian_base else d.base
+    base_name = base_ref if base_override or debian_base else qualified_reference(d.base)
     base_digest = base_ref.split("@", 1)[1] if "@" in base_ref else ""
     labels = {
         "suite.image": name,
-        "suite.context_hash": context_hash,
         "suite.recipe_hash": recipe,
         "suite.lock.file": d.lock,
         "suite.lock.sha256": lock_sha256(catalog.root / d.lock),
-        "suite.base.ref": base_name,
+        "suite.base.ref": base_ref if base_override or debian_base else d.base,
         "suite.base.digest": base_digest,
         "suite.tensorflow": d.tensorflow,
         "suite.gpu": "true" if d.gpu else "false",
         "suite.cuda": d.cuda or "",
         "suite.python": d.python,
-        OCI_PREFIX + "title": tag,
         OCI_PREFIX + "version": project_version(),
         OCI_PREFIX + "base.name": base_name,
     }
     if d.description:
         labels[OCI_PREFIX + "description"] = d.description
-    if base_digest:
+    if base_digest:  # OCI means the registry digest: a base known only by a local image ID has none
         labels[OCI_PREFIX + "base.digest"] = base_digest
     if not base_override:  # an override's base says itself how it was made (its own labels)
         labels["suite.base.source"] = "debian" if debian_base else "registry"
+    digest = hashlib.sha256()
+    for key in sorted(files):
+        digest.update(f"file {key} {hashlib.sha256(files[key]).hexdigest()}\n".encode())
+    for key in sorted(args):
+        digest.update(f"arg {key}={args[key]}\n".encode())
+    # Every label the plan sets is part of what the image is: a changed version, description, gpu or
+    # cuda must make the built image stale, or it would keep saying the old one. (The labels of one
+    # build alone, created/revision/source, are added at build time and are not in the plan.)
+    for key in sorted(labels):
+        digest.update(f"label {key}={labels[key]}\n".encode())
+    context_hash = digest.hexdigest()
+    tag = catalog.tag(name) if not base_override else f"{catalog.tag(name)}-x{context_hash[:10]}"
+    labels["suite.context_hash"] = context_hash
+    labels[OCI_PREFIX + "title"] = tag  # the tag: the name, and for an override the hash itself
     return BuildPlan(name, tag, args, files, labels, context_hash, recipe)
+
+
+def qualified_reference(ref: str) -> str:
+    """A registry image reference with its registry and namespace written out, as OCI's base.name asks:
+    ``python:3.11-slim-bookworm`` is ``docker.io/library/python:3.11-slim-bookworm``."""
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return ref  # already names its registry
+    return f"docker.io/{ref}" if rest else f"docker.io/library/{ref}"
 
 
 def label_instruction(labels: Mapping[str, str]) -> str:

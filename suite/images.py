@@ -309,9 +309,11 @@ def _base_labels(client: Any, plan: BuildPlan, progress: Callable[[str], None]) 
         repo = repository_of(ref)
         digests = [d.split("@", 1)[1] for d in base.attrs.get("RepoDigests") or [] if repository_of(d) == repo]
         labels["suite.base.digest"] = digests[0] if digests else ""
-    # OCI's base.digest: the registry digest where there is one; else (a base made from Debian
-    # packages, or any base only this engine has) the base's local image ID, which no registry knows.
-    labels[OCI_PREFIX + "base.digest"] = labels.get("suite.base.digest") or plan.labels["suite.base.digest"] or base.id
+    # OCI's base.digest is the registry digest: a base made from Debian packages, or any base only
+    # this engine has, has none, and the label is left out (suite.base.id names it locally).
+    registry_digest = labels.get("suite.base.digest") or plan.labels["suite.base.digest"]
+    if registry_digest:
+        labels[OCI_PREFIX + "base.digest"] = registry_digest
     return labels
 
 
@@ -407,7 +409,7 @@ def lock_images(
             failures.append(f"registry digest of {base}: {exc}")
             progress(f"{base}: no digest ({exc})")
             continue
-        lock["bases"][base] = {"digest": digest, "locked_at": now}
+        lock["bases"][base] = _stamped({"digest": digest}, lock["bases"].get(base), now)
         recorded.append(f"registry digest of {base}: {digest}")
         progress(f"{base}: {digest}")
     for d in defs:
@@ -416,7 +418,7 @@ def lock_images(
             kept = " (the previous entry is kept)" if d.name in lock["debian_bases"] else ""
             absent.append(f"Debian base of {d.name}: none on the engine for this checkout's recipe{kept}")
             continue
-        lock["debian_bases"][d.name] = {**entry, "locked_at": now}
+        lock["debian_bases"][d.name] = _stamped(entry, lock["debian_bases"].get(d.name), now)
         recorded.append(
             f"Debian base of {d.name}: {entry['base']} ({entry['image_id'][:19]}), {len(entry['packages'])} "
             f"Debian packages, pip lock {entry['pip_lock']['file']}"
@@ -435,6 +437,14 @@ def lock_images(
             f"{path} was written with what was recorded:\n  {done}"
         )
     return lock
+
+
+def _stamped(entry: dict[str, Any], previous: dict[str, Any] | None, now: str) -> dict[str, Any]:
+    """``entry`` with ``locked_at``: the previous one's when nothing else changed, so that locking again
+    leaves the committed file as it is; else ``now``."""
+    if previous is not None and {k: v for k, v in previous.items() if k != "locked_at"} == entry:
+        return {**entry, "locked_at": previous.get("locked_at", now)}
+    return {**entry, "locked_at": now}
 
 
 def debian_record(client: Any, recipe: debian_base.DebianRecipe) -> dict[str, Any] | None:

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 LOCK_RECORD = ".suite-lock.json"
-# The host environments and the top-level requirement files each is compiled from (the same lists
-# as requirements/lock.sh and requirements/ensure_venv.sh); one lock per environment and Python.
+# The host environments and the top-level requirement files each is compiled from; one lock per
+# environment and Python. requirements/lock.sh reads them here (``python -m suite.locks environments``);
+# requirements/ensure_venv.sh repeats them, since it runs before any Python is known to be usable
+# (tests/test_locks.py checks the two agree).
 ENVIRONMENTS: dict[str, tuple[str, ...]] = {
     "run": ("requirements/host.txt", "requirements/worker-cpu.txt"),
     "run-gpu": ("requirements/host.txt", "requirements/worker-gpu.txt"),
@@ -161,11 +163,11 @@ def installer_requirements(path: str | Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m suite.locks extraneous LOCK`` prints one name a line; ``check LOCK`` prints the
     differences and exits 1 when there are any; ``installer LOCK`` prints the lock's pip requirement
-    with its hashes, or nothing (all for requirements/ensure_venv.sh); ``environments`` prints the
-    host environments, one a line."""
+    with its hashes, or nothing (all for requirements/ensure_venv.sh); ``environments`` prints each
+    host environment and its input files, one a line (for requirements/lock.sh)."""
     args = sys.argv[1:] if argv is None else argv
-    if args == ["environments"]:
-        print("\n".join(ENVIRONMENTS))
+    if args == ["environments"]:  # NAME<TAB>INPUT INPUT ... a line, for requirements/lock.sh
+        print("\n".join(f"{env}\t{' '.join(inputs)}" for env, inputs in ENVIRONMENTS.items()))
         return 0
     if len(args) != 2 or args[0] not in ("extraneous", "check", "installer"):
         print("usage: python -m suite.locks {extraneous,check,installer} LOCK_FILE | environments", file=sys.stderr)

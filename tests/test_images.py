@@ -50,7 +50,7 @@ def test_one_dockerfile_parametrised_by_build_args() -> None:
     args = set(re.findall(r"^ARG (\w+)", text, re.M))
     assert args == {"BASE_IMAGE", "PYTHON", "LOCK", "INSTALL"}
     assert set(image_catalog.plan_build(image_catalog.load_catalog(), "tf2.21-cpu", lock={}).buildargs) == args
-    assert "--require-hashes --no-deps -r /opt/suite/requirements.lock" in text
+    assert "--require-hashes -r /opt/suite/requirements.lock" in text
     assert len(list(DOCKER.glob("Dockerfile*"))) == 1
 
 
@@ -114,12 +114,32 @@ def test_catalog_errors_name_the_file_and_key(tmp_path: Path) -> None:
         image_catalog.load_catalog(bad)
     bad.write_text(f"images:\n  a: {{gpu: true, {entry.replace('locks/tf2.21-cpu.txt', 'locks/none.txt')}}}\n")
     with pytest.raises(
-        image_catalog.ImageError, match=r"images\.yaml: images\.a\.lock: .*locks/none\.txt does not exist"
+        image_catalog.ImageError,
+        match=r"images\.yaml: images\.a\.lock: .*locks/none\.txt does not exist \(requirements/lock\.sh writes it\)",
     ):
         image_catalog.load_catalog(bad)
     bad.write_text(f"images:\n  a: {{gpu: true, {entry.replace(', lock: locks/tf2.21-cpu.txt', '')}}}\n")
-    with pytest.raises(image_catalog.ImageError, match=r"images\.yaml: images\.a: missing key\(s\) \['lock'\]"):
+    with pytest.raises(
+        image_catalog.ImageError,
+        match=r"images\.a: missing key\(s\) \['lock'\]; lock: expected locks/a\.txt \(written by requirements/lock",
+    ):
         image_catalog.load_catalog(bad)
+    # requirements/lock.sh writes where `lock` says: never over the constraints file it compiles from.
+    bad.write_text(f"images:\n  a: {{gpu: true, {entry.replace('locks/tf2.21-cpu.txt', 'constraints/tf-2.21.txt')}}}\n")
+    with pytest.raises(
+        image_catalog.ImageError,
+        match=r"images\.a\.lock: 'constraints/tf-2\.21\.txt' is the constraints file; expected locks/a\.txt",
+    ):
+        image_catalog.load_catalog(bad)
+    bad.write_text(f"images:\n  a: {{gpu: true, {entry.replace('locks/tf2.21-cpu.txt', 'locks')}}}\n")
+    with pytest.raises(image_catalog.ImageError, match=r"images\.a\.lock: .*/locks is not a file \(a folder\)"):
+        image_catalog.load_catalog(bad)
+    bad.write_text(f"images:\n  a: {{gpu: true, {entry.replace('locks/tf2.21-cpu.txt', 'locks/a.lock')}}}\n")
+    with pytest.raises(image_catalog.ImageError, match=r"images\.a\.lock: expected locks/a\.txt .*got 'locks/a\.lock'"):
+        image_catalog.load_catalog(bad, locks_may_be_missing=True)
+    new_lock = entry.replace("locks/tf2.21-cpu.txt", "locks/new.txt")
+    bad.write_text(f"defaults: {{gpu: a, cpu: a}}\nimages:\n  a: {{gpu: true, {new_lock}}}\n")
+    assert image_catalog.load_catalog(bad, locks_may_be_missing=True).get("a").lock == "locks/new.txt"
     bad.write_text(f"images:\n  a: {{gpu: true, {entry.replace('locks/tf2.21-cpu.txt', '../images.yaml')}}}\n")
     with pytest.raises(image_catalog.ImageError, match=r"images\.a\.lock: expected a file path relative to"):
         image_catalog.load_catalog(bad)
@@ -157,14 +177,79 @@ def test_recipe_hash_is_the_same_on_every_base_route() -> None:
     for key in ("created", "revision", "source"):  # they change every build: never in a plan, so never hashed
         assert all(f"org.opencontainers.image.{key}" not in p.labels for p in plans)
     assert registry.labels["org.opencontainers.image.title"] == "suite-bench:tf2.21-cpu"
-    assert registry.labels["org.opencontainers.image.base.name"] == "python:3.11-slim-bookworm"
+    # OCI's base.name is fully qualified: the registry and namespace a bare Docker Hub name implies.
+    assert registry.labels["org.opencontainers.image.base.name"] == "docker.io/library/python:3.11-slim-bookworm"
+    assert registry.labels["suite.base.ref"] == "python:3.11-slim-bookworm"
     assert "org.opencontainers.image.base.digest" not in registry.labels  # not locked: learnt at build time
     assert locked.labels["org.opencontainers.image.base.digest"] == "sha256:" + "a" * 64
     assert debian.labels["org.opencontainers.image.base.name"] == debian.buildargs["BASE_IMAGE"]
+    # A local base has no registry digest, so no OCI base.digest (suite.base.id names it at build time).
+    assert "org.opencontainers.image.base.digest" not in debian.labels
     description = catalog.get("tf2.21-cpu").description
     assert description and registry.labels["org.opencontainers.image.description"] == description
     version = re.search(r'^version = "([^"]+)"', (DOCKER.parent / "pyproject.toml").read_text(), re.M).group(1)
     assert registry.labels["org.opencontainers.image.version"] == version
+
+
+def test_qualified_reference_writes_out_docker_hubs_implied_names() -> None:
+    q = image_catalog.qualified_reference
+    assert q("python:3.11-slim-bookworm") == "docker.io/library/python:3.11-slim-bookworm"
+    assert q("nvidia/cuda:12.5.1-runtime") == "docker.io/nvidia/cuda:12.5.1-runtime"
+    assert q("ghcr.io/o/i:1") == "ghcr.io/o/i:1" and q("localhost:5000/i:1") == "localhost:5000/i:1"
+    assert q("python@sha256:" + "a" * 64) == "docker.io/library/python@sha256:" + "a" * 64
+
+
+def test_every_planned_label_is_in_the_context_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A built image is "up to date" while its context_hash matches the plan's: a label the hash left
+    # out could change in the checkout and the image would keep the old one.
+    root = _docker_dir(tmp_path)
+    catalog_path = root / "images.yaml"
+    text = catalog_path.read_text()
+
+    def plan() -> image_catalog.BuildPlan:
+        return image_catalog.plan_build(image_catalog.load_catalog(catalog_path), "tf2.21-cpu", lock={})
+
+    first = plan()
+    entry = catalog_path.read_text()
+    description = image_catalog.load_catalog(catalog_path).get("tf2.21-cpu").description
+    assert description and description in entry
+    catalog_path.write_text(text.replace(description, description + " (changed)"))
+    assert plan().labels["org.opencontainers.image.description"] != first.labels["org.opencontainers.image.description"]
+    assert plan().context_hash != first.context_hash
+    catalog_path.write_text(text)
+    assert plan().context_hash == first.context_hash
+    monkeypatch.setattr(image_catalog, "project_version", lambda: "99.0.0")
+    assert plan().labels["org.opencontainers.image.version"] == "99.0.0"
+    assert plan().context_hash != first.context_hash
+    monkeypatch.undo()
+    # Every label but the hash itself and the title (the tag, which holds the hash for an override) is
+    # fed to the hash: gpu, cuda and the rest included.
+    seen: set[str] = set()
+    monkeypatch.setattr(image_catalog.hashlib, "sha256", _recording_sha256(seen))
+    plan()
+    monkeypatch.undo()
+    for key in sorted(set(first.labels) - {"suite.context_hash", "org.opencontainers.image.title"}):
+        assert f"label {key}={first.labels[key]}\n" in seen, key
+
+
+def _recording_sha256(seen: set[str]):
+    real = hashlib.sha256
+
+    class Recording:
+        def __init__(self, data: bytes = b"") -> None:
+            self._h = real(data)
+
+        def update(self, data: bytes) -> None:
+            seen.add(data.decode(errors="replace"))
+            self._h.update(data)
+
+        def hexdigest(self) -> str:
+            return self._h.hexdigest()
+
+        def digest(self) -> bytes:
+            return self._h.digest()
+
+    return Recording
 
 
 def test_recipe_hash_follows_the_lock_and_entry_not_the_constraints(tmp_path: Path) -> None:
@@ -350,7 +435,7 @@ class _Engine:
     def get_registry_data(self, ref: str) -> Any:
         if self.registry_error:
             raise self.errors.APIError(self.registry_error)
-        return SimpleNamespace(id="sha256:" + "4" * 64)
+        return SimpleNamespace(id=getattr(self, "registry_digest", "sha256:" + "4" * 64))
 
     def build(self, **kwargs: Any) -> Any:
         self.built.append(kwargs)
@@ -397,7 +482,9 @@ def test_a_base_the_engine_cannot_pull_is_made_from_debian_and_says_so(monkeypat
     labels = engine.have["suite-bench:tf2.21-cpu"].labels
     assert labels["suite.base.source"] == "debian"
     assert labels["org.opencontainers.image.base.name"] == made[0]
-    assert labels["org.opencontainers.image.base.digest"] == "sha256:" + "3" * 64  # the base's local image ID
+    # The base's local image ID is no registry digest: OCI's base.digest is left out, suite.base.id has it.
+    assert "org.opencontainers.image.base.digest" not in labels
+    assert labels["suite.base.id"] == "sha256:" + "3" * 64
     assert (
         labels["suite.recipe_hash"]
         == rows[0]["recipe_hash"]
@@ -467,9 +554,10 @@ def test_a_built_image_carries_its_lock_and_the_oci_labels(client: Any, test_ima
     assert inside.split()[0] == file_sha
     oci = record["oci_labels"]
     prefix = "org.opencontainers.image."
-    keys = ("created", "revision", "version", "title", "description", "base.name", "base.digest")
+    keys = ("created", "revision", "version", "title", "description", "base.name")
     assert {prefix + k for k in keys} <= set(oci)
-    assert oci[prefix + "title"] == test_image and oci[prefix + "base.digest"] == record["base_id"]
+    # A Debian-made base has a local image ID only, no registry digest: no OCI base.digest.
+    assert oci[prefix + "title"] == test_image and prefix + "base.digest" not in oci
     assert record["base_id"] == client.images.get(oci[prefix + "base.name"]).id  # a local ID: the engine's own
     assert re.fullmatch(r"[0-9a-f]{40}", oci[prefix + "revision"])
     assert record["image_labels"]["suite.source.dirty"] in ("true", "false")
@@ -567,6 +655,47 @@ def test_images_lock_round_trip_with_its_debian_section(tmp_path: Path) -> None:
     path.write_text("colours: {}\n")
     with pytest.raises(image_catalog.ImageError, match=r"images\.lock: expected a mapping with the keys bases"):
         image_catalog.read_lock(path)
+    # debian_bases entries are checked by type, naming the key, before any build compares versions.
+    for bad, key in (
+        ("packages: [libc6, bash]", r"debian_bases\.tf2\.21-cpu\.packages: expected a mapping of Debian package"),
+        ("packages: {libc6: [2]}", r"debian_bases\.tf2\.21-cpu\.packages: expected a mapping"),
+        ("image_id: [1]", r"debian_bases\.tf2\.21-cpu\.image_id: expected text"),
+        ("pip_lock: locks/x.txt", r"debian_bases\.tf2\.21-cpu\.pip_lock: expected a mapping"),
+        ("colour: red", r"debian_bases\.tf2\.21-cpu: unknown key\(s\) \['colour'\]"),
+    ):
+        path.write_text(f"debian_bases:\n  tf2.21-cpu: {{{bad}}}\n")
+        with pytest.raises(image_catalog.ImageError, match=key):
+            image_catalog.read_lock(path)
+
+
+def test_locking_again_with_nothing_changed_leaves_the_file_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("docker")
+    engine = _Engine(pull_error="no registry")
+    _fake_debian_base(monkeypatch, engine)
+    images.build_images(["tf2.21-cpu"], progress=lambda _: None, client=engine)
+    engine.registry_error = None
+    path = tmp_path / "images.lock"
+    images.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
+    first = path.read_bytes()
+    stamps = re.findall(rb"locked_at: '([^']+)'", first)
+    assert len(stamps) == 2, first
+    # Another second: an entry rewritten would carry another locked_at.
+    earlier = image_catalog.read_lock(path)
+    for section in earlier.values():
+        for entry in section.values():
+            entry["locked_at"] = "2000-01-01T00:00:00+00:00"
+    image_catalog.write_lock(path, earlier["bases"], earlier["debian_bases"])
+    kept = path.read_bytes()
+    images.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
+    assert path.read_bytes() == kept
+    # A changed entry (another digest) is stamped anew; the unchanged one keeps its stamp.
+    engine.registry_digest = "sha256:" + "5" * 64
+    images.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
+    after = image_catalog.read_lock(path)
+    assert after["bases"]["python:3.11-slim-bookworm"]["locked_at"] != "2000-01-01T00:00:00+00:00"
+    assert after["debian_bases"]["tf2.21-cpu"]["locked_at"] == "2000-01-01T00:00:00+00:00"
 
 
 def test_lock_records_the_debian_base_where_no_registry_answers(
@@ -659,6 +788,10 @@ def test_package_changes_name_each_package_that_moved() -> None:
 # -- installing a lock: real pip, the real package index ------------------------------------------
 
 
+# python-dateutil 2.9.0.post0's wheel on the package index; it depends on six.
+DATEUTIL_WHEEL_SHA256 = "a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427"
+
+
 def _one_package_lock(tmp_path: Path, name: str = "six") -> tuple[Path, str]:
     """A lock of one small package, its entry copied from the image's lock (pin and hashes as A's uv wrote them)."""
     text = (DOCKER / "locks" / "tf2.21-cpu.txt").read_text()
@@ -669,6 +802,7 @@ def _one_package_lock(tmp_path: Path, name: str = "six") -> tuple[Path, str]:
     return lock, entry.group(0)
 
 
+@pytest.mark.network
 def test_the_debian_route_installs_with_require_hashes_and_refuses_a_wrong_hash(tmp_path: Path) -> None:
     lock, entry = _one_package_lock(tmp_path)
     root = tmp_path / "root"
@@ -686,6 +820,18 @@ def test_the_debian_route_installs_with_require_hashes_and_refuses_a_wrong_hash(
     lock.write_text(f"six=={version}\n")
     with pytest.raises(debian_base.DebianBaseError, match=r"(?s)pip install failed.*Hashes are required"):
         debian_base._pip_install(debian_base.recipe_from(lock, "one.txt"), tmp_path / "root3", lambda _: None)
+    # A lock that misses a dependency (python-dateutil needs six): refused, not installed incomplete.
+    lock.write_text(f"python-dateutil==2.9.0.post0 \\\n    --hash=sha256:{DATEUTIL_WHEEL_SHA256}\n")
+    with pytest.raises(debian_base.DebianBaseError, match=r"(?s)pip install failed.*--require-hashes mode.*six"):
+        debian_base._pip_install(debian_base.recipe_from(lock, "one.txt"), tmp_path / "root4", lambda _: None)
+    assert not list((tmp_path / "root4" / debian_base.SITE_PACKAGES).glob("dateutil"))
+
+
+def test_the_dockerfile_installs_without_no_deps() -> None:
+    # With --no-deps pip would install a lock that misses a dependency without a word.
+    text = (DOCKER / "Dockerfile").read_text().replace("\\\n", "")
+    install = next(line for line in text.splitlines() if "pip install" in line)
+    assert "--require-hashes" in install and "--no-deps" not in install, install
 
 
 def _dockerfile_lock_check() -> str:

@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -651,6 +652,48 @@ def test_lock_sh_reads_its_images_from_images_yaml() -> None:
     assert "docker/images.yaml" in script
     for name in _images():
         assert name not in script
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("    lock: locks/tf2.21-cpu.txt\n", "", "missing key(s) ['lock']; lock: expected locks/tf2.21-cpu.txt"),
+        ("lock: locks/tf2.21-cpu.txt", "lock: constraints/tf-2.21.txt", "is the constraints file; expected"),
+        ("lock: locks/tf2.21-cpu.txt", "lock: locks", "locks is not a file (a folder)"),
+    ],
+)
+def test_lock_sh_checks_the_catalog_as_the_suite_does_before_writing(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    # A copy of the tree lock.sh reads, with one bad catalog entry: the suite's own catalog check stops
+    # it (the same message `python -m suite images` gives), and no file is written.
+    for folder in ("requirements", "suite", "docker"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    catalog = tmp_path / "docker" / "images.yaml"
+    text = catalog.read_text(encoding="utf-8")
+    assert old in text
+    catalog.write_text(text.replace(old, new), encoding="utf-8")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.txt")}
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "requirements" / "lock.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SUITE_VENV": str(Path(sys.prefix))},
+    )
+    assert proc.returncode != 0, proc.stderr
+    assert "images.yaml: images.tf2.21-cpu" in proc.stderr and message in proc.stderr, proc.stderr
+    assert "wrote" not in proc.stderr
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*.txt")} == before
+
+
+def test_ensure_venv_knows_the_environments_suite_locks_defines(tmp_path: Path) -> None:
+    # ensure_venv repeats the list (it runs before any Python is known to work); lock.sh asks suite.locks.
+    proc = _ensure_venv(tmp_path / "venv", "nonesuch", {})
+    assert f"allowed: {', '.join(locks.ENVIRONMENTS)}" in proc.stderr, proc.stderr
+    script = (REPO / "requirements" / "ensure_venv.sh").read_text(encoding="utf-8")
+    for env, inputs in locks.ENVIRONMENTS.items():
+        assert f"    {env}) inputs=({' '.join(inputs)}) ;;" in script, env
 
 
 def _run_all(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
