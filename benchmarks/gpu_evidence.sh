@@ -164,9 +164,11 @@ wheels_mib() { du -sm "$1" | cut -f1; }
 # ------------------------------------------------------------------ --prepare-wheels (here, with internet)
 # What the wheel folder holds: the host side's packages at the versions the suite renders with, NVML
 # for the telemetry, and the worker's Keras. Versions come from the run lock for the target Python
-# (requirements/locks/run-pyX.Y.txt), which pins every dependency too, so the device gets the
-# bytes a locked install would; without that lock, from the top-level pins (requirements/host.txt,
-# worker-cpu.txt), and a name pinned nowhere is taken at its newest version, and said so.
+# (requirements/locks/run-pyX.Y.txt), which pins every dependency too, and after the download each
+# wheel's sha256 is checked against the hashes the lock lists for it: the device gets files a locked
+# install would take, except NumPy and SciPy, left out because the device uses its JAX's own. Without
+# that lock, versions come from the top-level pins (requirements/host.txt, worker-cpu.txt), nothing
+# is hash-checked, and a name pinned nowhere is taken at its newest version, and said so.
 WHEEL_NAMES=(PyYAML tabulate matplotlib nvidia-ml-py keras)
 LOCK="$REPO/requirements/locks/run-py$TARGET_PY.txt"
 pins() {
@@ -182,7 +184,7 @@ pins() {
 if [ "$PREPARE" -eq 1 ]; then
   mapfile -t WANT < <(pins)
   for want in "${WANT[@]}"; do
-    [[ $want == *==* ]] || echo "note: requirements/host.txt and worker-cpu.txt pin no $want; taking its newest version"
+    [[ $want == *==* ]] || echo "note: neither $LOCK nor requirements/host.txt and worker-cpu.txt pin $want; taking its newest version"
   done
   mkdir -p "$WHEELS"
   plat=()
@@ -194,7 +196,8 @@ if [ "$PREPARE" -eq 1 ]; then
   "$pydl" -m pip --version >/dev/null 2>&1 || pydl="$REPO/.venv/bin/python"
   locked=()
   if [ -f "$LOCK" ]; then
-    # The lock's pins as constraints (name==version lines; its hashes cover more files than are fetched here).
+    # The lock's pins as constraints (name==version lines: pip download takes no hashes with -c); the
+    # files fetched are checked against the lock's hashes below.
     grep -oE '^[A-Za-z0-9][A-Za-z0-9._-]*==[^ ;]+' "$LOCK" > "$WHEELS/.lock-constraints.txt"
     locked=(-c "$WHEELS/.lock-constraints.txt")
     echo "versions from $LOCK"
@@ -204,6 +207,12 @@ if [ "$PREPARE" -eq 1 ]; then
   "$pydl" -m pip download --quiet --only-binary=:all: --python-version "$TARGET_PY" --implementation cp \
     "${plat[@]}" "${locked[@]}" -d "$WHEELS" "${WANT[@]}"
   rm -f "$WHEELS/.lock-constraints.txt"
+  if [ -f "$LOCK" ]; then
+    if ! (cd "$REPO" && "$pydl" -m suite.locks check-wheels "$LOCK" "$WHEELS"); then
+      die "a downloaded wheel is not a file $LOCK hashes (above); the index served other bytes than the lock's"
+    fi
+    echo "every wheel's sha256 is one $LOCK lists for it"
+  fi
   # JAX's own NumPy (and SciPy, which JAX needs) are used there; another copy could break jaxlib.
   rm -f "$WHEELS"/numpy-*.whl "$WHEELS"/scipy-*.whl
   src=${MNIST:-$MNIST_DEFAULT}

@@ -135,6 +135,40 @@ def extraneous(pins: dict[str, str]) -> list[str]:
     return sorted(name for name in installed() if name not in pins and name not in INSTALLER)
 
 
+def read_hashes(path: str | Path) -> dict[str, set[str]]:
+    """{normalized project name: the sha256 digests its ``--hash`` options list} of a lock file."""
+    path = Path(path)
+    read_pins(path)  # the same checks: a file that is no lock says so
+    hashes: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        text = raw.split(" #", 1)[0].strip()
+        if not raw[:1].isspace():
+            match = _PIN.match(text)
+            current = hashes.setdefault(normalize(match.group("name")), set()) if match else None
+        for digest in re.findall(r"--hash=sha256:([0-9a-fA-F]{64})", text):
+            if current is not None:
+                current.add(digest.lower())
+    return hashes
+
+
+def unlocked_wheels(path: str | Path, folder: str | Path) -> list[str]:
+    """The wheels in ``folder`` whose sha256 the lock does not list for their project (or whose project it
+    does not name), one readable line each: empty when every file is one a locked install would take."""
+    hashes = read_hashes(path)
+    lines = []
+    for wheel in sorted(Path(folder).glob("*.whl")):
+        name = normalize(wheel.name.split("-", 1)[0])
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        if name not in hashes:
+            lines.append(f"{wheel.name}: {name} is not in {path}")
+        elif digest not in hashes[name]:
+            lines.append(
+                f"{wheel.name}: sha256 {digest} is not among the {len(hashes[name])} hashes {path} lists for {name}"
+            )
+    return lines
+
+
 def installer_requirements(path: str | Path) -> str:
     """The lock's own lines for its installer (``pip==X \\`` and its ``--hash`` lines), ready to be a
     requirements file of its own; empty when the lock does not pin it.
@@ -164,13 +198,28 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m suite.locks extraneous LOCK`` prints one name a line; ``check LOCK`` prints the
     differences and exits 1 when there are any; ``installer LOCK`` prints the lock's pip requirement
     with its hashes, or nothing (all for requirements/ensure_venv.sh); ``environments`` prints each
-    host environment and its input files, one a line (for requirements/lock.sh)."""
+    host environment and its input files, one a line (for requirements/lock.sh); ``check-wheels LOCK
+    FOLDER`` exits 1, naming each, when a wheel there is not a file the lock hashes (for
+    benchmarks/gpu_evidence.sh)."""
     args = sys.argv[1:] if argv is None else argv
     if args == ["environments"]:  # NAME<TAB>INPUT INPUT ... a line, for requirements/lock.sh
         print("\n".join(f"{env}\t{' '.join(inputs)}" for env, inputs in ENVIRONMENTS.items()))
         return 0
+    if len(args) == 3 and args[0] == "check-wheels":
+        try:
+            wrong = unlocked_wheels(args[1], args[2])
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for line in wrong:
+            print(f"error: {line}", file=sys.stderr)
+        return 1 if wrong else 0
     if len(args) != 2 or args[0] not in ("extraneous", "check", "installer"):
-        print("usage: python -m suite.locks {extraneous,check,installer} LOCK_FILE | environments", file=sys.stderr)
+        print(
+            "usage: python -m suite.locks {extraneous,check,installer} LOCK_FILE | check-wheels LOCK_FILE FOLDER"
+            " | environments",
+            file=sys.stderr,
+        )
         return 2
     try:
         pins = read_pins(args[1])

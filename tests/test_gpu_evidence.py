@@ -252,6 +252,8 @@ def test_missing_packages_come_from_the_wheel_folder(tmp_path: Path) -> None:
         pytest.skip(f"the package index cannot be reached here: {prep.stderr.strip()[-300:]}")
     assert "MiB in all (limit 56 MiB)" in prep.stdout
     assert list(wheels.glob("nvidia_ml_py-*.whl")) and not list(wheels.glob("numpy-*.whl"))
+    # Every file fetched is one the run lock hashes (the download itself checks none).
+    assert f"every wheel's sha256 is one {REPO}/requirements/locks/run-py{version}.txt lists for it" in prep.stdout
 
     py = _python_without(tmp_path, ("keras", "yaml", "pyyaml", "_yaml", "tabulate", "matplotlib", "mpl_toolkits"))
     res = tmp_path / "results"

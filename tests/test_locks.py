@@ -394,6 +394,27 @@ def _site_file(venv: Path, relative: str) -> Path:
     return venv / "lib" / f"python{_python_xy()}" / "site-packages" / relative
 
 
+def test_check_wheels_accepts_the_locked_files_and_names_any_other(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    good = _wheel(wheels, "tiny_pkg", "1.0", {"tiny_pkg.py": "X = 1\n"})
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"tiny-pkg==1.0 \\\n    --hash=sha256:{'0' * 64} \\\n    --hash=sha256:{good}\n    # via x\n")
+    assert locks.read_hashes(lock) == {"tiny-pkg": {"0" * 64, good}}
+    cmd = [sys.executable, "-m", "suite.locks", "check-wheels", str(lock), str(wheels)]
+    ok = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    # Other bytes under the same name and version (as an index could serve), and a package the lock lacks.
+    other = _wheel(tmp_path / "other", "tiny_pkg", "1.0", {"tiny_pkg.py": "X = 2\n"})
+    (wheels / "tiny_pkg-1.0-py3-none-any.whl").write_bytes(
+        (tmp_path / "other" / "tiny_pkg-1.0-py3-none-any.whl").read_bytes()
+    )
+    _wheel(wheels, "stray", "2.0", {"stray.py": ""})
+    bad = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1
+    assert f"tiny_pkg-1.0-py3-none-any.whl: sha256 {other} is not among the 2 hashes" in bad.stderr, bad.stderr
+    assert "stray-2.0-py3-none-any.whl: stray is not in" in bad.stderr, bad.stderr
+
+
 def test_ensure_venv_switching_environments_keeps_files_two_packages_share(tmp_path: Path) -> None:
     # As tensorflow-cpu (run) and tensorflow (run-gpu) both install tensorflow/...: uninstalling the one
     # the new lock does not name, after installing the other, would delete the files both wrote.
