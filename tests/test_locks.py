@@ -1,17 +1,26 @@
 """The hash locks hold what their inputs ask for, real pip resolves those inputs to exactly them,
-requirements/ensure_venv.sh installs nothing whose sha256 differs, and suite/locks.py reports the truth."""
+requirements/ensure_venv.sh installs nothing whose sha256 differs, and suite/locks.py reports the truth.
+
+The tests marked ``network`` ask the real package index (pip's configured one): about 2 minutes in
+all on a machine that reaches it (the 6 host-lock and 3 image-lock resolutions take 5-15 s each;
+pip reads metadata only, no 570 MB tensorflow wheel). Where the index cannot be reached they fail,
+saying which index, rather than skip: CI reaches it. Deselect them offline with ``-m 'not network'``.
+"""
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
 import platform
 import re
 import shutil
+import ssl
 import subprocess
 import sys
+import urllib.request
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +48,49 @@ PLATFORMS = (
 SIX_WHEEL_SHA256 = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254"
 # python-dateutil 2.9.0.post0's wheel; it depends on six.
 DATEUTIL_WHEEL_SHA256 = "a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427"
+
+
+def package_index_problem() -> str | None:
+    """Why pip's package index cannot be reached from here, or None when it answers.
+
+    The index is the one pip uses (PIP_INDEX_URL, else pip's configuration, else PyPI), asked for a
+    small project's page over HTTP with pip's certificate bundle (PIP_CERT) where one is set.
+    """
+    return _index_problem(os.environ.get("PIP_INDEX_URL", ""), os.environ.get("PIP_CERT", ""))
+
+
+@functools.cache
+def _index_problem(env_url: str, cert: str) -> str | None:
+    url = env_url
+    if not url:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        url = proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "https://pypi.org/simple"
+    page = url.rstrip("/") + "/six/"
+    context = ssl.create_default_context(cafile=cert or None)
+    try:
+        with urllib.request.urlopen(page, timeout=30, context=context) as response:
+            response.read(1)
+    except (OSError, ValueError) as exc:  # URLError, timeouts and refused connections are OSErrors
+        return (
+            f"the package index {url} cannot be reached from here ({page}: {exc}); the tests marked network "
+            "need it (CI reaches it). Offline, deselect them with -m 'not network'."
+        )
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _package_index_reachable(request: pytest.FixtureRequest) -> None:
+    # A test marked network fails with one clear line when the index is unreachable, not with pip's
+    # "no matching distribution" deep inside it.
+    if request.node.get_closest_marker("network") is not None:
+        problem = package_index_problem()
+        if problem:
+            pytest.fail(problem, pytrace=False)
 
 
 def _images() -> dict[str, dict]:
@@ -564,6 +616,15 @@ def test_unlocked_install_warns_and_records_no_lock(tmp_path: Path) -> None:
 
 
 # --- (d) suite/locks.py ----------------------------------------------------------------------------
+
+
+def test_an_unreachable_index_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Port 9 (discard) on this machine: nothing listens, the connection is refused at once.
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    problem = package_index_problem()
+    assert problem is not None
+    assert problem.startswith("the package index http://127.0.0.1:9/simple cannot be reached from here"), problem
+    assert "-m 'not network'" in problem
 
 
 def test_read_pins_normalizes_names_and_skips_hashes_and_comments(tmp_path: Path) -> None:
