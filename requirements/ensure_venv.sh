@@ -3,12 +3,15 @@
 # Usage: ensure_venv VENV_DIR ENV
 #   ENV: run (host.txt + worker-cpu.txt), run-gpu (host.txt + worker-gpu.txt), dev (run + dev.txt).
 # The lock is requirements/locks/<ENV>-py<X.Y>.txt for the venv's Python X.Y (requirements/lock.sh
-# writes them). `pip install --require-hashes` installs exactly its files: every package must be
-# in the lock with a matching sha256, dependencies included, or pip stops. Packages the lock does not
-# name are removed, and the venv is checked against the lock before <VENV_DIR>/.suite-lock.json
-# records which lock it holds (results carry that record; suite/locks.py reads it).
-# A Python without a lock stops here, unless SUITE_UNLOCKED=1: then the top-level requirement
-# files are installed without hashes (their dependencies float) and the record says "unlocked".
+# writes them). `pip install --require-hashes --only-binary :all:` installs exactly its wheels: every
+# package must be in the lock with a matching sha256, dependencies included, or pip stops; the lock's
+# pip is installed first. A venv holding another environment, or one no locked install made, is
+# recreated; packages the lock does not name are removed before the install; the venv is checked
+# against the lock before <VENV_DIR>/.suite-lock.json records which lock it holds (results carry
+# that record; suite/locks.py reads it). The locks are for Linux x86_64: elsewhere this stops.
+# A Python without a lock (or another platform) stops here, unless SUITE_UNLOCKED=1: then the
+# top-level requirement files are installed without hashes (their dependencies float) and the
+# record says "unlocked".
 # SUITE_LOCKS_DIR replaces requirements/locks (the tests install a lock of their own with it).
 ensure_venv() {
   local venv=${1:-} env=${2:-}
