@@ -1,10 +1,11 @@
 """The hash locks hold what their inputs ask for, real pip resolves those inputs to exactly them,
 requirements/ensure_venv.sh installs nothing whose sha256 differs, and suite/locks.py reports the truth.
 
-The tests marked ``network`` ask the real package index (pip's configured one): about 2 minutes in
-all on a machine that reaches it (the 6 host-lock and 3 image-lock resolutions take 5-15 s each;
-pip reads metadata only, no 570 MB tensorflow wheel). Where the index cannot be reached they fail,
-saying which index, rather than skip: CI reaches it. Deselect them offline with ``-m 'not network'``.
+The tests marked ``network`` ask the real package index (pip's configured one): about 3 minutes in
+all on a 2-core machine that reaches it (measured: 188 s for the 15 of this module and
+test_images.py; each lock resolution 5-15 s, pip reading metadata only, no 570 MB tensorflow wheel;
+the two ensure_venv installs about 35 s each). Where the index cannot be reached they fail, saying
+which index, rather than skip: CI reaches it. Deselect them offline with ``-m 'not network'``.
 """
 
 from __future__ import annotations
