@@ -48,18 +48,23 @@ ensure_venv() {
     fi
     return 1
   fi
-  local version xy
+  local version xy unlocked_why=""
   version=$("$py" -c 'import platform; print(platform.python_version())') || return 1
   xy=$(echo "$version" | cut -d. -f1,2)
 
   local locks=${SUITE_LOCKS_DIR:-$root/requirements/locks}
   local lock="$locks/$env-py$xy.txt"
   local want
-  if [ -f "$lock" ]; then
-    want=$(sha256sum "$lock" | cut -d' ' -f1)
-  elif [ "${SUITE_UNLOCKED:-0}" = "1" ]; then
+  # SUITE_UNLOCKED=1 is asked for where no lock can serve: a Python without a lock, or a machine
+  # other than Linux x86_64 (below), where a lock of this Python exists yet cannot be installed as
+  # it promises. So it wins over an existing lock.
+  if [ "${SUITE_UNLOCKED:-0}" = "1" ]; then
+    [ -f "$lock" ] && unlocked_why="SUITE_UNLOCKED=1 is set (the lock $lock is not used)" ||
+      unlocked_why="no lock for Python $xy"
     lock=""
     want="unlocked $(cd "$root" && cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)"
+  elif [ -f "$lock" ]; then
+    want=$(sha256sum "$lock" | cut -d' ' -f1)
   else
     local have
     # `|| true`: with no lock at all, ls fails, and under the callers' `set -euo pipefail` the
@@ -162,7 +167,7 @@ print(facts["environment"] if locked else "")
     "$venv/bin/python" -m pip install --quiet --require-hashes --only-binary :all: -r "$lock" || return 1
     (cd "$root" && "$venv/bin/python" -m suite.locks check "$lock") || return 1
   else
-    echo "WARNING: no lock for Python $xy; SUITE_UNLOCKED=1 installs the top-level pins of ${inputs[*]}" >&2
+    echo "WARNING: $unlocked_why; SUITE_UNLOCKED=1 installs the top-level pins of ${inputs[*]}" >&2
     echo "WARNING: without hashes: their dependencies float and results record the environment as unlocked." >&2
     local args=()
     for f in "${inputs[@]}"; do args+=(-r "$root/$f"); done

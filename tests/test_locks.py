@@ -568,6 +568,35 @@ def test_ensure_venv_refuses_a_locked_install_off_linux_x86_64(tmp_path: Path) -
     assert "SUITE_UNLOCKED=1" in proc.stderr and not (tmp_path / "venv").exists()
 
 
+@pytest.mark.network
+def test_suite_unlocked_is_the_way_off_linux_x86_64_even_where_a_lock_exists(tmp_path: Path) -> None:
+    # The refusal above says to set SUITE_UNLOCKED=1: doing so must work, though a lock of this
+    # Python exists. The real top-level files, resolved by real pip (dry run: nothing installed).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "uname").write_text("#!/bin/sh\necho Darwin arm64\n", encoding="utf-8")
+    (bin_dir / "uname").chmod(0o755)
+    folder = tmp_path / "locks"
+    _one_wheel_lock(folder, "run", f"six==1.16.0 \\\n    --hash=sha256:{SIX_WHEEL_SHA256}\n")
+    env = {
+        "SUITE_LOCKS_DIR": str(folder),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SUITE_UNLOCKED": "1",
+        "PIP_DRY_RUN": "1",
+        "PIP_USE_FEATURE": "fast-deps",
+    }
+    venv = tmp_path / "venv"
+    proc = _ensure_venv(venv, "run", env)
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: SUITE_UNLOCKED=1 is set (the lock" in proc.stderr, proc.stderr
+    assert locks.venv_lock(str(venv)) == {
+        "environment": "run",
+        "lock_file": None,
+        "lock_sha256": None,
+        "python": platform.python_version(),
+    }
+
+
 def _fake_python(path: Path, version: str) -> Path:
     # Passes the 3.11 floor and reports its version, as an interpreter of that version would.
     path.parent.mkdir(parents=True, exist_ok=True)
