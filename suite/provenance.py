@@ -4,7 +4,8 @@ Every result record carries a ``provenance`` section (``suite.results`` document
 
     {"suite": {"version", "git_revision", "git_dirty", "dirty_paths", "diff_sha256"},
      "environment": {"kind": "venv" | "image", "lock_file", "lock_sha256", "matches_lock", "lock_differences"},
-     "image": None | {"name", "id", "digest", "recipe_hash", "context_hash"}}
+     "image": None | {"name", "id", "digest", "recipe_hash", "context_hash",
+               "base_source", "base_name", "base_digest", "base_id"}}
 
 ``suite_identity`` asks git about this checkout; ``venv_environment`` reads the lock marker
 ``requirements/ensure_venv.sh`` leaves in a venv and checks the interpreter's installed
@@ -48,27 +49,55 @@ ASK_TIMEOUT_S = 120  # another interpreter listing its distributions
 # ``git diff HEAD`` with every diff option that user or system configuration could change stated,
 # so the hash depends on HEAD and the tree's content, not on who runs git: the same changes to the
 # same commit give the same hash, and two different modified trees give different ones (--binary:
-# binary files too). Clean/smudge filters still apply, as they do to what git stores.
+# binary files too). --full-index: the "index" lines name whole object IDs; abbreviated ones are as
+# long as core.abbrev and the repository's object count make them, so they differ between clones.
+# The prefixes stated override diff.noprefix, diff.mnemonicPrefix and diff.srcPrefix/dstPrefix;
+# --unified and --inter-hunk-context override diff.context and diff.interHunkContext; --submodule
+# and --ignore-submodules override diff.submodule and diff.ignoreSubmodules. The personal attributes
+# file (core.attributesFile) and the system one (GIT_ATTR_NOSYSTEM in ``_git``) are not read: an
+# attribute there could name a diff driver whose hunk headers or binary handling differ; the tracked
+# .gitattributes files still apply, as they are part of the code. Clean/smudge filters still apply,
+# as they do to what git stores. Not neutralised: .git/info/attributes (git has no switch for it)
+# and core.fileMode / core.autocrlf, which say how this clone's file system stores files.
 DIFF_ARGS = (
     "-c",
     "diff.suppressBlankEmpty=false",
     "-c",
     "core.quotePath=true",
+    "-c",
+    "core.attributesFile=/dev/null",
     "diff",
     "--no-color",
     "--no-ext-diff",
     "--no-textconv",
     "--binary",
+    "--full-index",
     "--no-renames",
     "--no-relative",
     "--diff-algorithm=myers",
     "--indent-heuristic",
     "--unified=3",
+    "--inter-hunk-context=0",
+    "--submodule=short",
+    "--ignore-submodules=none",
     "--src-prefix=a/",
     "--dst-prefix=b/",
     "-O/dev/null",  # no diff.orderFile
     "HEAD",
     "--",
+)
+# Untracked files under CODE_DIRS that the tracked .gitignore files do not ignore. Only the
+# per-directory .gitignore files count: --exclude-standard would also honour .git/info/exclude and
+# the user's core.excludesFile, so a personal ignore pattern could hide an untracked module a run
+# imports. (An untracked .gitignore in the tree is read too: git cannot tell it from a tracked one
+# here; under suite/ it is itself listed as untracked unless it ignores itself.)
+UNTRACKED_ARGS = (
+    "-c",
+    "core.excludesFile=/dev/null",
+    "ls-files",
+    "-z",
+    "--others",
+    "--exclude-per-directory=.gitignore",
 )
 
 
@@ -89,14 +118,18 @@ def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
     local worker imports the package from this checkout, and the Docker backend ships every
     ``suite/**/*.py`` into its containers, tracked or not. Untracked files elsewhere (results under
     ``reports/``, scratch files) cannot change what a run does and do not make the tree dirty.
-    ``git_dirty`` is true when that list is not empty.
+    ``git_dirty`` is true when that list is not empty. Which untracked files are ignored is
+    decided by the tracked ``.gitignore`` files alone (UNTRACKED_ARGS), never by a personal
+    ignore file. A tracked file marked assume-unchanged or skip-worktree is compared by content
+    like any other (``_hidden_from_git``): git itself would not look at it.
 
-    ``diff_sha256`` (null when clean): sha256 of what ``git diff HEAD`` (DIFF_ARGS) prints when every
+    ``diff_sha256`` (null when clean): sha256 of what ``git diff --full-index HEAD`` (DIFF_ARGS, the
+    same bytes whatever the user's or system's git configuration) prints when every
     untracked file of ``dirty_paths`` has been marked with ``git add --intent-to-add`` (in a copy of
     the index: the checkout's own index is not touched): the diff of the tracked changes, with each
     such file as a "new file" diff of its full content. It thus covers the content of every
     modified tracked file, and the path and content of every untracked file under ``suite/``; with
-    no untracked file there it is exactly the hash of ``git diff HEAD``.
+    no untracked file there it is exactly the hash of ``git diff --full-index HEAD``.
     """
     return _identity(root, _git_dirs(root))
 
@@ -112,35 +145,64 @@ def _identity(root: Path, dirs: _GitDirs | None) -> dict[str, Any]:
     if dirs is None:
         return block
     block["git_revision"] = dirs.revision
-    status = _git(root, "status", "--porcelain", "-z", "--untracked-files=no")
-    untracked = _git(root, "ls-files", "-z", "--others", "--exclude-standard", "--", *CODE_DIRS)
-    if status is None or untracked is None:
+    untracked = _git(root, *UNTRACKED_ARGS, "--", *CODE_DIRS)
+    tagged = _git(root, "ls-files", "-z", "-v")
+    if untracked is None or tagged is None:
         return block
     new_files = sorted(p for p in untracked.decode("utf-8", errors="replace").split("\0") if p)
-    paths = sorted([*_porcelain_paths(status), *(f"{p}{UNTRACKED}" for p in new_files)])
-    block["git_dirty"] = bool(paths)
-    block["dirty_paths"] = paths[:MAX_DIRTY_PATHS]
-    if paths:
-        diff = _diff_with_untracked(root, dirs, new_files) if new_files else _git(root, *DIFF_ARGS)
-        block["diff_sha256"] = hashlib.sha256(diff).hexdigest() if diff is not None else None
+    hidden = _hidden_from_git(root, tagged)
+    with tempfile.TemporaryDirectory(prefix="suite-index-") as tmp:
+        env: dict[str, str] | None = None
+        if hidden or new_files:
+            env = _index_copy(root, dirs, Path(tmp) / "index", hidden)
+            if env is None:
+                return block
+        status = _git(root, "status", "--porcelain", "-z", "--untracked-files=no", env=env)
+        if status is None:
+            return block
+        paths = sorted([*_porcelain_paths(status), *(f"{p}{UNTRACKED}" for p in new_files)])
+        block["git_dirty"] = bool(paths)
+        block["dirty_paths"] = paths[:MAX_DIRTY_PATHS]
+        if paths:
+            # --force: a personal ignore file that matches one of them must not make git refuse it.
+            if new_files and _git(root, "add", "--force", "--intent-to-add", "--", *new_files, env=env) is None:
+                return block
+            diff = _git(root, *DIFF_ARGS, env=env)
+            block["diff_sha256"] = hashlib.sha256(diff).hexdigest() if diff is not None else None
     return block
 
 
-def _diff_with_untracked(root: Path, dirs: _GitDirs, new_files: list[str]) -> bytes | None:
-    """``git diff HEAD`` with ``new_files`` marked ``--intent-to-add`` in a copy of the index, so git
-    shows them as new files; the checkout's index is read, never written."""
-    with tempfile.TemporaryDirectory(prefix="suite-index-") as tmp:
-        index = Path(tmp) / "index"
-        try:
-            shutil.copyfile(dirs.git_dir / "index", index)
-        except FileNotFoundError:
-            pass  # no index yet: git starts an empty one
-        except OSError:
+def _hidden_from_git(root: Path, tagged: bytes) -> list[str]:
+    """Tracked files marked assume-unchanged (``git ls-files -v`` tag in lower case) or skip-worktree
+    (tag "S") that are in the working tree: ``git status`` and ``git diff`` take the index's word for
+    them and never look at the file, yet a run imports what is on disk. A skip-worktree file absent
+    from the tree (a sparse checkout) is not code a run can import and stays as git shows it."""
+    hidden = []
+    for entry in tagged.decode("utf-8", errors="replace").split("\0"):
+        if len(entry) < 3:
+            continue
+        tag, path = entry[0], entry[2:]
+        if (tag.islower() or tag == "S") and (root / path).is_file():
+            hidden.append(path)
+    return hidden
+
+
+def _index_copy(root: Path, dirs: _GitDirs, index: Path, hidden: list[str]) -> dict[str, str] | None:
+    """The environment that points git at a copy of the checkout's index (written to ``index``) with
+    the assume-unchanged and skip-worktree marks of ``hidden`` cleared, so status and diff compare
+    those files' content too; the checkout's own index is read, never written. None when git fails."""
+    try:
+        shutil.copyfile(dirs.git_dir / "index", index)
+    except FileNotFoundError:
+        pass  # no index yet: git starts an empty one
+    except OSError:
+        return None
+    env = {"GIT_INDEX_FILE": str(index), "GIT_LITERAL_PATHSPECS": "1"}
+    for unmark in ("--no-assume-unchanged", "--no-skip-worktree") if hidden else ():
+        # One mark per call: given both, update-index applies only the first to each path.
+        if _git(root, "update-index", unmark, "--", *hidden, env=env) is None:
             return None
-        env = {"GIT_INDEX_FILE": str(index), "GIT_LITERAL_PATHSPECS": "1"}
-        if _git(root, "add", "--intent-to-add", "--", *new_files, env=env) is None:
-            return None
-        return _git(root, *DIFF_ARGS, env=env)
+    return env
 
 
 def _version(root: Path) -> str | None:
@@ -156,7 +218,7 @@ def _git(root: Path, *args: str, env: dict[str, str] | None = None) -> bytes | N
     """git's stdout, or None when git is missing, fails or hangs. GIT_OPTIONAL_LOCKS=0: a status
     taken while a plan runs never rewrites the index under another git command. ``env``: variables
     added for this call."""
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C", **(env or {})}
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_ATTR_NOSYSTEM": "1", "LC_ALL": "C", **(env or {})}
     try:
         proc = subprocess.run(
             ["git", "-C", str(root), *args],
@@ -415,8 +477,41 @@ def image_provenance(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
         "digest": digests[0] if digests else None,
         "recipe_hash": fact("recipe_hash", "suite.recipe_hash"),
         "context_hash": fact("context_hash", "suite.context_hash"),
+        **base_of(run),
     }
     return _environment("image", lock_file, lock_sha, None, differences), image
+
+
+BASE_KEYS = ("base_source", "base_name", "base_digest", "base_id")
+
+
+def base_of(run: dict[str, Any]) -> dict[str, str | None]:
+    """The image's base as its labels recorded it (``images.image_record``; ``image_catalog`` sets them).
+
+    ``base_source``: "registry" (pulled by digest) or "debian" (made on the build machine from
+    Debian packages, ``suite.debian_base``); null for a base given as a build override or an image
+    built before the label existed. ``base_name``: the OCI ``base.name`` label (the registry
+    reference or the local tag), else ``suite.base.ref``. ``base_digest``: the registry digest, null
+    for a base only the build machine had. ``base_id``: the base's image ID on the build machine.
+    The same recipe (``recipe_hash``) built on two bases is two images: another base is other
+    OS libraries and another Python build.
+    """
+    labels = run.get("image_labels") or {}
+    oci = run.get("oci_labels") or {}
+
+    def value(*candidates: Any) -> str | None:
+        return next((str(c) for c in candidates if c), None)
+
+    return {
+        "base_source": value(labels.get("suite.base.source")),
+        "base_name": value(
+            oci.get("org.opencontainers.image.base.name"), run.get("base_ref"), labels.get("suite.base.ref")
+        ),
+        "base_digest": value(
+            run.get("base_digest"), labels.get("suite.base.digest"), oci.get("org.opencontainers.image.base.digest")
+        ),
+        "base_id": value(run.get("base_id"), labels.get("suite.base.id")),
+    }
 
 
 def of_result(section: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -424,6 +519,9 @@ def of_result(section: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     carried one, what its recorded image facts still say (a Docker run's image and lock labels),
     with the suite block and a venv's lock empty: not recorded."""
     if section:
+        image = section.get("image")
+        if image and not any(k in image for k in BASE_KEYS):  # recorded before the block named its base
+            return {**section, "image": {**image, **base_of(run)}}
         return section
     if run.get("image_id"):
         environment, image = image_provenance(run)
@@ -569,7 +667,49 @@ def _image_differences(ri: dict[str, Any] | None, ci: dict[str, Any] | None) -> 
     if ri.get("id") != ci.get("id"):
         same = " (the same recipe: built again)" if rr and rr == cr and ri.get("id") and ci.get("id") else ""
         lines.append(f"image ID: result {short(ri.get('id'))}, here {short(ci.get('id'))}{same}")
+    if _base_known(ri) and _base_known(ci) and _base_key(ri) != _base_key(ci):
+        lines.append(f"{BASE_DIFFERS}result {base_text(ri)}, here {base_text(ci)}")
     return lines
+
+
+BASE_DIFFERS = "image base: "  # the line ``describe_differences`` gives when two images' bases differ
+
+
+def _base_known(image: dict[str, Any]) -> bool:
+    return bool(image.get("base_id") or image.get("base_digest"))
+
+
+def _base_key(image: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two bases the same: the registry digest when both have one, the image ID on the
+    build machine otherwise (a pulled base has the same ID everywhere; a Debian-made base is its
+    own build, whose ID differs from any other's)."""
+    return (image.get("base_source"), image.get("base_digest") or None, image.get("base_id") or None)
+
+
+def base_text(image: dict[str, Any] | None, *, markdown: bool = False) -> str:
+    """An image's base in words: "registry docker.io/library/python:3.11-slim@sha256:... (ID ...)",
+    "Debian packages, made on the build machine: suite-base:... (ID ...)", or "not recorded"."""
+    if not image or not (_base_known(image) or image.get("base_name")):
+        return "not recorded"
+    as_code = markdown_code if markdown else str
+    name, digest, base_id = image.get("base_name"), image.get("base_digest"), image.get("base_id")
+    ref = str(name or "?")
+    if digest and "@" not in ref:
+        ref += f"@{digest}"
+    source = image.get("base_source")
+    lead = {"registry": "registry ", "debian": "Debian packages, made on the build machine: "}.get(str(source), "")
+    text = lead + as_code(ref)
+    if not source:
+        text += " (how it was obtained is not recorded)"
+    return text + (f" (ID {as_code(short(base_id))})" if base_id else "")
+
+
+def digest_text(image: dict[str, Any], run: dict[str, Any]) -> str:
+    """The image's registry digest, "none (built locally, not pushed)" when the engine knew none
+    (RepoDigests empty), "not recorded" for a record made before runs recorded the digests."""
+    if image.get("digest"):
+        return str(image["digest"])
+    return "none (built locally, not pushed)" if "repo_digests" in run else "not recorded"
 
 
 def _image_text(image: dict[str, Any] | None) -> str:

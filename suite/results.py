@@ -27,11 +27,19 @@ Optional sections added without a bump (older records simply lack them):
   builds and compares it): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:
   tracked files differing from HEAD and untracked, not ignored files under ``suite/`` (code a run
   can import), the latter as ``"suite/x.py (untracked)"``, at most 50, ``diff_sha256``: sha256 of
-  ``git diff HEAD`` with those untracked files shown as new files, ``suite_identity`` says exactly),
+  ``git diff --full-index HEAD`` with those untracked files shown as new files and every diff option
+  git configuration could change fixed, ``suite_identity`` says exactly; records made before that
+  hashed a diff whose ``index`` lines carried abbreviated object IDs, as long as the recording
+  clone's ``core.abbrev`` and object count made them, and ignored files a personal ignore file or
+  ``.git/info/exclude`` matched, so their ``diff_sha256`` may not match a hash taken now of the
+  same tree),
   ``environment`` (``kind`` venv or image, ``lock_file`` and ``lock_sha256`` of the lock it was
   installed from, ``matches_lock`` whether the installed distributions equal the lock's pins, null
   when not checked, ``lock_differences`` in words) and ``image`` (null for a local run or a run
-  that got no image; else ``name``, ``id``, ``digest``, ``recipe_hash``, ``context_hash``). Every
+  that got no image; else ``name``, ``id``, ``digest``, ``recipe_hash``, ``context_hash``, and its
+  base: ``base_source`` registry or debian, ``base_name``, ``base_digest`` the registry digest or
+  null, ``base_id`` the base's ID on the build machine; records made before these four keys read
+  them from the run's recorded labels, ``provenance.of_result``). Every
   result a backend makes carries it, whatever its status; nulls where a fact is not known.
   ``suite`` is the checkout when the worker was launched (for a Docker run: the code copied into
   its container). A local worker imports the suite from the checkout while it runs, so when the

@@ -53,8 +53,10 @@ def repo(tmp_path: Path) -> Path:
 
 
 def plain_diff_sha(root: Path) -> str:
-    """sha256 of what a bare `git diff HEAD` prints (no configuration in the temp repository)."""
-    out = subprocess.run(["git", "-C", str(root), "diff", "HEAD"], check=True, capture_output=True).stdout
+    """sha256 of what a bare `git diff --full-index HEAD` prints (no configuration in the temp repository)."""
+    out = subprocess.run(
+        ["git", "-C", str(root), "diff", "--full-index", "HEAD"], check=True, capture_output=True
+    ).stdout
     return hashlib.sha256(out).hexdigest()
 
 
@@ -89,14 +91,112 @@ def test_modified_files_are_named_and_the_diff_hash_follows_the_content(repo: Pa
     assert provenance.suite_identity(repo)["dirty_paths"] == ["a.py", "b.py", "c.py"]
 
 
-def intent_to_add_diff_sha(root: Path, *untracked: str) -> str:
+def config_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **settings: str) -> None:
+    """Git configuration for every git this process starts, as a user's would be: ``settings``
+    through GIT_CONFIG_KEY_n/VALUE_n, and an empty global file of its own."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty-gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_COUNT", str(len(settings)))
+    for n, (key, value) in enumerate(settings.items()):
+        monkeypatch.setenv(f"GIT_CONFIG_KEY_{n}", key.replace("__", "."))
+        monkeypatch.setenv(f"GIT_CONFIG_VALUE_{n}", value)
+
+
+@needs_git
+def test_the_diff_hash_does_not_depend_on_the_users_git_configuration(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two hunks 4 lines apart (one hunk under a larger diff.interHunkContext), a rename, a binary file.
+    (repo / "a.py").write_text("".join(f"line{i} = {i}\n" for i in range(30)))
+    git(repo, "add", "a.py")
+    git(repo, "commit", "-q", "-m", "long")
+    lines = [f"line{i} = {i}\n" for i in range(30)]
+    lines[5], lines[14] = "line5 = 'five'\n", "\n"
+    (repo / "a.py").write_text("".join(lines))
+    git(repo, "mv", "b.py", "b2.py")
+    (repo / "blob.bin").write_bytes(bytes(range(256)))
+    git(repo, "add", "blob.bin")
+    (repo / "suite").mkdir()
+    (repo / "suite" / "new_mod.py").write_text("Y = 1\n")
+    config_env(monkeypatch, tmp_path)
+    reference = provenance.suite_identity(repo)["diff_sha256"]
+    assert reference is not None
+    # Under git's defaults the hash is git's own full-index diff (the new module marked --intent-to-add;
+    # renames as a deletion and an addition, the binary file's content in full).
+    assert reference == intent_to_add_diff_sha(repo, "suite/new_mod.py", options=("--no-renames", "--binary"))
+    attributes = tmp_path / "attributes"
+    attributes.write_text("*.py diff=python\n*.bin -binary diff\n")
+    personal = {
+        "core__abbrev": "12",
+        "diff__noprefix": "true",
+        "diff__mnemonicPrefix": "true",
+        "diff__renames": "copies",
+        "diff__algorithm": "histogram",
+        "diff__indentHeuristic": "false",
+        "diff__context": "8",
+        "diff__interHunkContext": "10",
+        "diff__suppressBlankEmpty": "true",
+        "diff__submodule": "log",
+        "diff__relative": "true",
+        "color__diff": "always",
+        "color__ui": "always",
+        "core__quotePath": "false",
+        "core__attributesFile": str(attributes),
+    }
+    for key, value in personal.items():
+        config_env(monkeypatch, tmp_path, **{key: value})
+        assert provenance.suite_identity(repo)["diff_sha256"] == reference, f"{key.replace('__', '.')}={value}"
+    config_env(monkeypatch, tmp_path, **personal)
+    assert provenance.suite_identity(repo)["diff_sha256"] == reference, "all at once"
+
+
+@needs_git
+def test_a_personal_ignore_file_does_not_hide_an_untracked_module(
+    code_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = code_repo
+    (repo / "suite" / "extra_mod.py").write_text("X = 1\n")
+    expected = provenance.suite_identity(repo)
+    assert expected["dirty_paths"] == ["suite/extra_mod.py (untracked)"]
+    personal = tmp_path / "global-ignore"
+    personal.write_text("extra_mod.py\n")
+    global_config = tmp_path / "gitconfig"
+    global_config.write_text(f"[core]\n\texcludesFile = {personal}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))
+    assert git(repo, "status", "--porcelain") == "", "git itself now hides the module"
+    assert provenance.suite_identity(repo) == expected
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("suite/extra_mod.py\n")
+    assert git(repo, "status", "--porcelain") == ""
+    assert provenance.suite_identity(repo) == expected
+    (repo / "suite" / "run.log").write_text("ignored by the tracked .gitignore")
+    assert provenance.suite_identity(repo) == expected
+
+
+@needs_git
+def test_a_file_git_is_told_not_to_look_at_is_still_compared(repo: Path) -> None:
+    (repo / "a.py").write_text("one = 'edited'\n")
+    expected = provenance.suite_identity(repo)
+    (repo / "b.py").write_text("two = 'edited'\n")
+    both = provenance.suite_identity(repo)
+    git(repo, "update-index", "--assume-unchanged", "a.py")
+    git(repo, "update-index", "--skip-worktree", "b.py")
+    assert git(repo, "status", "--porcelain") == "" and git(repo, "diff", "HEAD") == "", "git no longer sees them"
+    assert provenance.suite_identity(repo) == both and both["dirty_paths"] == ["a.py", "b.py"]
+    assert git(repo, "ls-files", "-v") == "h a.py\nS b.py\nH pyproject.toml\n", "the checkout's index keeps its marks"
+    (repo / "b.py").write_text("two = 2\n")
+    assert provenance.suite_identity(repo) == expected
+
+
+def intent_to_add_diff_sha(root: Path, *untracked: str, options: tuple[str, ...] = ()) -> str:
     """sha256 of what git prints for `git diff HEAD` once `untracked` are marked `git add -N`, in a
     copy of the index (the checkout's own stays as it is)."""
     index = root.parent / "reference-index"
     shutil.copyfile(root / ".git" / "index", index)
     env = {**os.environ, "GIT_INDEX_FILE": str(index)}
     subprocess.run(["git", "-C", str(root), "add", "-N", "--", *untracked], check=True, env=env)
-    out = subprocess.run(["git", "-C", str(root), "diff", "HEAD"], check=True, capture_output=True, env=env).stdout
+    cmd = ["git", "-C", str(root), "diff", "--full-index", *options, "HEAD"]
+    out = subprocess.run(cmd, check=True, capture_output=True, env=env).stdout
     index.unlink()
     return hashlib.sha256(out).hexdigest()
 
@@ -203,16 +303,16 @@ def test_the_cached_identity_asks_git_again_only_when_the_checkout_changed(
     calls: list[tuple[str, ...]] = []
     real = provenance._git
 
-    def counting(root: Path, *args: str) -> bytes | None:
+    def counting(root: Path, *args: str, env: dict[str, str] | None = None) -> bytes | None:
         calls.append(args)
-        return real(root, *args)
+        return real(root, *args, env=env)
 
     monkeypatch.setattr(provenance, "_git", counting)
     first = provenance.current_suite_identity(repo)
     asked = len(calls)
     for _ in range(100):
         assert provenance.current_suite_identity(repo) == first
-    assert len(calls) == asked <= 4, "a plan over an unchanged tree asks git once"
+    assert len(calls) == asked <= 5, "a plan over an unchanged tree asks git once"
     (repo / "b.py").write_text("two = 'edited mid-plan'\n")
     edited = provenance.current_suite_identity(repo)
     assert edited["dirty_paths"] == ["b.py"] and edited["diff_sha256"] == plain_diff_sha(repo)
@@ -346,11 +446,17 @@ LABELS = {
     "suite.recipe_hash": "r" * 64,
     "suite.lock.file": "locks/tf2.21-cpu.txt",
     "suite.lock.sha256": "l" * 64,
+    "suite.base.source": "registry",
+    "suite.base.ref": "python:3.11-slim-bookworm",
+    "suite.base.digest": "sha256:" + "b" * 64,
+    "suite.base.id": "sha256:" + "e" * 64,
 }
+OCI = {"org.opencontainers.image.base.name": "docker.io/library/python:3.11-slim-bookworm"}
 
 
 def test_image_provenance_reads_the_recorded_labels() -> None:
     run = {"image": "suite-bench:tf2.21-cpu", "image_id": "sha256:" + "i" * 64, "image_labels": LABELS}
+    run["oci_labels"] = OCI
     environment, image = provenance.image_provenance({**run, "repo_digests": ["suite-bench@sha256:" + "d" * 64]})
     assert environment == {
         "kind": "image",
@@ -365,7 +471,42 @@ def test_image_provenance_reads_the_recorded_labels() -> None:
         "digest": "suite-bench@sha256:" + "d" * 64,
         "recipe_hash": "r" * 64,
         "context_hash": "c" * 64,
+        "base_source": "registry",
+        "base_name": "docker.io/library/python:3.11-slim-bookworm",
+        "base_digest": "sha256:" + "b" * 64,
+        "base_id": "sha256:" + "e" * 64,
     }
+    assert provenance.base_text(image) == (
+        f"registry docker.io/library/python:3.11-slim-bookworm@sha256:{'b' * 64} (ID eeeeeeeeeeee)"
+    )
+
+
+def test_a_debian_made_base_has_an_id_and_no_registry_digest() -> None:
+    labels = {**LABELS, "suite.base.source": "debian", "suite.base.ref": "suite-base:21ab", "suite.base.digest": ""}
+    run = {"image_id": "sha256:" + "i" * 64, "image_labels": labels, "oci_labels": {OCI_NAME: "suite-base:21ab"}}
+    _, image = provenance.image_provenance(run)
+    assert image is not None
+    assert {k: image[k] for k in provenance.BASE_KEYS} == {
+        "base_source": "debian",
+        "base_name": "suite-base:21ab",
+        "base_digest": None,
+        "base_id": "sha256:" + "e" * 64,
+    }
+    assert (
+        provenance.base_text(image) == "Debian packages, made on the build machine: suite-base:21ab (ID eeeeeeeeeeee)"
+    )
+
+
+OCI_NAME = "org.opencontainers.image.base.name"
+
+
+def test_a_record_whose_image_block_predates_the_base_reads_it_from_the_labels() -> None:
+    block = {"name": "tf2.21-cpu", "id": "sha256:" + "i" * 64, "digest": None, "recipe_hash": None}
+    section = {"suite": {}, "environment": {}, "image": block}
+    run = {"image_id": block["id"], "image_labels": LABELS, "oci_labels": OCI}
+    image = provenance.of_result(section, run)["image"]
+    assert image["base_source"] == "registry" and image["base_id"] == "sha256:" + "e" * 64
+    assert section["image"] is block and "base_id" not in block, "the record itself is not changed"
 
 
 def test_an_image_built_before_the_lock_labels_has_nulls() -> None:
@@ -455,6 +596,31 @@ def test_image_differences_name_the_recipe_and_the_id() -> None:
     assert provenance.describe_differences(section(image__=a), section(image__=missing)) == [
         "image ID: result 111111111111, here none"
     ]
+
+
+def test_images_of_one_recipe_on_two_bases_differ_in_their_base() -> None:
+    recipe = "ab12" + "0" * 60
+    pulled = {"name": "tf2.21-cpu", "id": "sha256:" + "1" * 64, "digest": None, "recipe_hash": recipe}
+    pulled.update(base_source="registry", base_name="docker.io/library/python:3.11-slim-bookworm")
+    pulled.update(base_digest="sha256:" + "b" * 64, base_id="sha256:" + "e" * 64)
+    made = {**pulled, "id": "sha256:" + "2" * 64, "base_source": "debian", "base_name": "suite-base:21ab"}
+    made.update(base_digest=None, base_id="sha256:" + "f" * 64)
+    lines = provenance.describe_differences(section(image__=pulled), section(image__=made))
+    assert lines == [
+        "image ID: result 111111111111, here 222222222222 (the same recipe: built again)",
+        f"image base: result registry docker.io/library/python:3.11-slim-bookworm@sha256:{'b' * 64} "
+        "(ID eeeeeeeeeeee), here Debian packages, made on the build machine: suite-base:21ab (ID ffffffffffff)",
+    ]
+    assert lines[1].startswith(provenance.BASE_DIFFERS)
+    # Another Debian-made base of the same tag is another build: its ID tells them apart.
+    again = {**made, "id": "sha256:" + "3" * 64, "base_id": "sha256:" + "9" * 64}
+    assert provenance.describe_differences(section(image__=made), section(image__=again))[1].startswith("image base: ")
+    # The same base under two builds of the recipe: only the image ID differs.
+    rebuilt = {**pulled, "id": "sha256:" + "4" * 64}
+    assert len(provenance.describe_differences(section(image__=pulled), section(image__=rebuilt))) == 1
+    # A side that did not record its base is not said to differ in it (the image ID line says enough).
+    unknown = {**made, "base_source": None, "base_name": None, "base_id": None}
+    assert len(provenance.describe_differences(section(image__=pulled), section(image__=unknown))) == 1
 
 
 def test_a_record_without_provenance_is_said_once() -> None:
@@ -628,6 +794,7 @@ def test_a_container_run_names_its_image_its_recipe_and_the_checkout(backend, cl
     assert image["id"] == result.run["image_id"] and image["name"] == labels["suite.image"]
     assert image["recipe_hash"] == labels.get("suite.recipe_hash")
     assert image["context_hash"] == labels["suite.context_hash"]
+    assert image["base_id"] == labels.get("suite.base.id") and image["base_source"] == labels.get("suite.base.source")
     environment = result.provenance["environment"]
     assert environment["kind"] == "image" and environment["matches_lock"] is None
     if "suite.lock.sha256" in labels:
