@@ -178,7 +178,15 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         type=Path,
         metavar="RESULT.json|DIR",
-        help="result files from any machine, or folders of them; grouped by point (same fingerprint)",
+        help="result files from any machine, or folders of them; grouped by point (same fingerprint); a point "
+        "of a folder with no ok run (skipped here, failed) is left out and named, a file given by name is not",
+    )
+    rp.add_argument(
+        "-k",
+        dest="select",
+        metavar="EXPR",
+        help="only the points EXPR takes (as run -k): KEY=VALUE terms as the point labels show them (width=750, "
+        "device=gpu, scenario=NAME) or words in the label, with and, or, not, parentheses",
     )
     rp.add_argument(
         "--anyway",
@@ -207,7 +215,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         metavar="PCT",
         help="how far (percent) the rerun's fit time may lie from the original's: reproduced when the ratio's "
-        "whole 95%% interval lies within it (default: 10)",
+        "90%% interval lies within it (two one-sided tests at 5%% each), differs when its 95%% interval lies "
+        "wholly outside (default: 10)",
     )
     rp.add_argument("--json", action="store_true", help="the comparison as one JSON document (docs/reproduce.md)")
     rp.set_defaults(func=cmd_reproduce)
@@ -663,6 +672,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         tolerance=tolerance / 100,
         anyway=args.anyway,
         as_json=args.json,
+        select=args.select,
     )
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:

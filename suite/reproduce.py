@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -44,7 +45,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from suite import backends, compare, datasets, hostinfo, image_catalog, plan, results, runner, stats
+from suite import backends, compare, datasets, hostinfo, image_catalog, locks, plan, results, runner, select, stats
 from suite.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
 from suite.views import ACCURACY_GATE
 
@@ -160,6 +161,11 @@ def group_points(loaded: list[tuple[Path, RunResult, dict[str, Any] | None]]) ->
 
     Per repetition the newest attempt is taken; the files of older attempts are the point's
     ``superseded``."""
+    return take_points(all_points(loaded))[0]
+
+
+def all_points(loaded: list[tuple[Path, RunResult, dict[str, Any] | None]]) -> list[Original]:
+    """``group_points`` without the check that each point has an ok run to compare with."""
     grouped: dict[str, list[tuple[Path, RunResult, dict[str, Any] | None]]] = {}
     for path, result, prov in loaded:
         if not result.fingerprint:
@@ -182,23 +188,62 @@ def group_points(loaded: list[tuple[Path, RunResult, dict[str, Any] | None]]) ->
         latest = results.latest_by_run([r for _, r, _ in items])
         runs = [latest[k] for k in sorted(latest, key=lambda k: k[1])]
         kept = {id(r) for r in runs}
-        point = Original(
-            machine=str(results.RUN_MACHINE.of(items[0][1]) or "?"),
-            fingerprint=fingerprint,
-            spec=runs[0].spec,
-            runs=runs,
-            files=[by_result[id(r)][0] for r in runs],
-            provenance=[by_result[id(r)][1] for r in runs],
-            superseded=[p for p, r, _ in items if id(r) not in kept],
+        points.append(
+            Original(
+                machine=str(results.RUN_MACHINE.of(items[0][1]) or "?"),
+                fingerprint=fingerprint,
+                spec=runs[0].spec,
+                runs=runs,
+                files=[by_result[id(r)][0] for r in runs],
+                provenance=[by_result[id(r)][1] for r in runs],
+                superseded=[p for p, r, _ in items if id(r) not in kept],
+            )
         )
-        if not point.ok_runs:
-            statuses = ", ".join(f"{p} ({r.status})" for p, r in zip(point.files, point.runs, strict=True))
-            raise ReproduceError(f"{point.label}: no ok run to compare with: {statuses}")
-        if not [v for r in point.ok_runs if (v := FIT_S.of(r)) is not None]:
-            files = ", ".join(str(p) for p, r in zip(point.files, point.runs, strict=True) if r.ok)
-            raise ReproduceError(f"{files}: ok but no timing.fit_s recorded; nothing to compare with")
-        points.append(point)
     return points
+
+
+def select_points(points: list[Original], text: str | None) -> list[Original]:
+    """The points ``-k text`` takes (``suite run -k``'s language, over the recorded point labels);
+    all of them for None. SelectError for an unknown key or an expression that takes none."""
+    if text is None:
+        return points
+    items = [
+        select.item_of(str(p.spec.get("scenario")), p.spec.get("point") or {}, str(p.spec.get("point_label")))
+        for p in points
+    ]
+    return [p for p, keep in zip(points, select.choose(items, text), strict=True) if keep]
+
+
+def take_points(points: list[Original], named: set[Path] | None = None) -> tuple[list[Original], list[str]]:
+    """(the points that can be compared, one line per point left out).
+
+    A point needs an ok run with a fit time to compare with. Where it has none, a point any of
+    whose files was given by name (``named``: resolved paths; None: every file counts as named) is
+    bad input (ReproduceError naming its files and their statuses): that file was asked for. A
+    point found only inside a given folder is left out with a line saying why: a machine's folder
+    holds what it could not run too (every GPU point is ``skipped`` on a machine without one), and
+    those points must not stop the others in it from being reproduced."""
+    kept, left_out = [], []
+    for point in points:
+        why = _not_comparable(point)
+        if why is None:
+            kept.append(point)
+        elif named is None or any(f.resolve() in named for f in point.files):
+            raise ReproduceError(why)
+        else:
+            left_out.append(f"left out {why}")
+    return kept, left_out
+
+
+def _not_comparable(point: Original) -> str | None:
+    """Why a point has nothing to compare a rerun with, naming its files; None when it has."""
+    if not point.ok_runs:
+        statuses = ", ".join(f"{p} ({r.status})" for p, r in zip(point.files, point.runs, strict=True))
+        return f"{point.label}: no ok run to compare with: {statuses}"
+    if not [v for r in point.ok_runs if (v := FIT_S.of(r)) is not None]:
+        files = ", ".join(str(p) for p, r in zip(point.files, point.runs, strict=True) if r.ok)
+        return f"{point.label}: {files}: ok but no timing.fit_s recorded; nothing to compare with"
+    return None
 
 
 FILES_SHOWN = 3  # a line naming files names this many, then "and N more"
@@ -343,7 +388,79 @@ def current_docker(backend: Any, spec: plan.RunSpec) -> Here:
 # Lines of ``describe_differences`` that do not stand in the way of an exact rerun: an image built
 # again from the same recipe (on another machine, or from Debian packages where no registry
 # answers) has another ID, yet the same Dockerfile, lock and catalog entry.
-NOTE_PREFIXES = ("image ID:",)
+# "environment lock covered:" is a venv installed from another lock that holds every pin of the
+# result's lock at its version (see ``lock_covered``).
+COVERED = "environment lock covered:"
+NOTE_PREFIXES = ("image ID:", COVERED)
+_LOCK_NAME = re.compile(r"(?:^|/)(?P<env>[a-z][a-z0-9-]*)-py(?P<python>\d+\.\d+)\.txt$")
+
+
+def lock_python(lock_file: str | None) -> str | None:
+    """The Python (X.Y) a host lock is for, from its name (``requirements/locks/<env>-py<X.Y>.txt``);
+    None for another name."""
+    match = _LOCK_NAME.search(lock_file or "")
+    return match.group("python") if match else None
+
+
+def lock_environment(lock_file: str | None) -> str | None:
+    """The environment (run, run-gpu, dev) a host lock is for, from its name; None for another name."""
+    match = _LOCK_NAME.search(lock_file or "")
+    return match.group("env") if match else None
+
+
+def this_python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def lock_covered(recorded: dict[str, Any], here: dict[str, Any], python: str | None = None) -> str | None:
+    """The note that accepts this venv for a result recorded from another lock, or None.
+
+    A venv serves a result made from another lock when the result's venv matched its lock, that
+    lock is in this checkout with the sha256 the result recorded, it is for this Python (X.Y), and
+    every package it pins is installed here at its version. This is the case of a dev venv (the
+    run lock plus test tools, at the same versions) rerunning a run-lock result: ./run_all.sh keeps
+    a dev venv as it is, so asking for a run venv would not change what runs. Packages installed
+    here beyond the lock are named in the note: the worker imports tensorflow, keras and numpy and
+    what they import; the test tools (pytest, ruff) are never imported by it. jax, in the dev lock,
+    is imported by TensorFlow itself where installed (tensorflow/lite/python/util.py, for its
+    converter), yet no jax backend is started and nothing runs on it unless Keras runs on jax: the
+    Keras backend is the spec's ``config.backend`` (in the fingerprint), which the worker sets as
+    KERAS_BACKEND before Keras is imported.
+
+    ``python``: this interpreter's X.Y (default: the running one's)."""
+    from suite import provenance
+
+    if recorded.get("kind") != "venv" or here.get("kind") != "venv" or recorded.get("matches_lock") is False:
+        return None
+    lock_file, sha = recorded.get("lock_file"), recorded.get("lock_sha256")
+    if not isinstance(lock_file, str) or not isinstance(sha, str):
+        return None
+    if (lock_file, sha) == (here.get("lock_file"), here.get("lock_sha256")):
+        return None  # the same lock: nothing to cover
+    if lock_python(lock_file) != (python or this_python()):
+        return None
+    path = provenance.REPO_ROOT / lock_file
+    try:
+        if locks.lock_sha256(path) != sha:
+            return None
+        pins = locks.read_pins(path)
+    except (OSError, ValueError):
+        return None
+    have = locks.installed()
+    if any(have.get(name) != version for name, version in pins.items()):
+        return None
+    extra = sorted(name for name in have if name not in pins and name not in locks.INSTALLER)
+    also = f"; also installed here: {', '.join(extra)} (nothing the spec runs on)" if extra else ""
+    return (
+        f"{COVERED} result {provenance.lock_text(recorded)}, here {provenance.lock_text(here)}: every one of the "
+        f"{len(pins)} packages {lock_file} pins is installed here at its version{also}"
+    )
+
+
+# The line of an image built on another base than the result's: other OS libraries and another
+# Python build, so it refuses like a recipe that differs.
+IMAGE_BASE = "image base:"
+_OWN_LOCK_LINES = ("environment lock:", "installed packages here differ from the lock")
 MIXED = "original runs:"  # the line that says a point's ok runs were made by different code or environments
 
 
@@ -381,7 +498,13 @@ def differences_in_files(point: Original, here: Here) -> dict[str, list[Path]]:
         group[2].append(r)
     for recorded, files, _ in groups.values():
         if recorded is not None:
-            for line in provenance.describe_differences(recorded, here.provenance):
+            lines = provenance.describe_differences(recorded, here.provenance)
+            covered = lock_covered(recorded.get("environment") or {}, here.provenance.get("environment") or {})
+            if covered:
+                # This venv holds the result's lock exactly: the lock it was installed from, and how
+                # it differs from that one, do not bear on the rerun.
+                lines = [line for line in lines if not line.startswith(_OWN_LOCK_LINES)] + [covered]
+            for line in lines:
                 add(line, files)
     if len(groups) > 1:
         add(mixed_line([(p, runs) for p, _, runs in groups.values()]), [f for f, _, _ in ok])
@@ -437,11 +560,15 @@ def advice(
     image_names: list[str],
     lock_files: list[str] | None = None,
     dirty: list[dict[str, Any]] | None = None,
+    here_environment: dict[str, Any] | None = None,
+    python: str | None = None,
 ) -> str:
     """What to do about the differences, in the order a reader does it.
 
     revisions: the results' git revisions; dirty: the "suite" blocks they recorded of trees with
-    uncommitted changes (a ``git diff HEAD`` that is not recorded, only its sha256 and paths)."""
+    uncommitted changes (a ``git diff HEAD`` that is not recorded, only its sha256 and paths);
+    lock_files: the locks the results' venvs were installed from; here_environment: the
+    "environment" block of this venv; python: this interpreter's X.Y (default: the running one's)."""
 
     def has(*prefixes: str) -> bool:
         return any(line.startswith(prefixes) for line in lines)
@@ -461,17 +588,18 @@ def advice(
         else:
             steps.append(f"run from a clean tree at {rev}: this checkout has uncommitted changes the result's had not")
     if has("environment", "installed packages") and not image_names:
-        locks = f" ({', '.join(lock_files)})" if lock_files else ""
-        steps.append(
-            f"run with a venv installed from the result's lock{locks}: ./run_all.sh sets one up from the run lock, "
-            "SUITE_ENV=run-gpu ./run_all.sh from run-gpu, ./run_tests.sh from dev"
-        )
-    if image_names and has("image", "environment", "installed packages"):
+        steps.append(venv_advice(lock_files or [], here_environment or {}, python or this_python()))
+    if image_names and any(
+        line.startswith(("image", "environment", "installed packages")) and not line.startswith(IMAGE_BASE)
+        for line in lines
+    ):
         built = f"`python -m suite images build {' '.join(image_names)}`"
         if has("image recipe"):  # this checkout's recipe is the one that differs: building it cannot help
             steps.append(f"then build the image from that revision: {built}")
         else:
             steps.append(f"build the image from this checkout: {built}")
+    if has(IMAGE_BASE):
+        steps.append("build the image on the base the result names (see docker/README.md)")
     if has("docker engine:"):
         steps.append("start the Docker engine, or point --docker-host at one that answers")
     if has("data:"):
@@ -482,6 +610,40 @@ def advice(
         steps.append("give only the runs made one way (or rerun the original so that all its runs are)")
     steps.append("or pass --anyway to run here regardless, with these differences shown above the verdict")
     return "; ".join(steps)
+
+
+# The commands that set up the default venv (.venv) from each host environment's lock.
+SETUP_COMMANDS = {"run": "./run_all.sh", "run-gpu": "SUITE_ENV=run-gpu ./run_all.sh", "dev": "./run_tests.sh"}
+
+
+def venv_advice(lock_files: list[str], here: dict[str, Any], python: str) -> str:
+    """How to get a venv installed from the results' lock(s), as commands that do it.
+
+    requirements/ensure_venv.sh keeps a venv's Python (so another X.Y needs the venv removed and
+    PYTHON set), keeps a dev venv when asked for run (so a run lock over a dev venv needs it
+    removed), and recreates a venv holding any other environment by itself."""
+    here_env = lock_environment(here.get("lock_file"))
+    each = []
+    for lock_file in lock_files:
+        env, wanted = lock_environment(lock_file), lock_python(lock_file)
+        if env not in SETUP_COMMANDS or wanted is None:
+            each.append(f"install a venv from {lock_file}")
+            continue
+        other_python = wanted != python
+        prefix = f"PYTHON=/path/to/python{wanted} " if other_python else ""
+        remove = "rm -rf .venv && " if other_python or (env == "run" and here_env == "dev") else ""
+        why = []
+        if other_python:
+            why.append(f"{lock_file} is for Python {wanted}, this is {python}")
+        if remove and not other_python:
+            why.append("./run_all.sh keeps a dev venv as it is")
+        reason = f" ({'; '.join(why)})" if why else ""
+        each.append(f"`{remove}{prefix}{SETUP_COMMANDS[env]}` sets up .venv from {lock_file}{reason}")
+    if not each:
+        return "run with a venv installed from the result's lock (./run_all.sh sets one up from the run lock)"
+    return (
+        "run with a venv installed from the result's lock: " + ", or ".join(each) + ", then rerun with .venv/bin/python"
+    )
 
 
 # ----------------------------------------------------------------------------------------- verdict
@@ -794,8 +956,10 @@ def collect(
     results_dir: Path,
     anyway: bool,
     inputs: list[Path] | None = None,
+    left_out: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The whole comparison as plain data (``--json``, docs/reproduce.md)."""
+    """The whole comparison as plain data (``--json``, docs/reproduce.md); ``left_out``: one line per
+    point of a given folder that had no ok run to compare with."""
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -811,6 +975,7 @@ def collect(
         "anyway": anyway,
         "results_dir": str(results_dir),
         "points": compared,
+        "left_out": list(left_out or []),
         "reproduced": all(p["verdict"]["kind"] == REPRODUCED for p in compared),
     }
 
@@ -878,6 +1043,9 @@ def render(data: dict[str, Any]) -> str:
         f"{done} of {len(points)} point(s) reproduced within +-{_pct(data['tolerance'])} "
         f"(fit time, rerun/original: {stats.METHOD})"
     )
+    if data.get("left_out"):
+        lines.append(f"{len(data['left_out'])} point(s) of the given folders left out, no ok run to compare with:")
+        lines += [f"  {line.removeprefix('left out ')}" for line in data["left_out"]]
     given = data.get("inputs") or []
     originals = given[0] if len(given) == 1 and Path(given[0]).is_dir() else "ORIGINAL_DIR"
     lines.append(
@@ -900,6 +1068,7 @@ class Options:
     tolerance: float  # a fraction
     anyway: bool
     as_json: bool
+    select: str | None = None  # -k EXPR: only the points it takes
 
 
 def new_results_dir(base: Path, now: datetime | None = None) -> Path:
@@ -943,8 +1112,14 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
         raise ReproduceError(f"--repeats {opts.repeats}: must be >= 1")
     if not 0 < opts.tolerance < 1:
         raise ReproduceError(f"--tolerance {opts.tolerance * 100:g}: must be above 0 and below 100 (percent)")
-    points = group_points(load_inputs(opts.inputs))
+    loaded = load_inputs(opts.inputs)
+    named = {p.resolve() for p in opts.inputs if not p.is_dir()}
+    points, left_out = take_points(select_points(all_points(loaded), opts.select), named)
+    for line in left_out:
+        say(line)
     if not points:
+        if left_out:
+            raise ReproduceError("nothing to rerun: no point given has an ok run to compare with")
         raise ReproduceError("no result files given")
     dropped = superseded_text(points)
     if dropped:
@@ -971,7 +1146,7 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
         point["difference_files"] = {d: [str(f) for f in where.get(d, [])] for d in [*lines, *notes]}
         point["rerun"]["files"] = [str(path) for path, _ in mine]
         compared.append(point)
-    data = collect(compared, opts.tolerance, folder, opts.anyway, opts.inputs)
+    data = collect(compared, opts.tolerance, folder, opts.anyway, opts.inputs, left_out)
     if opts.as_json:
         print(json.dumps(data, indent=1, allow_nan=False))
     else:
@@ -988,7 +1163,17 @@ def _make_backend(name: str, opts: Options, machine: str, say: Callable[[str], N
     if name == backends.AUTO:
         name, why = backends.choose(options)
         say(f"backend: {name} ({why})")
-    return name, backends.make(name, options)
+    try:
+        return name, backends.make(name, options)
+    except backends.BackendUnavailable as exc:
+        if opts.backend is not None:
+            raise  # asked for with --backend: the message names that flag rightly
+        # The backend came from the results, not from a flag: say so, and how to get it or another.
+        text = str(exc).removeprefix(f"--backend {name}: ")
+        raise ReproduceError(
+            f"the results were recorded by the {name} backend, and it cannot run here: {text} "
+            "(another backend is not the setup the results recorded)"
+        ) from None
 
 
 def _check(
@@ -1031,6 +1216,7 @@ def _check(
             sorted({h.image_name for h in heres if h.image_name}),
             _recorded(points, "environment", "lock_file"),
             list(dirty.values()),
+            heres[0].provenance.get("environment") if heres else None,
         )
     )
 

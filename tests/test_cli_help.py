@@ -87,3 +87,13 @@ def test_version_without_git(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
         cli.main(["--version"])
     assert done.value.code == 0
     assert "(no git revision: not a git checkout, or git is missing)" in capsys.readouterr().out
+
+
+def test_reproduce_help_states_the_rule_the_verdict_applies() -> None:
+    """--tolerance is met by the 90% interval (two one-sided tests at 5%); "differs" needs the 95% one."""
+    from suite import reproduce
+
+    text = " ".join(_commands()["reproduce"].format_help().split())
+    assert f"{reproduce.EQUIVALENCE_LEVEL:.0%} interval lies within it" in text
+    assert "95% interval lies wholly outside" in text
+    assert "whole 95% interval lies within" not in text

@@ -22,7 +22,7 @@ from conftest import suite_cli
 from docker_fixtures import SMALL_SCENARIO, engine_client, image_fixture  # noqa: F401 - fixtures
 from scipy import stats as sps
 
-from suite import cli, plan, provenance, reproduce, results, scenario
+from suite import cli, hostinfo, plan, provenance, reproduce, results, scenario
 from suite.reproduce import DIFFERS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, verdict
 
 TOL = 0.10
@@ -700,3 +700,191 @@ def test_a_result_from_a_modified_tree_reproduces_in_the_same_tree_only(tmp_path
         proc.stderr
     )
     assert not (tmp_path / "refused").exists()
+
+
+# -- folders with points that cannot be compared, -k, locks that cover others -----------------------
+
+
+def _two_points(tmp_path: Path) -> list[plan.RunSpec]:
+    """The specs of two points (widths 64 and 128) of one tiny scenario."""
+    path = tmp_path / "two.yaml"
+    path.write_text(SMALL_SCENARIO.format(name="two", widths="[64, 128]"), encoding="utf-8")
+    specs = plan.expand(scenario.load(path), smoke=True)
+    assert len({s.fingerprint for s in specs}) == 2
+    return specs
+
+
+def _ok_runs(spec: plan.RunSpec, folder: Path, here: dict[str, Any], n: int = 3) -> list[Path]:
+    saved = []
+    for i in range(n):
+        rep = plan.RunSpec(**{**spec.__dict__, "repetition": i})
+        saved.append(results.save(_record(rep, provenance=here), folder, rep.run_id))
+    return saved
+
+
+def test_a_folder_point_without_an_ok_run_is_left_out_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine's folder holds the points it skipped (every GPU point, without a GPU): the others
+    in it are still reproduced, the skipped one named with its status; named by file, it refuses."""
+    here = _here()
+    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(
+        reproduce, "_make_backend", lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here))
+    )
+    ran, skipped = _two_points(tmp_path)
+    _ok_runs(ran, tmp_path / "res" / "m", here)
+    no_gpu = results.save(
+        _record(skipped, "skipped", provenance=here, message="no GPU here"), tmp_path / "res" / "m", skipped.run_id
+    )
+    lines: list[str] = []
+    opts = reproduce.Options([tmp_path / "res"], None, None, tmp_path / "out", None, TOL, False, True)
+    assert reproduce.reproduce(opts, say=lines.append) in (0, 1)
+    data = json.loads(capsys.readouterr().out)
+    assert [p["point"] for p in data["points"]] == [ran.point_label]
+    want = f"left out two [{skipped.point_label}]: no ok run to compare with: {no_gpu} (skipped)"
+    assert want in lines and data["left_out"] == [want]
+    assert f"{skipped.point_label}" in reproduce.render(data).split("point(s) of the given folders left out")[1]
+
+    code, out = _main(capsys, no_gpu, "--anyway")  # named by file: asked for, so refused
+    assert code == 2 and f"no ok run to compare with: {no_gpu} (skipped)" in out and "left out" not in out
+    only = tmp_path / "only_skipped"
+    results.save(_record(skipped, "skipped", provenance=here), only, skipped.run_id)
+    code, out = _main(capsys, only)
+    assert code == 2 and "nothing to rerun: no point given has an ok run to compare with" in out
+
+
+def test_k_takes_the_points_of_the_results_as_run_k_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = _here()
+    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(
+        reproduce, "_make_backend", lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here))
+    )
+    a, b = _two_points(tmp_path)
+    for spec in (a, b):
+        _ok_runs(spec, tmp_path / "res" / "m", here)
+    width = b.point_label.split("width=")[1].split(",")[0].split()[0] if "width=" in b.point_label else None
+    assert width, b.point_label
+    opts = reproduce.Options(
+        [tmp_path / "res"], None, None, tmp_path / "out", None, TOL, False, True, select=f"width={width}"
+    )
+    reproduce.reproduce(opts, say=lambda _: None)
+    data = json.loads(capsys.readouterr().out)
+    assert [p["point"] for p in data["points"]] == [b.point_label]
+    code, out = _main(capsys, tmp_path / "res", "-k", "depth=3")
+    assert code == 2 and "-k 'depth=3': no point has the key 'depth'" in out
+
+
+def _env(lock_file: str, sha: str | None = None) -> dict[str, Any]:
+    sha = sha or __import__("suite.locks", fromlist=["x"]).lock_sha256(cli.REPO_ROOT / lock_file)
+    return {"kind": "venv", "lock_file": lock_file, "lock_sha256": sha, "matches_lock": True, "lock_differences": []}
+
+
+RUN_LOCK, DEV_LOCK, GPU_LOCK = (f"requirements/locks/{e}-py3.11.txt" for e in ("run", "dev", "run-gpu"))
+
+
+def test_a_dev_venv_serves_a_result_of_the_run_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dev lock holds every run-lock pin at its version (read from the real lock files): a dev
+    venv that holds them reruns a run-lock result, its test tools named in a note, not refused."""
+    from suite import locks
+
+    dev_pins = locks.read_pins(cli.REPO_ROOT / DEV_LOCK)
+    monkeypatch.setattr(locks, "installed", lambda: dict(dev_pins))
+    here = {**_here(), "environment": _env(DEV_LOCK)}
+    recorded = {**here, "environment": _env(RUN_LOCK)}
+    note = reproduce.lock_covered(recorded["environment"], here["environment"], "3.11")
+    assert note is not None and note.startswith(reproduce.COVERED), note
+    run_pins = locks.read_pins(cli.REPO_ROOT / RUN_LOCK)
+    assert f"every one of the {len(run_pins)} packages {RUN_LOCK} pins is installed here" in note
+    assert "pytest" in note.split("also installed here:")[1]
+
+    spec = _spec(tmp_path)
+    point = reproduce.Original(
+        "m", spec.fingerprint, spec.to_dict(), [_record(spec)], [tmp_path / "r.json"], [recorded]
+    )
+    lines, notes = reproduce.differences(point, reproduce.Here(here))
+    assert lines == [] and notes == [note]
+
+    # Not covered: another Python, a lock changed since, one pin at another version, the GPU lock.
+    assert reproduce.lock_covered(recorded["environment"], here["environment"], "3.12") is None
+    assert reproduce.lock_covered(_env(RUN_LOCK, "0" * 64), here["environment"], "3.11") is None
+    assert reproduce.lock_covered(_env(GPU_LOCK), here["environment"], "3.11") is None
+    monkeypatch.setattr(locks, "installed", lambda: {**dev_pins, "numpy": "0.0.1"})
+    assert reproduce.lock_covered(recorded["environment"], here["environment"], "3.11") is None
+    lines, notes = reproduce.differences(point, reproduce.Here(here))
+    assert any(line.startswith("environment lock: result " + RUN_LOCK) for line in lines)
+
+
+def test_advice_for_another_lock_is_a_command_that_gets_it() -> None:
+    """ensure_venv keeps a dev venv when asked for run and keeps a venv's Python: the advice
+    removes the venv then, and names the Python the lock is for."""
+    dev = _env(DEV_LOCK, "ab" * 32)
+    said = reproduce.venv_advice([RUN_LOCK], dev, "3.11")
+    assert f"`rm -rf .venv && ./run_all.sh` sets up .venv from {RUN_LOCK}" in said
+    said = reproduce.venv_advice([RUN_LOCK], dev, "3.12")
+    assert f"`rm -rf .venv && PYTHON=/path/to/python3.11 ./run_all.sh` sets up .venv from {RUN_LOCK}" in said
+    assert "is for Python 3.11, this is 3.12" in said
+    said = reproduce.venv_advice([GPU_LOCK], _env(RUN_LOCK, "ab" * 32), "3.11")
+    assert f"`SUITE_ENV=run-gpu ./run_all.sh` sets up .venv from {GPU_LOCK}" in said and "rm -rf" not in said
+    line = f"environment lock: result {RUN_LOCK} abababababab, here {DEV_LOCK} cdcdcdcdcdcd"
+    said = reproduce.advice([line], ["1a" * 20], [], [RUN_LOCK], None, dev, "3.12")
+    assert "PYTHON=/path/to/python3.11" in said and said.endswith(
+        "--anyway to run here regardless, with these differences shown above the verdict"
+    )
+
+
+def test_an_image_built_on_another_base_refuses_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another base is other OS libraries and another Python build: a difference, not a note."""
+    line = "image base: result debian:bookworm-slim sha256:aaaa, here debootstrap bookworm"
+    monkeypatch.setattr(provenance, "describe_differences", lambda recorded, current: [line])
+    spec = _spec(tmp_path)
+    here = _here()
+    point = reproduce.Original("m", spec.fingerprint, spec.to_dict(), [_record(spec)], [tmp_path / "r.json"], [here])
+    lines, notes = reproduce.differences(point, reproduce.Here(here))
+    assert line in lines and notes == []
+    said = reproduce.advice([line], ["1a" * 20], ["tf2.21-cpu"])
+    assert "build the image on the base the result names (see docker/README.md)" in said and "--anyway" in said
+    assert "build the image from this checkout" not in said
+
+
+def test_an_engine_down_names_the_backend_the_results_recorded_not_a_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _spec(tmp_path)
+    record = _record(spec, provenance=_here())
+    record.run["backend"] = "docker"
+    results.save(record, tmp_path / "resd", spec.run_id)
+    code, out = _main(capsys, tmp_path / "resd", "--docker-host", "tcp://127.0.0.1:1")
+    assert code == 2, out
+    assert (
+        "error: the results were recorded by the docker backend, and it cannot run here: no Docker engine answers "
+        "at tcp://127.0.0.1:1" in out
+    )
+    assert "--backend docker:" not in out
+    code, out = _main(capsys, tmp_path / "resd", "--backend", "docker", "--docker-host", "tcp://127.0.0.1:1")
+    assert code == 2 and "--backend docker: no Docker engine answers at tcp://127.0.0.1:1" in out
+
+
+def test_the_default_results_folder_is_named_as_an_absolute_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/reproduce.md: the default folder (under the current one) is printed absolute."""
+    here = _here()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(
+        reproduce, "_make_backend", lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here))
+    )
+    spec = _spec(tmp_path)
+    _ok_runs(spec, tmp_path / "res" / "m", here)
+    lines: list[str] = []
+    reproduce.reproduce(reproduce.Options([Path("res")], None, None, None, None, TOL, False, False), say=lines.append)
+    out = capsys.readouterr().out
+    (folder,) = (tmp_path / "reproduce").iterdir()
+    assert any(line.endswith(f"results in {folder / hostinfo.machine_name()}") for line in lines), lines
+    assert f"reruns in {folder}: `python -m suite report --results {folder}`" in out
+    assert folder.is_absolute()
