@@ -280,6 +280,7 @@ def provenance_fields(r: RunResult) -> dict[str, Any]:
         "image_digest": image.get("digest"),
         "image_recipe_hash": image.get("recipe_hash"),
         "image_context_hash": image.get("context_hash"),
+        **{f"image_{key}": image.get(key) for key in provenance.BASE_KEYS},
     }
 
 

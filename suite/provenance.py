@@ -698,10 +698,10 @@ def base_text(image: dict[str, Any] | None, *, markdown: bool = False) -> str:
         ref += f"@{digest}"
     source = image.get("base_source")
     lead = {"registry": "registry ", "debian": "Debian packages, made on the build machine: "}.get(str(source), "")
-    text = lead + as_code(ref)
+    notes = [f"ID {as_code(short(base_id))}"] if base_id else []
     if not source:
-        text += " (how it was obtained is not recorded)"
-    return text + (f" (ID {as_code(short(base_id))})" if base_id else "")
+        notes.append("how it was obtained is not recorded")
+    return lead + as_code(ref) + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def digest_text(image: dict[str, Any], run: dict[str, Any]) -> str:

@@ -113,8 +113,12 @@ def _provenance(result: RunResult) -> list[str]:
         lines.append("    " + _pairs({k: environment.get(k) for k in keys}))
         lines += [f"    {line}" for line in environment.get("lock_differences") or []]
     if image:
-        lines.append("  image:        " + _pairs({k: image.get(k) for k in ("name", "id", "digest")}))
+        named = _pairs({k: image.get(k) for k in ("name", "id")})
+        lines.append(f"  image:        {named}, digest {provenance.digest_text(image, result.run)}")
         lines.append("    " + _pairs({k: image.get(k) for k in ("recipe_hash", "context_hash")}))
+        lines.append("    base: " + provenance.base_text(image))
+        if provenance.base_text(image) != "not recorded":
+            lines.append("    " + _pairs({k: image.get(k) for k in provenance.BASE_KEYS}))
     else:
         lines.append("  image:        none")
     if section.get("error"):

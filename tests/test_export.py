@@ -504,6 +504,9 @@ def test_show_and_exports_carry_the_provenance(tmp_path: Path) -> None:
     assert other["git_revision"] is None and other["lock_differences"] == []
     docker = next(r for r in runs.values() if r["machine"] == "fixture-docker" and r["status"] == "ok")
     assert docker["environment_kind"] == "image" and docker["image_id"].startswith("sha256:"), docker
+    labels = json.loads((res / docker["file"]).read_text())["run"]["image_labels"]
+    assert docker["image_base_id"] == labels["suite.base.id"] and docker["image_base_digest"] is None, docker
+    assert docker["image_base_name"] == labels["suite.base.ref"] and docker["image_base_source"] is None
     rows = {r["file"]: r for r in _csv_rows(out / "runs.csv")}
     assert rows[file]["git_revision"] == suite["git_revision"] and rows[file]["matches_lock"] == "false"
     assert rows[file]["dirty_paths"] == "suite/x.py; suite/y.py"

@@ -762,6 +762,14 @@ def test_show_reads_an_old_docker_record_as_the_reports_do() -> None:
     assert f"id {image_id}" in section and "name " in section, section
     assert "environment:  not from a lock" in section, section
     assert "  suite:        not recorded" in section
+    assert result.run["repo_digests"] == [], "the engine knew no registry digest of the image"
+    assert f"id {image_id}, digest none (built locally, not pushed)" in section, section
+    base_id = result.run["image_labels"]["suite.base.id"]
+    assert (
+        f"    base: suite-test-base:21ab4e5b4a0121ad (ID {base_id.removeprefix('sha256:')[:12]}; "
+        "how it was obtained is not recorded)"
+    ) in section, section
+    assert f"base_id {base_id}" in section, "the base's ID in full"
 
 
 def test_show_says_when_the_code_changed_while_it_ran() -> None:
