@@ -226,18 +226,16 @@ def _lock_md(environment: dict[str, Any] | None) -> str:
 
 
 def _image_md(image: dict[str, Any], run: dict[str, Any]) -> str:
-    """ID, digest and recipe hash. An image the engine knows no registry digest of (RepoDigests
+    """ID, digest, recipe hash and base. An image the engine knows no registry digest of (RepoDigests
     empty: built on the engine, never pushed or pulled) says so; a record made before runs recorded
-    the digests says that instead."""
+    the digests says that instead. The base: one recipe built on another base is another image
+    (other OS libraries, another Python build)."""
     recipe, digest = image.get("recipe_hash"), image.get("digest")
-    if digest:
-        digest_text = code(digest)
-    elif "repo_digests" in run:
-        digest_text = "none (built locally, not pushed)"
-    else:
-        digest_text = "not recorded"
-    return f"ID {code(provenance.short(image.get('id')))}, digest {digest_text}, recipe " + (
-        code(provenance.short(recipe)) if recipe else "not recorded (built before images carried one)"
+    digest_text = code(digest) if digest else provenance.digest_text(image, run)
+    return (
+        f"ID {code(provenance.short(image.get('id')))}, digest {digest_text}, recipe "
+        + (code(provenance.short(recipe)) if recipe else "not recorded (built before images carried one)")
+        + f", base: {provenance.base_text(image, markdown=True)}"
     )
 
 
@@ -295,19 +293,69 @@ def _failures(view: ScenarioView) -> list[str]:
     return out
 
 
-def _reproduce(view: ScenarioView) -> str:
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = Path("reports") / "results"  # what ``run --results`` and ``report --results`` default to
+
+
+def _folder_text(results_dir: Path | None) -> str | None:
+    """The results folder as a command names it: relative to the repository's top when inside it
+    (commands run there, and a page must not depend on where this checkout lies); None for the default."""
+    if results_dir is None:
+        return None
+    path = Path(results_dir)
+    try:
+        path = path.resolve().relative_to(REPO_ROOT)
+    except (OSError, ValueError):
+        pass
+    return None if path == DEFAULT_RESULTS else str(path)
+
+
+def _repeats(view: ScenarioView) -> int:
+    """How many repetitions the runs recorded: the most any shown point has (a point whose later
+    repetitions did not finish has fewer files, not a smaller ``--repeats``)."""
+    return max((int(r.spec.get("repetition", 0)) + 1 for p in view.points for r in p.runs), default=1)
+
+
+def _takes_every_point(view: ScenarioView) -> bool:
+    """Whether the page's points are every point its scenario file has at this size: then ``run``
+    needs no ``-k``. False when the file cannot be read or has other points (the runs were chosen
+    with ``run -k``, which the results do not record, or the file changed since)."""
+    from suite import plan, scenario
+
+    name = view.spec.get("scenario_file")
+    if not name:
+        return False
+    try:
+        specs = plan.expand(scenario.load(REPO_ROOT / name), smoke=view.smoke, repeats=1)
+    except Exception:  # noqa: BLE001 - any unreadable or invalid file: name the points instead
+        return False
+    return {s.point_label for s in specs} == {p.label for p in view.points}
+
+
+def _reproduce(view: ScenarioView, results_dir: Path | None = None) -> str:
     """The commands that measure the shown points again, as they were measured, and remake the page.
 
-    Points run with different ``--set`` overrides get a ``run`` each, with ``-k`` naming its points;
-    a page cut with ``report -k`` repeats that ``-k``.
+    Every recorded choice that changes what runs is carried: the backend, the smoke size, the
+    number of repetitions, the ``--set`` overrides (points run with different ones get a ``run``
+    each), and the points: ``-k`` naming them when they are not every point of the scenario file
+    (a page cut with ``report -k`` repeats that ``-k``). The results folder and the machine's name
+    are carried too, so ``report`` reads what ``run`` wrote, as the page was made. On a machine
+    whose folder already holds these results, ``run`` skips every point that has an ok result: the
+    reproduce command (``_check``) is the one that measures them again there and compares.
     """
     spec, run = view.spec, view.newest.run
+    folder = _folder_text(results_dir)
     base = ["python -m suite run", shlex.quote(spec.get("scenario_file", f"scenarios/{view.scenario}.yaml"))]
     base.append(f"--backend {shlex.quote(str(run.get(RUN_BACKEND.key, 'local')))}")
     if view.smoke:
         base.append("--smoke")
+    base.append(f"--repeats {_repeats(view)}")
+    if folder:
+        base.append(f"--results {shlex.quote(folder)}")
+    base.append(f"--machine {shlex.quote(view.machine)}")
     selection = getattr(view, "selection", None)  # suite.select.SelectedView: the page was cut with -k
     groups = _override_groups(view) or [({}, [])]
+    every = _takes_every_point(view)
     commands = []
     for overrides, points in groups:
         parts = list(base)
@@ -315,10 +363,23 @@ def _reproduce(view: ScenarioView) -> str:
             parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in points]))}")
         elif selection:
             parts.append(f"-k {shlex.quote(selection)}")
+        elif not every and view.points:
+            parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in view.points]))}")
         parts += [f"--set {shlex.quote(override_flag(k, v))}" for k, v in overrides.items()]
         commands.append(" ".join(parts))
-    again = "python -m suite report" + (f" -k {shlex.quote(selection)}" if selection else "")
+    again = "python -m suite report" + (f" --results {shlex.quote(folder)}" if folder else "")
+    again += f" -k {shlex.quote(selection)}" if selection else ""
     return " && ".join([*commands, again])
+
+
+def _check(view: ScenarioView, results_dir: Path | None) -> str:
+    """The command that reruns this machine's results of the scenario here and says whether each
+    point's time came out again (``suite reproduce``, docs/reproduce.md)."""
+    folder = Path(_folder_text(results_dir) or DEFAULT_RESULTS) / view.machine / view.scenario
+    selection = getattr(view, "selection", None)
+    return f"python -m suite reproduce {shlex.quote(str(folder))}" + (
+        f" -k {shlex.quote(selection)}" if selection else ""
+    )
 
 
 def _method(views: list[ScenarioView]) -> str:
@@ -369,7 +430,9 @@ def plot_name(view: ScenarioView) -> str:
     return f"{view.scenario}.{view.machine}.png"
 
 
-def render_scenario(views: list[ScenarioView], plotted: frozenset[str] = frozenset()) -> str:
+def render_scenario(
+    views: list[ScenarioView], plotted: frozenset[str] = frozenset(), results_dir: Path | None = None
+) -> str:
     """The scenario page; ``plotted`` names the PNG files written beside it, to link."""
     first = views[0]
     spec = first.spec
@@ -389,7 +452,8 @@ def render_scenario(views: list[ScenarioView], plotted: frozenset[str] = frozens
         failures = _failures(view)
         if failures:
             lines += ["", "### Failures and skips", "", *failures]
-        lines += ["", "### Reproduce", "", code(_reproduce(view))]
+        lines += ["", "### Reproduce", "", code(_reproduce(view, results_dir))]
+        lines += ["", f"To check these numbers: {code(_check(view, results_dir))}"]
     lines += ["", "## How each column is computed", "", _method(views)]
     return "\n".join(lines) + "\n"
 
@@ -426,7 +490,7 @@ def write_reports(
             if png is not None:
                 written.append(_write(out_dir / plot_name(view), png))
                 plotted.add(plot_name(view))
-        written.append(_write(out_dir / f"{name}.md", render_scenario(views, frozenset(plotted))))
+        written.append(_write(out_dir / f"{name}.md", render_scenario(views, frozenset(plotted), results_dir)))
     written.append(_write(out_dir / "README.md", render_index(by_scenario)))
     all_views = [v for views in by_scenario.values() for v in views]
     written.append(_write(out_dir / "hardware.md", compare.render(all_views, reference)))

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 
-from suite import report
+from suite import cli, report, views
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GOLDEN = Path(__file__).parent / "golden"
@@ -229,3 +231,93 @@ def test_the_image_line_gives_the_digest(tmp_path: Path) -> None:
     assert f"- Image: ID `5a942f222e6c`, digest `suite-bench@sha256:{'d' * 64}`, recipe not recorded" in page
     golden = (GOLDEN / "fx_width.md").read_text()
     assert "- Image: ID `5a942f222e6c`, digest none (built locally, not pushed), recipe" in golden
+
+
+def _reproduce_commands(page: str, machine: str) -> tuple[list[list[str]], str]:
+    """The ``run`` commands (as argument lists) of a machine's "Reproduce" section, and its check line."""
+    section = page.split(f"## On `{machine}`", 1)[1].split("\n## ", 1)[0]
+    block = section.split("### Reproduce\n\n", 1)[1]
+    command = block.split("\n", 1)[0].strip("`")
+    check = next(line for line in block.splitlines() if line.startswith("To check these numbers: "))
+    parts = [shlex.split(part) for part in command.split(" && ")]
+    assert all(p[:3] == ["python", "-m", "suite"] for p in parts), command
+    return [p[3:] for p in parts], check
+
+
+def test_the_reproduce_command_plans_exactly_the_runs_on_the_page(tmp_path: Path, monkeypatch: Any) -> None:
+    """As if run with ``--repeats 2 -k ... --results <tmp> --machine box``: the command the page gives,
+    fed to the suite's own parser and planner, plans the very runs whose files the page read."""
+    shutil.copytree(FIXTURES / "fixture-local" / "fx_knobs", tmp_path / "box" / "fx_knobs")
+    files = sorted((tmp_path / "box").rglob("*.json"))
+    labels = sorted({json.loads(p.read_text())["spec"]["point_label"] for p in files})
+    for path in files:
+        data = json.loads(path.read_text())
+        if data["spec"]["repetition"] == 2 or data["spec"]["point_label"] == labels[0]:
+            path.unlink()  # the runs a --repeats 2 -k run without that point would not have made
+            continue
+        data["run"]["machine"] = "box"
+        path.write_text(json.dumps(data))
+    kept = sorted(
+        (d["spec"]["point_label"], d["spec"]["repetition"])
+        for d in (json.loads(p.read_text()) for p in (tmp_path / "box").rglob("*.json"))
+    )
+    report.write_reports(tmp_path, tmp_path / "out")
+    page = (tmp_path / "out" / "fx_knobs.md").read_text()
+    (run, again), check = _reproduce_commands(page, "box")
+    monkeypatch.chdir(REPO)
+    args = cli._parser().parse_args(run)
+    assert args.command == "run" and args.repeats == 2 and args.machine == "box"
+    assert args.results == tmp_path and args.select
+    planned = sorted((s.point_label, s.repetition) for s in cli._load_plan(args))
+    assert planned == kept
+    remake = cli._parser().parse_args(again)
+    assert remake.command == "report" and remake.results == tmp_path
+    assert check == f"To check these numbers: `python -m suite reproduce {tmp_path / 'box' / 'fx_knobs'}`"
+
+
+def test_the_reproduce_command_carries_the_overrides_and_the_repository_folder(tmp_path: Path) -> None:
+    """A folder inside the repository is named from its top; the default folder is not named;
+    ``--set`` overrides each get a ``run``."""
+    page = (GOLDEN / "fx_knobs.md").read_text()
+    (run, again), check = _reproduce_commands(page, "fixture-local")
+    assert run[run.index("--results") + 1] == "tests/fixtures/results" and "-k" not in run
+    assert check == "To check these numbers: `python -m suite reproduce tests/fixtures/results/fixture-local/fx_knobs`"
+    shutil.copytree(FIXTURES / "fixture-local" / "fx_knobs", tmp_path / "box" / "fx_knobs")
+    for path in sorted((tmp_path / "box").rglob("*.json")):
+        data = json.loads(path.read_text())
+        data["run"]["machine"] = "box"
+        data["spec"]["overrides"] = {"training.batch_size": 64}
+        path.write_text(json.dumps(data))
+    view = next(v for v in views.load_views(tmp_path) if v.machine == "box")
+    assert "--set training.batch_size=64" in report._reproduce(view, tmp_path)
+    default = report._reproduce(view, report.REPO_ROOT / "reports" / "results")
+    assert "--results" not in default and "reports/results" in report._check(view, None)
+
+
+def test_the_image_line_names_the_base(tmp_path: Path) -> None:
+    """A registry base is named with its digest; a Debian-made one as made on the build machine, by ID."""
+    bases = {
+        "pulled": {"suite.base.source": "registry", "suite.base.digest": "sha256:" + "b" * 64},
+        "made": {"suite.base.source": "debian", "suite.base.ref": "suite-base:21ab", "suite.base.digest": ""},
+    }
+    names = {"pulled": "docker.io/library/python:3.11-slim-bookworm", "made": "suite-base:21ab"}
+    for machine, labels in bases.items():
+        shutil.copytree(FIXTURES / "fixture-docker", tmp_path / machine)
+        for path in sorted((tmp_path / machine).rglob("*.json")):
+            data = json.loads(path.read_text())
+            data["run"]["machine"] = machine
+            if "image_labels" in data["run"]:  # a run that got its image
+                data["run"]["image_labels"] = {**data["run"]["image_labels"], **labels}
+                data["run"]["oci_labels"] = {"org.opencontainers.image.base.name": names[machine]}
+            path.write_text(json.dumps(data))
+    report.write_reports(tmp_path, tmp_path / "out")
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    image_id = "`17868520377b`"  # the fixture base's suite.base.id label
+    pulled = [line for line in _environment(page, "pulled") if line.startswith("- Image:")]
+    assert pulled and pulled[0].endswith(
+        f", base: registry `docker.io/library/python:3.11-slim-bookworm@sha256:{'b' * 64}` (ID {image_id})"
+    ), pulled
+    made = [line for line in _environment(page, "made") if line.startswith("- Image:")]
+    assert made and made[0].endswith(
+        f", base: Debian packages, made on the build machine: `suite-base:21ab` (ID {image_id})"
+    ), made
