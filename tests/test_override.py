@@ -237,7 +237,7 @@ def test_report_lists_overrides_and_reproduces_each_group(tmp_path: Path) -> Non
     assert "- As the scenario file says (no `--set`) for width=100, device=cpu; width=100, device=gpu" in page
     command = page.split("### Reproduce\n\n`")[1].split("`\n")[0]
     runs = [shlex.split(c) for c in command.split(" && ")]
-    assert runs[-1] == ["python", "-m", "suite", "report"]
+    assert runs[-1] == ["python", "-m", "suite", "report", "--results", str(res)]
     by_k = {}
     for run in runs[:-1]:
         assert run[:4] == ["python", "-m", "suite", "run"]

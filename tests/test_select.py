@@ -230,7 +230,7 @@ def test_report_k_shows_only_matching_points_and_says_so(tmp_path: Path) -> None
     page = (tmp_path / "fx_width.md").read_text()
     assert "| width=100, device=cpu " in page and "device=gpu" not in page.split("### Results")[1].split("###")[0]
     assert "2 of 4 points, not shown: the page was made with -k 'scenario=fx_width and device=cpu'" in page
-    assert "python -m suite report -k 'scenario=fx_width and device=cpu'`" in page
+    assert "python -m suite report --results tests/fixtures/results -k 'scenario=fx_width and device=cpu'`" in page
     assert "-k 'scenario=fx_width and device=cpu' && python -m suite report" in page, "Reproduce runs the same points"
     assert not (tmp_path / "fx_knobs.md").exists(), "a scenario with no matching point gets no page"
     bad = suite_cli("report", "--results", FIXTURE_RESULTS, "--out", tmp_path, "-k", "device=tpu")
