@@ -11,7 +11,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -581,13 +580,9 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
 
 
 def _check_writable(folder: Path) -> None:
-    """Refuse a results folder that cannot hold results before anything runs, not after the first run."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise UsageError(f"results folder {folder} cannot be created or written: {exc.strerror or exc}") from None
+    problem = results.unwritable(folder)
+    if problem:
+        raise UsageError(problem)
 
 
 def cmd_backends(args: argparse.Namespace) -> int:

@@ -35,7 +35,6 @@ import json
 import math
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -1090,13 +1089,9 @@ def new_results_dir(base: Path, now: datetime | None = None) -> Path:
 
 
 def _check_writable(folder: Path) -> None:
-    """Refuse a results folder that cannot hold results before anything runs, not after the first run."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise ReproduceError(f"results folder {folder} cannot be created or written: {exc.strerror or exc}") from None
+    problem = results.unwritable(folder)
+    if problem:
+        raise ReproduceError(problem)
 
 
 def _result_files(folder: Path) -> set[Path]:

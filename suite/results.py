@@ -98,6 +98,18 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold result files (created if missing), or None when it can: asked
+    before anything runs, so a plan does not fail after its first run."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"results folder {folder} cannot be created or written: {exc.strerror or exc}"
+    return None
+
+
 class ResultError(Exception):
     """A result file that cannot be read; the message says which file and what to do."""
 
