@@ -553,15 +553,21 @@ def test_ensure_venv_explains_a_missing_lock_under_the_callers_strict_mode(tmp_p
     assert "exist for Python: none" in proc.stderr and "SUITE_UNLOCKED=1" in proc.stderr, proc.stderr
 
 
-def test_ensure_venv_refuses_a_locked_install_off_linux_x86_64(tmp_path: Path) -> None:
-    # The locks' wheels are Linux x86_64 ones; elsewhere pip would build the hashed sdists from source.
+def _off_linux_x86_64(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ensure_venv sees a Mac (a `uname` saying so first on PATH) and a
+    locks folder holding a run lock of this Python (one real wheel)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "uname").write_text("#!/bin/sh\necho Darwin arm64\n", encoding="utf-8")
     (bin_dir / "uname").chmod(0o755)
     folder = tmp_path / "locks"
     _one_wheel_lock(folder, "run", f"six==1.16.0 \\\n    --hash=sha256:{SIX_WHEEL_SHA256}\n")
-    env = {"SUITE_LOCKS_DIR": str(folder), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return {"SUITE_LOCKS_DIR": str(folder), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_ensure_venv_refuses_a_locked_install_off_linux_x86_64(tmp_path: Path) -> None:
+    # The locks' wheels are Linux x86_64 ones; elsewhere pip would build the hashed sdists from source.
+    env = _off_linux_x86_64(tmp_path)
     proc = _ensure_venv(tmp_path / "venv", "run", env)
     assert proc.returncode == 1, proc.stderr
     assert "for Linux x86_64; this machine is 'Darwin arm64'" in proc.stderr, proc.stderr
@@ -572,15 +578,8 @@ def test_ensure_venv_refuses_a_locked_install_off_linux_x86_64(tmp_path: Path) -
 def test_suite_unlocked_is_the_way_off_linux_x86_64_even_where_a_lock_exists(tmp_path: Path) -> None:
     # The refusal above says to set SUITE_UNLOCKED=1: doing so must work, though a lock of this
     # Python exists. The real top-level files, resolved by real pip (dry run: nothing installed).
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "uname").write_text("#!/bin/sh\necho Darwin arm64\n", encoding="utf-8")
-    (bin_dir / "uname").chmod(0o755)
-    folder = tmp_path / "locks"
-    _one_wheel_lock(folder, "run", f"six==1.16.0 \\\n    --hash=sha256:{SIX_WHEEL_SHA256}\n")
     env = {
-        "SUITE_LOCKS_DIR": str(folder),
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        **_off_linux_x86_64(tmp_path),
         "SUITE_UNLOCKED": "1",
         "PIP_DRY_RUN": "1",
         "PIP_USE_FEATURE": "fast-deps",
