@@ -1,7 +1,8 @@
 # Sourced by run_all.sh and run_tests.sh: create the virtual environment once and install it from
 # its hash-locked requirement file, again only when that lock changed (its sha256 is kept inside the venv).
 # Usage: ensure_venv VENV_DIR ENV
-#   ENV: run (host.txt + worker-cpu.txt), run-gpu (host.txt + worker-gpu.txt), dev (run + dev.txt).
+#   ENV: run (host.txt + worker-cpu.txt), run-gpu (host.txt + worker-gpu.txt), cluster (run +
+#   cluster.txt: Ray), cluster-gpu (run-gpu + cluster.txt), dev (cluster + dev.txt).
 # The lock is requirements/locks/<ENV>-py<X.Y>.txt for the venv's Python X.Y (requirements/lock.sh
 # writes them). `pip install --require-hashes --only-binary :all:` installs exactly its wheels: every
 # package must be in the lock with a matching sha256, dependencies included, or pip stops; the lock's
@@ -13,6 +14,15 @@
 # top-level requirement files are installed without hashes (their dependencies float) and the
 # record says "unlocked".
 # SUITE_LOCKS_DIR replaces requirements/locks (the tests install a lock of their own with it).
+# The environments whose lock holds ENV's lock at the same versions (ENV's lock compiled into theirs).
+_suite_wider_envs() {
+  case "$1" in
+    run) printf '%s\n' cluster dev ;;
+    cluster) printf '%s\n' dev ;;
+    run-gpu) printf '%s\n' cluster-gpu ;;
+  esac
+}
+
 ensure_venv() {
   local venv=${1:-} env=${2:-}
   local root
@@ -21,9 +31,11 @@ ensure_venv() {
   case "$env" in
     run) inputs=(requirements/host.txt requirements/worker-cpu.txt) ;;
     run-gpu) inputs=(requirements/host.txt requirements/worker-gpu.txt) ;;
-    dev) inputs=(requirements/host.txt requirements/worker-cpu.txt requirements/dev.txt) ;;
+    cluster) inputs=(requirements/host.txt requirements/worker-cpu.txt requirements/cluster.txt) ;;
+    cluster-gpu) inputs=(requirements/host.txt requirements/worker-gpu.txt requirements/cluster.txt) ;;
+    dev) inputs=(requirements/host.txt requirements/worker-cpu.txt requirements/cluster.txt requirements/dev.txt) ;;
     *)
-      echo "error: ensure_venv: environment '$env' is unknown; allowed: run, run-gpu, dev" \
+      echo "error: ensure_venv: environment '$env' is unknown; allowed: run, run-gpu, cluster, cluster-gpu, dev" \
         "(usage: ensure_venv VENV_DIR ENV)" >&2
       return 2
       ;;
@@ -88,13 +100,17 @@ ensure_venv() {
     local held
     held=$(cat "$stamp")
     [ "$held" = "$want" ] && return 0
-    # The dev lock is the run lock plus the test tools at the same versions (requirements/lock.sh
-    # compiles it under the run lock; tests/test_locks.py checks it), so a dev venv serves a run as
-    # it is: no uninstall and reinstall each time ./run_all.sh and ./run_tests.sh take turns.
-    if [ "$env" = run ] && [ -n "$lock" ] && [ -f "$locks/dev-py$xy.txt" ] &&
-      [ "$held" = "$(sha256sum "$locks/dev-py$xy.txt" | cut -d' ' -f1)" ]; then
-      return 0
-    fi
+    # The cluster lock is the run lock plus Ray, the dev lock the cluster lock plus the test tools,
+    # at the same versions (requirements/lock.sh compiles each under the other; tests/test_locks.py
+    # checks it), so a venv holding a wider one serves a narrower one as it is: no uninstall and
+    # reinstall each time ./run_all.sh and ./run_tests.sh take turns.
+    local wider
+    for wider in $(_suite_wider_envs "$env"); do
+      if [ -n "$lock" ] && [ -f "$locks/$wider-py$xy.txt" ] &&
+        [ "$held" = "$(sha256sum "$locks/$wider-py$xy.txt" | cut -d' ' -f1)" ]; then
+        return 0
+      fi
+    done
   fi
 
   if [ -n "$lock" ]; then
@@ -127,9 +143,9 @@ except (OSError, ValueError):
 locked = isinstance(facts, dict) and facts.get("lock_file") and isinstance(facts.get("environment"), str)
 print(facts["environment"] if locked else "")
 ' "$record" 2>/dev/null) || recorded=""
-    # A dev venv serves run (above), so it turns into a run venv in place: the removal below takes
-    # only the test tools, which share no files with what the run lock installs.
-    if [ "$recorded" != "$env" ] && ! { [ "$recorded" = dev ] && [ "$env" = run ]; }; then
+    # A wider venv serves a narrower one (above), so it turns into it in place: the removal below
+    # takes only the test tools or Ray, which share no files with what the narrower lock installs.
+    if [ "$recorded" != "$env" ] && ! _suite_wider_envs "$env" | grep -qx -- "$recorded"; then
       if [ -z "$recorded" ]; then
         echo "recreating $venv: it holds no record of a hash-checked install" >&2
       else

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate every hash-locked requirement file from its top-level inputs:
-#   requirements/locks/<env>-py<X.Y>.txt  for env in run, run-gpu, dev and Python 3.11, 3.12
+#   requirements/locks/<env>-py<X.Y>.txt  for env in run, run-gpu, cluster, cluster-gpu, dev and Python 3.11, 3.12
 #   docker/locks/<image>.txt              for every image of docker/images.yaml (the images' Python 3.11)
 # Usage (from anywhere): requirements/lock.sh [UV_ARGS...]
 # Extra arguments go to every `uv pip compile`, e.g. --upgrade-package numpy or --upgrade. Without
@@ -92,15 +92,20 @@ EOF
 environments=$("$PY" -m suite.locks environments)
 for py in "${HOST_PYTHONS[@]}"; do
   while IFS=$'\t' read -r env inputs; do
-    [ "$env" = dev ] && continue  # below, under the run lock
+    case "$env" in dev | cluster | cluster-gpu) continue ;; esac  # below, each under the lock it extends
     read -r -a files <<<"$inputs"
     compile "requirements/locks/$env-py$py.txt" "${inputs// / + }" "$py" "${files[@]}"
   done <<<"$environments"
-  # Under the run lock: a venv holding dev holds run too, at the same versions (ensure_venv relies on it).
-  dev_inputs=$(sed -n 's/^dev\t//p' <<<"$environments")
-  read -r -a files <<<"$dev_inputs"
-  compile "requirements/locks/dev-py$py.txt" "${dev_inputs// / + } (under the run lock)" "$py" \
-    "${files[@]}" -c "requirements/locks/run-py$py.txt"
+  # cluster under the run lock, cluster-gpu under run-gpu, dev under cluster: a venv holding dev
+  # holds cluster and run too, one holding cluster holds run, one holding cluster-gpu holds run-gpu,
+  # at the same versions (ensure_venv relies on it).
+  for pair in cluster:run cluster-gpu:run-gpu dev:cluster; do
+    env=${pair%%:*} base=${pair#*:}
+    env_inputs=$(sed -n "s/^$env\t//p" <<<"$environments")
+    read -r -a files <<<"$env_inputs"
+    compile "requirements/locks/$env-py$py.txt" "${env_inputs// / + } (under the $base lock)" "$py" \
+      "${files[@]}" -c "requirements/locks/$base-py$py.txt"
+  done
 done
 
 while IFS=$'\t' read -r name lock constraints requirements; do

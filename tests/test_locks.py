@@ -175,12 +175,15 @@ def test_every_environment_has_a_lock_per_python_and_no_other_lock_lies_there() 
     assert {p.name for p in LOCKS.glob("*.txt")} == want
 
 
-def test_dev_lock_holds_the_run_lock_unchanged() -> None:
-    # ensure_venv lets a venv holding dev serve ./run_all.sh as it is; that is only right if so.
+@pytest.mark.parametrize(("wider", "narrower"), [("dev", "cluster"), ("cluster", "run"), ("cluster-gpu", "run-gpu")])
+def test_a_wider_lock_holds_the_narrower_one_unchanged(wider: str, narrower: str) -> None:
+    # ensure_venv lets a venv holding the wider environment serve the narrower one as it is (a dev
+    # venv serves ./run_all.sh, a cluster venv a plain run); that is only right if so.
     for python in locks.LOCKED_PYTHONS:
-        run = locks.read_pins(LOCKS / f"run-py{python}.txt")
-        dev = locks.read_pins(LOCKS / f"dev-py{python}.txt")
-        assert {name: dev.get(name) for name in run} == run
+        small = locks.read_pins(LOCKS / f"{narrower}-py{python}.txt")
+        big = locks.read_pins(LOCKS / f"{wider}-py{python}.txt")
+        assert {name: big.get(name) for name in small} == small
+        assert "ray" in big and ("ray" in small) == (narrower == "cluster")
 
 
 def test_the_constraints_file_of_the_gpu_worker_agrees_with_its_lock() -> None:
@@ -621,7 +624,7 @@ def test_ensure_venv_refuses_a_python_without_a_lock(tmp_path: Path) -> None:
 def test_ensure_venv_names_the_environments_it_knows(tmp_path: Path) -> None:
     proc = _ensure_venv(tmp_path / "venv", "gpu", {})
     assert proc.returncode == 2
-    assert "'gpu' is unknown; allowed: run, run-gpu, dev" in proc.stderr, proc.stderr
+    assert f"'gpu' is unknown; allowed: {', '.join(locks.ENVIRONMENTS)}" in proc.stderr, proc.stderr
     assert not (tmp_path / "venv").exists()
 
 
@@ -842,7 +845,7 @@ def test_run_all_picks_the_environment(tmp_path: Path, env: dict[str, str], chos
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"SUITE_ENV": "gpu"}, "SUITE_ENV=gpu: allowed are run (CPU worker) and run-gpu (CUDA wheels)"),
+        ({"SUITE_ENV": "gpu"}, "SUITE_ENV=gpu: allowed are run (CPU worker), run-gpu (CUDA wheels), cluster"),
         (
             {"SUITE_WORKER_REQUIREMENTS": "req.txt"},
             "allowed are requirements/worker-cpu.txt and requirements/worker-gpu",
