@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from suite.scenario import (
     overrides_problems,
     parse_overrides,
 )
+from suite.settings import SETTINGS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCENARIOS = REPO_ROOT / "scenarios"
@@ -281,8 +283,19 @@ def _backend_arg(p: argparse.ArgumentParser) -> None:
         "--backend",
         choices=backends.names(),
         default=backends.AUTO,
-        help="auto: the first of " + ", ".join(backends.BACKENDS) + " that can run here (docker: an engine "
-        "answers and the images are there)",
+        help="auto: the first of docker, local that can run here (docker: an engine answers and the images "
+        "are there); ray: a Ray cluster's nodes (README: On a cluster)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="--backend ray: the Ray cluster's head (GCS address); default: a local Ray instance the suite "
+        "starts and stops (RAY_ADDRESS is not read)",
+    )
+    p.add_argument(
+        "--gpu-model",
+        metavar="NAME",
+        help="--backend ray: run on nodes offering the resource gpu_model:NAME (a scenario's gpu_model wins)",
     )
 
 
@@ -380,12 +393,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     specs = made.specs
     from tabulate import tabulate
 
+    _check_ray_args(args)
     machine = args.machine or hostinfo.machine_name()
     folder = runner.machine_dir(args.results, machine)
-    on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+    backend, chosen = _check_backend(args)
+    folders = [folder]
+    if getattr(backend, "where", None) is not None:  # a pool: its runs lie in each node's folder
+        folders = [runner.machine_dir(args.results, m) for m in backend.machines()]
+    on_file = [r for f in folders if f.is_dir() for _, r in results.load_folder(f)]
     done = {} if args.fresh else results.latest_by_run(on_file)
     walls = _wall_times(on_file)
-    backend, chosen = _check_backend(args)
     try:
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         for s in specs:
@@ -402,7 +419,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     print()
     for line in made.lines(args.select):
         print(line)
-    print(f"backend: {chosen}; earlier results: {_display_path(folder)}" + ("" if folder.is_dir() else " (none yet)"))
+    shown = ", ".join(str(_display_path(f)) for f in folders)
+    print(f"backend: {chosen}; earlier results: {shown}" + ("" if any(f.is_dir() for f in folders) else " (none yet)"))
     print(total.text())
     data: dict[str, tuple[int, str]] = {}
     for s in specs:
@@ -508,7 +526,29 @@ def _backend_options(args: argparse.Namespace) -> backends.BackendOptions:
         results_dir=args.results,
         docker_host=args.docker_host,
         gpus=[g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
+        ray_address=getattr(args, "ray_address", None),
+        gpu_model=getattr(args, "gpu_model", None),
     )
+
+
+def _check_ray_args(args: argparse.Namespace) -> None:
+    """The Ray flags belong to --backend ray, and the flags that pick an engine or GPUs do not: on a
+    cluster each node uses its own engine and the GPUs Ray assigns."""
+    if args.backend == "ray":
+        model = getattr(args, "gpu_model", None)
+        pattern = SETTINGS["gpu_model"]["pattern"]
+        if model is not None and not re.search(pattern, model):
+            raise UsageError(f"--gpu-model {model!r}: a resource name ({pattern}), e.g. H100")
+        for flag in ("docker_host", "gpus"):
+            if getattr(args, flag, None):
+                raise UsageError(
+                    f"--backend ray: each node runs on its own Docker engine with the GPUs Ray assigns; "
+                    f"drop --{flag.replace('_', '-')}"
+                )
+        return
+    for flag in ("ray_address", "gpu_model"):
+        if getattr(args, flag, None):
+            raise UsageError(f"--{flag.replace('_', '-')} is for --backend ray (given: --backend {args.backend})")
 
 
 def make_backend(name: str, args: argparse.Namespace) -> Any:
@@ -526,6 +566,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.select is not None or made.overrides:  # otherwise the plan's size is said below, with the backend
         for line in made.lines(args.select):
             print(line)
+    _check_ray_args(args)
     if args.hosts is not None:
         _refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
@@ -539,8 +580,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         except UsageError:
             backend.close()
             raise
-        print(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
-        summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty())
+        if getattr(backend, "where", None) is not None:  # a pool of nodes: results per node
+            print(f"{_runs(len(specs))} on backend {backend.name} ({backend.where}), results in {args.results}")
+            summary = runner.run_plan_pool(specs, backend, args.results, fresh=args.fresh, live=sys.stdout.isatty())
+        else:
+            print(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
+            summary = runner.run_plan(
+                specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty()
+            )
     for line in summary.lines():
         print(line)
     return 1 if summary.failed else 0

@@ -96,6 +96,9 @@ def fingerprint_of(spec: RunSpec) -> str:
     already has measures the same thing, and finds the runs already done.
     """
     config = spec.config
+    if "gpu_model" in config and config["gpu_model"] is None:
+        # Unset, it changes nothing measured: results from before the key existed keep their fingerprints.
+        config = {k: v for k, v in config.items() if k != "gpu_model"}
     identity = (config.get("data") or {}).get("identity")
     if identity is not None:
         config = {**config, "data": {**config["data"], "identity": datasets.fingerprinted(identity)}}

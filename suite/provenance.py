@@ -340,7 +340,7 @@ def clear_cache() -> None:
 # -- the environment of a local run ---------------------------------------------------------------
 
 
-def venv_environment(python: str) -> dict[str, Any]:
+def venv_environment(python: str, *, in_subprocess: bool = False) -> dict[str, Any]:
     """The "environment" block for the interpreter that runs a local worker.
 
     The lock is the one the venv of ``python`` was installed from (its LOCK_MARKER); ``matches_lock``
@@ -348,8 +348,10 @@ def venv_environment(python: str) -> dict[str, Any]:
     process's own interpreter that is read here; for another one (``LocalBackend(python=...)``) the
     same function runs in it once, through ``python -c`` (the worker imports the suite from this
     checkout the same way), so the answer is always that interpreter's own and never this one's.
+    ``in_subprocess``: ask that way even for this interpreter, whose own ``sys.path`` may hold what
+    a worker's does not (a Ray task's process has Ray's vendored packages on it).
     """
-    if _same_interpreter(python):
+    if _same_interpreter(python) and not in_subprocess:
         return environment_here()
     code = "import json; from suite import provenance; print(json.dumps(provenance.environment_here()))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
@@ -403,6 +405,10 @@ def environment_here() -> dict[str, Any]:
         why = f"{Path(prefix) / LOCK_MARKER}: keys lock_file and lock_sha256 must be strings"
         return _environment("venv", None, None, None, [why])
     path = Path(lock_file) if Path(lock_file).is_absolute() else REPO_ROOT / lock_file
+    if not path.is_file() and not Path(lock_file).is_absolute():
+        # The lock path is relative to the checkout the venv was made in, which holds the venv; this
+        # code may be a copy elsewhere (a Ray node runs the job's shipped copy of the suite).
+        path = Path(prefix).parent / lock_file
     try:
         now = locks.lock_sha256(path)
     except OSError as exc:

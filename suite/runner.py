@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from suite import results
 from suite.backends.base import Backend
@@ -182,6 +183,105 @@ def run_plan(
         signal.signal(signal.SIGTERM, old_handler)
         backend.close()
     return summary
+
+
+def pool_previous_runs(results_dir: Path, machines: list[str]) -> dict[tuple[str, int], results.RunResult]:
+    """(fingerprint, repetition) -> the newest result in any of the pool's machine folders: a pool
+    runs each run once, on whichever node took it, so a run ``ok`` on any of them is done."""
+    found: list[results.RunResult] = []
+    for machine in machines:
+        folder = machine_dir(results_dir, machine)
+        if folder.is_dir():
+            found += [r for _, r in results.load_folder(folder)]
+    return results.latest_by_run(found)
+
+
+def run_plan_pool(
+    specs: list[RunSpec],
+    pool: Any,
+    results_dir: Path,
+    *,
+    fresh: bool = False,
+    say: Callable[[str], None] = print,
+    live: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> Summary:
+    """Run a plan on a pool of nodes (``backends.ray_cluster.RayPool``): every run submitted at once,
+    in the plan's interleaved order, each result saved the moment it comes back, under the machine
+    folder of the node that ran it.
+
+    The plan's rules are ``run_plan``'s: resume by fingerprint (across the pool's machine folders),
+    the same skip records, one summary. Ctrl-C or SIGTERM cancels every task (each removes its
+    container) after the results that already arrived are saved.
+    """
+    summary = Summary()
+    progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock)
+    old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    heads: dict[tuple[str, int], str] = {}
+    try:
+        previous = {} if fresh else pool_previous_runs(results_dir, pool.machines())
+        steps = _steps(specs, pool, previous)
+        total = len(specs)
+        for i, step in enumerate(steps, 1):
+            spec = step.spec
+            head = f"[{i}/{total}] {spec.scenario} [{spec.point_label}] rep {spec.repetition}"
+            heads[(spec.fingerprint, spec.repetition)] = head
+            if step.action == "done":
+                summary.counts["already done"] += 1
+                progress.line(f"{head}: already done (ok result on file; --fresh reruns)")
+            elif step.action == "skip-again":
+                summary.counts[STATUS_SKIPPED] += 1
+                progress.line(f"{head}: skipped, as recorded before: {step.reason}")
+            elif step.reason:
+                _save_pool(pool.skipped(spec, step.reason), spec, pool.machine, results_dir, head, summary, progress)
+            else:
+                pool.submit(spec)
+        if pool.pending:
+            progress.line(f"{pool.pending} run(s) submitted to {pool.where}")
+        with Ticker(progress):
+            while pool.pending:
+                for done in pool.collect():
+                    head = heads[(done.spec.fingerprint, done.spec.repetition)]
+                    retried = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
+                    _save_pool(done.result, done.spec, done.machine, results_dir, head, summary, progress, retried)
+    except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
+        try:
+            pool.cancel_all(say=progress.line)
+        finally:
+            raise
+    finally:
+        progress.close()
+        signal.signal(signal.SIGTERM, old_handler)
+        pool.close()
+    return summary
+
+
+def _save_pool(
+    result: results.RunResult,
+    spec: RunSpec,
+    machine: str,
+    results_dir: Path,
+    head: str,
+    summary: Summary,
+    progress: Progress,
+    retried: bool = False,
+) -> None:
+    path = results.save(result, machine_dir(results_dir, machine) / spec.scenario, spec.run_id)
+    summary.counts[result.status] += 1
+    if result.status in FAILED:
+        summary.failures.append(f"{head}: {result.status}: {result.message.splitlines()[0] if result.message else ''}")
+    again = " (retry)" if retried else ""
+    wall = _wall_s(result)
+    took = f" ({wall:.1f} s)" if wall is not None else ""
+    progress.line(f"{head}{again} on {machine}: {result.status}{_detail(result)}{took} -> {path}")
+
+
+def _wall_s(result: results.RunResult) -> float | None:
+    try:
+        started = datetime.fromisoformat(str(result.run["started_at"]))
+        return (datetime.fromisoformat(str(result.run["finished_at"])) - started).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _eta(progress: Progress) -> str:

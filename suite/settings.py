@@ -103,6 +103,15 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "default": None,
         "description": "an image name from docker/images.yaml, or null for the backend's default",
     },
+    # Where a pool backend (--backend ray) may place the point: only on nodes offering the custom
+    # resource gpu_model:NAME. Not in the fingerprint while null (plan.fingerprint_of), so results
+    # recorded before the key existed keep theirs.
+    "gpu_model": {
+        "type": ["string", "null"],
+        "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        "default": None,
+        "description": "--backend ray: only nodes offering the resource gpu_model:NAME (e.g. H100); null: any",
+    },
     # After the timed fit, in the same process: a near-empty model's step time (the fixed cost).
     "measure": _section(step_overhead=_flag(True, "time the model with its arithmetic taken away after the fit")),
 }

@@ -1,0 +1,701 @@
+"""Ray backend: one plan spread over the nodes of a Ray cluster, each run placed by Ray's scheduler.
+
+The orchestrator (``RayPool``, driven by ``runner.run_plan_pool``) submits every run of the plan
+as a Ray task and saves each result the moment it comes back; nothing but Ray connects the two
+sides, so no shared file system is needed. A task asks for 1 CPU, one ``suite_slot`` (a custom
+resource: a node offering one runs one benchmark at a time, so a neighbour never skews a timing),
+its point's GPUs (``num_gpus``) and, when the scenario's ``gpu_model`` or ``--gpu-model`` names a
+model, a share of the custom resource ``gpu_model:NAME`` that only nodes of that model offer.
+
+On its node the task (``run_point``) runs the point through the run skeleton of the node's own
+Docker engine (its DOCKER_HOST, or the local socket) when one answers, else of the local backend.
+Ray sets the task's CUDA_VISIBLE_DEVICES to the GPUs it assigned; both backends read that variable
+as CUDA does (``base.inherit_pool``) and hand the run exactly those GPUs, by UUID. A node builds
+the image a run needs before its first run when it lacks it (the recipe-hash rule of ``images``).
+The suite's code travels with the job (Ray's ``py_modules``): every result records the identity of
+the checkout the orchestrator shipped.
+
+Faults: Ray's own retries are off (``max_retries=0``): a run is never repeated behind the plan's
+back. A node that dies mid-run has that run recorded (``error``, "node lost") and retried once on
+another node that can take it (``run.ray.retry_of``). A task still running well past its deadline
+is cancelled by the orchestrator and recorded as ``timeout`` (the node's own deadline normally fires
+first). Ctrl-C or SIGTERM cancels every task (each kills and removes its container) and then forces
+what is left. A cluster whose head stops answering ends the plan with a message; results already
+saved stay.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from suite import hostinfo, provenance
+from suite.backends.base import BackendUnavailable, now_iso
+from suite.plan import RunSpec, parse_device
+from suite.results import RunResult
+
+SLOT = "suite_slot"  # custom resource: how many benchmark runs a node takes at once
+MODEL_PREFIX = "gpu_model:"  # custom resource per GPU model, e.g. gpu_model:H100
+MACHINE_LABEL = "suite-machine"  # node label: the results folder of the node's runs (default: hostname)
+MODEL_SHARE = 0.001  # what a run asks of gpu_model:NAME: it selects nodes, it counts nothing
+CANCEL_GRACE_S = 20.0  # after a polite cancel (the task removes its container), before a forced one
+DEADLINE_MARGIN_S = 60.0  # beyond timeout_s and the worker's grace before the orchestrator cancels
+POLL_S = 1.0
+HEAD_CHECKS = 5  # GCS connection refusals in a row (one per POLL_S) before the cluster is called gone
+LOST_NODE_WAIT_S = 45.0  # how long a crashed task's node may take to be declared dead (Ray's health check)
+SUITE_PACKAGE = Path(__file__).resolve().parents[1]
+LOCAL = "a local Ray instance started by the suite"
+# Set on a node (in the environment of its `ray start`): which backend runs its points. auto (the
+# default): Docker where the node's engine answers, else local; docker: always (a run without an
+# engine is then recorded as such); local: never a container, e.g. a pod without a Docker engine.
+NODE_BACKEND_ENV = "SUITE_RAY_NODE_BACKEND"
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or BackendUnavailable (exit 2) with the command that installs it."""
+    try:
+        import ray
+    except ImportError as exc:
+        xy = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise BackendUnavailable(
+            f"--backend ray: Ray is not installed in {sys.executable} ({exc}); install the locked cluster "
+            f"environment: `{sys.executable} -m pip install --require-hashes --only-binary :all: "
+            f"-r requirements/locks/cluster-py{xy}.txt`, or let ./run_all.sh --backend ray set the venv up"
+        ) from None
+    return ray
+
+
+# -- what a run asks of the cluster -----------------------------------------------------------------
+
+
+def gpu_model_of(spec: RunSpec, default: str | None = None) -> str | None:
+    """The GPU model a run must land on: the scenario's ``gpu_model``, else ``--gpu-model``, else any."""
+    return spec.config.get("gpu_model") or default
+
+
+def demand(spec: RunSpec, gpu_model: str | None = None) -> dict[str, float]:
+    """The resources a run's task asks for, in Ray's names (CPU, GPU, custom resources)."""
+    kind, count = parse_device(spec.device)
+    need: dict[str, float] = {"CPU": 1.0, SLOT: 1.0}
+    if kind == "gpu":
+        need["GPU"] = float(count)
+    model = gpu_model_of(spec, gpu_model)
+    if model:
+        need[MODEL_PREFIX + model] = MODEL_SHARE
+    return need
+
+
+def placement_problem(need: dict[str, float], nodes: list[dict[str, Any]], where: str) -> str | None:
+    """Why no alive node could ever take a task with ``need`` (its total resources, not what is
+    free now: a busy node takes it later), or None."""
+    alive = [n for n in nodes if n.get("Alive")]
+    if any(all(float(n.get("Resources", {}).get(k, 0)) >= v for k, v in need.items()) for n in alive):
+        return None
+    offered = sorted({k for n in alive for k in n.get("Resources", {}) if k.startswith(MODEL_PREFIX)})
+    models = ", ".join(offered) or "no gpu_model:NAME resource"
+    for key, amount in need.items():
+        if not any(float(n.get("Resources", {}).get(key, 0)) >= amount for n in alive):
+            if key.startswith(MODEL_PREFIX):
+                return f"no node of {where} offers {key} (offered: {models})"
+            if key == SLOT:
+                return (
+                    f"no node of {where} offers the resource {SLOT}; start each node with "
+                    f"--resources '{{\"{SLOT}\": 1}}' (README: On a cluster)"
+                )
+            if key == "GPU":
+                most = max((float(n.get("Resources", {}).get("GPU", 0)) for n in alive), default=0)
+                return f"needs {amount:g} GPU(s) on one node; the largest node of {where} has {most:g}"
+            return f"no node of {where} has {amount:g} {key}"
+    return f"no single node of {where} offers all of {_need_text(need)} (nodes offer: {models})"
+
+
+def _need_text(need: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in need.items())
+
+
+# -- on the node ------------------------------------------------------------------------------------
+
+_node_backends: dict[tuple[str, str], Any] = {}  # (machine, session) -> backend, per Ray worker process
+_built: set[str] = set()  # image names this worker process made sure of
+
+
+def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: Any = None) -> dict[str, Any]:
+    """Run one point on this node (inside a Ray task) and return {"machine", "result", "peaks"}.
+
+    job: the plan's settings: ``suite`` (the identity of the code shipped), ``session`` (the plan's
+    id), ``address``, ``key`` (this attempt), ``attempt``, ``retry_of``, ``gpu_model`` and ``peaks``
+    (this node's peak calibrations of earlier runs in the plan, by node id).
+    """
+    ctx = ray.get_runtime_context()
+    node_id = ctx.get_node_id()
+    labels = _labels(ctx)
+    machine = labels.get(MACHINE_LABEL) or hostinfo.machine_name()
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    _mark(board, job["key"], "started", node_id=node_id, machine=machine)
+    backend = _node_backend(machine, job)
+    spec = RunSpec.from_dict(spec_data)
+    facts = {
+        "node_id": node_id,
+        "node_ip": _node_ip(ray),
+        "machine": machine,
+        "address": job.get("address"),
+        "task_id": _task_id(ctx),
+        "gpu_ids": gpu_ids,
+        "gpu_model": gpu_model_of(spec, job.get("gpu_model")),
+        "attempt": job.get("attempt", 1),
+        "session": job.get("session"),
+    }
+    if job.get("retry_of"):
+        facts["retry_of"] = job["retry_of"]
+    try:
+        _ensure_image(backend, spec)
+        _mark(board, job["key"], "ready")  # the run's deadline counts from here
+        from suite import runner
+
+        peaks = {_peak_key(k): v for k, v in (job.get("peaks") or {}).get(node_id, [])}
+        before = set(peaks)
+        result = runner._run_with_peak(spec, backend, peaks)
+        measured = [[list(k), v] for k, v in peaks.items() if k not in before]
+    except BaseException:
+        backend.close()  # a cancel (KeyboardInterrupt here): no container of the session stays
+        _node_backends.pop((machine, job["session"]), None)
+        raise
+    result = replace(result, run={**result.run, "ray": facts})
+    return {"machine": machine, "node_id": node_id, "result": result.to_dict(), "peaks": measured}
+
+
+def _peak_key(value: Any) -> tuple:
+    return tuple(value)
+
+
+def _labels(ctx: Any) -> dict[str, str]:
+    try:
+        raw = ctx.get_node_labels() or {}
+    except Exception:  # noqa: BLE001 - an older Ray without labels: the hostname names the folder
+        return {}
+    out = {}
+    for key, value in raw.items():
+        out[str(key)] = str(value[0] if isinstance(value, list | tuple) and value else value)
+    return out
+
+
+def _node_ip(ray: Any) -> str | None:
+    try:
+        return str(ray.util.get_node_ip_address())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _task_id(ctx: Any) -> str | None:
+    try:
+        return str(ctx.get_task_id())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _mark(board: Any, key: str, what: str, **facts: Any) -> None:
+    if board is None:
+        return
+    try:
+        board.mark.remote(key, what, time.time(), facts)
+    except Exception:  # noqa: BLE001 - the plan's bookkeeping must never fail a run
+        pass
+
+
+def _node_backend(machine: str, job: dict[str, Any]) -> Any:
+    """This node's backend for the plan: Docker when its engine answers, else local; one per plan
+    and worker process (a Docker backend asks its engine for the GPUs once)."""
+    key = (machine, job["session"])
+    if key not in _node_backends:
+        from suite.backends import docker_parts, local
+        from suite.engine import engine_answers
+
+        backend: Any
+        choice = os.environ.get(NODE_BACKEND_ENV, "auto").strip() or "auto"
+        if choice not in ("auto", "docker", "local"):
+            raise BackendUnavailable(
+                f"{NODE_BACKEND_ENV}={choice!r} on node {machine}: allowed are auto, docker, local"
+            )
+        if choice == "docker" or (choice == "auto" and engine_answers(None)):
+            from suite.backends.docker import DockerBackend
+
+            backend = DockerBackend(machine=machine)
+            # The code this session's containers get is the job's copy (py_modules): its identity
+            # is the orchestrator's checkout, which no git here can tell.
+            backend._code = docker_parts.code_files()
+            backend._code_identity = dict(job["suite"])
+        else:
+            backend = local.LocalBackend(machine=machine)
+            # Asked as the worker will run (a subprocess): this task's process has Ray's vendored
+            # packages on its path, which no worker imports.
+            backend._environment = provenance.venv_environment(backend.python, in_subprocess=True)
+        shipped = dict(job["suite"])
+        backend.suite_provenance = lambda: dict(shipped)  # type: ignore[method-assign]
+        _node_backends[key] = backend
+    return _node_backends[key]
+
+
+def _ensure_image(backend: Any, spec: RunSpec) -> None:
+    """Build the image this run needs on the node's engine when the engine lacks it (or holds an
+    older recipe), once per worker process, one build at a time on the node (a file lock)."""
+    if getattr(backend, "name", "") != "docker" or backend.image_override is not None:
+        return
+    from suite import images
+
+    catalog = images.load_catalog()
+    name = spec.config.get("image") or catalog.default_for(parse_device(spec.device)[0] == "gpu")
+    if name in _built:
+        return
+    lock = Path(tempfile.gettempdir()) / "suite-ray-image-build.lock"
+    with open(lock, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        images.build_images([name], progress=lambda _line: None)
+    _built.add(name)
+
+
+class Board:
+    """A Ray actor the tasks tell when they start and when their image is ready: the orchestrator's
+    clock for the deadline, and where a lost run was running. Holds no result."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, dict[str, Any]] = {}
+
+    def mark(self, key: str, what: str, at: float, facts: dict[str, Any]) -> None:
+        entry = self.marks.setdefault(key, {})
+        entry[what] = at
+        entry.update(facts)
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return self.marks
+
+
+# -- the orchestrator -------------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    spec: RunSpec
+    key: str
+    attempt: int = 1
+    retry_of: str | None = None
+    submitted: float = field(default_factory=time.time)
+    cancelled_for: str | None = None  # "timeout" once the orchestrator cancelled it at its deadline
+
+
+class ClusterGone(Exception):
+    """The Ray cluster stopped answering mid-plan; the message names it."""
+
+
+@dataclass
+class Finished:
+    """A result the pool hands the runner to save, with the machine folder it belongs to."""
+
+    spec: RunSpec
+    machine: str
+    result: RunResult
+
+
+class RayPool:
+    """The plan's side of the Ray backend: connect, submit, collect, cancel."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        machine: str,
+        address: str | None = None,
+        gpu_model: str | None = None,
+        *,
+        ray_module: Any = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        """machine: the orchestrator's results folder (runs no node could take are recorded there).
+        address: HOST:PORT of the cluster's head (GCS), or None for a local instance the pool starts."""
+        self.machine = machine
+        self.address = address
+        self.gpu_model = gpu_model
+        self.clock = clock
+        self._ray = ray_module
+        self._started_local = False
+        self._connected = False
+        self.where = f"the Ray cluster at {address}" if address else LOCAL
+        self.gcs_address: str | None = None
+        self.session = os.urandom(8).hex()
+        self.identity: dict[str, Any] = {}
+        self._remote: Any = None
+        self._board: Any = None
+        self._pending: dict[Any, Attempt] = {}
+        self._peaks: dict[str, list] = {}
+        self._refusals = 0
+        self._counter = 0
+        self._nodes_cache: tuple[float, list[dict[str, Any]]] | None = None
+
+    # -- connection -----------------------------------------------------------------------------
+
+    @property
+    def ray(self) -> Any:
+        if self._ray is None:
+            self._ray = import_ray()
+        return self._ray
+
+    def connect(self) -> None:
+        """Join the cluster (or start a local instance) with the suite's code as the job's py_modules."""
+        if self._connected:
+            return
+        ray = self.ray
+        before = provenance.current_suite_identity()
+        # The GCS going away is detected by this pool (``_head_answers``) within seconds; Ray's own
+        # reconnect limit ends the whole process without a word, so it is set well beyond.
+        os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
+        runtime_env = {"py_modules": [str(SUITE_PACKAGE)]}
+        kwargs: dict[str, Any] = {"runtime_env": runtime_env, "logging_level": "ERROR", "log_to_driver": False}
+        try:
+            if self.address:
+                info = ray.init(address=self.address, **kwargs)
+            else:
+                # "local": always a new instance, never a cluster found through RAY_ADDRESS or /tmp/ray.
+                info = ray.init(
+                    address="local",
+                    include_dashboard=False,
+                    resources={SLOT: 1},
+                    labels={MACHINE_LABEL: self.machine},
+                    **kwargs,
+                )
+                self._started_local = True
+        except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
+            raise BackendUnavailable(f"--backend ray: cannot join {self.where}: {type(exc).__name__}: {exc}") from None
+        after = provenance.current_suite_identity()
+        self.identity = after if after == before else {**after, "changed_while_shipping": True}
+        self.gcs_address = _gcs_address(info, self.address)
+        self._connected = True
+        board = ray.remote(num_cpus=0, max_restarts=0)(Board)
+        strategy = _on_this_node(ray)
+        self._board = board.options(**({"scheduling_strategy": strategy} if strategy else {})).remote()
+        self._remote = ray.remote(_task)
+
+    def nodes(self, max_age_s: float = 2.0) -> list[dict[str, Any]]:
+        """The cluster's nodes as Ray lists them (alive and dead), cached for ``max_age_s``."""
+        now = self.clock()
+        if self._nodes_cache is None or now - self._nodes_cache[0] > max_age_s:
+            self.connect()
+            self._nodes_cache = (now, list(self.ray.nodes()))
+        return self._nodes_cache[1]
+
+    def machines(self) -> list[str]:
+        """Every results folder this cluster's runs go to: each node's label (or host name) and this one's."""
+        names = {self.machine}
+        for node in self.nodes():
+            labels = node.get("Labels") or {}
+            names.add(str(labels.get(MACHINE_LABEL) or node.get("NodeManagerHostname") or ""))
+        return sorted(n for n in names if n)
+
+    # -- the Backend protocol, as far as a pool has it -------------------------------------------
+
+    def inventory(self) -> dict[str, Any]:
+        nodes = [n for n in self.nodes() if n.get("Alive")]
+        gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in nodes)
+        return {"nodes": len(nodes), "gpus": [], "gpu_total": gpus, "cpus": None, "where": self.where}
+
+    def skip_reason(self, spec: RunSpec) -> str | None:
+        return placement_problem(demand(spec, self.gpu_model), self.nodes(), self.where)
+
+    def run_info(self) -> dict[str, Any]:
+        ray = {"address": self.address or "local", "session": self.session}
+        return {"backend": self.name, "machine": self.machine, "ray": ray}
+
+    def skipped(self, spec: RunSpec, reason: str) -> RunResult:
+        now = now_iso()
+        run = {**self.run_info(), "started_at": now, "finished_at": now}
+        return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run=run, provenance=self._stamp())
+
+    def _stamp(self) -> dict[str, Any]:
+        identity = self.identity or provenance.current_suite_identity()
+        return provenance.provenance_of(identity, provenance.environment_here(), None)
+
+    # -- submitting and collecting ----------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def submit(self, spec: RunSpec, *, attempt: int = 1, retry_of: str | None = None) -> None:
+        self.connect()
+        self._counter += 1
+        key = f"{self.session}-{self._counter}"
+        need = demand(spec, self.gpu_model)
+        custom = {k: v for k, v in need.items() if k not in ("CPU", "GPU")}
+        job = {
+            "suite": self.identity,
+            "session": self.session,
+            "address": self.address or "local",
+            "key": key,
+            "attempt": attempt,
+            "retry_of": retry_of,
+            "gpu_model": self.gpu_model,
+            "peaks": self._peaks,
+        }
+        ref = self._remote.options(
+            num_cpus=need["CPU"],
+            num_gpus=need.get("GPU", 0),
+            resources=custom,
+            max_retries=0,
+            retry_exceptions=False,
+            name=f"suite {spec.scenario} [{spec.point_label}] rep {spec.repetition}",
+        ).remote(spec.to_dict(), job, self._board)
+        self._pending[ref] = Attempt(spec, key, attempt, retry_of, submitted=self.clock())
+
+    def collect(self, timeout: float = POLL_S) -> list[Finished]:
+        """Results that arrived within ``timeout`` (each to be saved now), after the plan's checks:
+        deadlines, runs no alive node can take any more, and the head still answering (ClusterGone)."""
+        if not self._pending:
+            return []
+        ray = self.ray
+        done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout)
+        out: list[Finished] = []
+        for ref in done:
+            out += self._finished(ref, self._pending.pop(ref))
+        if not self._head_answers():
+            out += self._abandon_all(f"{self.where} stopped answering (its head at {self.gcs_address} is gone)")
+            raise ClusterGone(
+                f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections); "
+                "the plan ends here. Results already saved are kept; rerun the same command to resume."
+            )
+        out += self._check_deadlines_and_placement()
+        return out
+
+    def _finished(self, ref: Any, attempt: Attempt) -> list[Finished]:
+        ray = self.ray
+        try:
+            value = ray.get(ref)
+        except ray.exceptions.TaskCancelledError:
+            if attempt.cancelled_for == "timeout":
+                return [self._recorded(attempt, "timeout", self._timeout_text(attempt))]
+            return [self._recorded(attempt, "error", "the run's Ray task was cancelled")]
+        except (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError) as exc:
+            return self._lost(attempt, exc)
+        except ray.exceptions.RayTaskError as exc:
+            return [self._recorded(attempt, "error", f"the run's Ray task failed on its node: {_first_line(exc)}")]
+        except ray.exceptions.RayError as exc:
+            return [self._recorded(attempt, "error", f"Ray could not run the task: {type(exc).__name__}: {exc}")]
+        for key, peak in value.get("peaks") or []:
+            self._peaks.setdefault(value["node_id"], []).append([key, peak])
+        result = RunResult.from_dict(value["result"])
+        return [Finished(attempt.spec, value["machine"], result)]
+
+    def _lost(self, attempt: Attempt, exc: BaseException) -> list[Finished]:
+        """A task whose worker or node died: "node lost" when its node is (or soon is) dead, then one
+        retry where a node can still take it; a worker crash on a live node is an error, not retried."""
+        mark = self._marks().get(attempt.key, {})
+        node_id = mark.get("node_id")
+        dead = self._node_dies(node_id) if node_id else isinstance(exc, self.ray.exceptions.NodeDiedError)
+        where = f"node {mark.get('machine') or node_id or '?'}"
+        if not dead:
+            return [self._recorded(attempt, "error", f"the run's Ray worker on {where} crashed: {_first_line(exc)}")]
+        out = [self._recorded(attempt, "error", f"node lost: {where} of {self.where} died during the run")]
+        if attempt.attempt >= 2:
+            return out
+        problem = placement_problem(demand(attempt.spec, self.gpu_model), self.nodes(max_age_s=0), self.where)
+        if problem:
+            lost = out[0].result
+            out[0] = replace(
+                out[0], result=replace(lost, message=f"{lost.message}; not retried: {problem}")
+            )
+            return out
+        self.submit(attempt.spec, attempt=2, retry_of=attempt.key)
+        return out
+
+    def _node_dies(self, node_id: str) -> bool:
+        """Whether Ray declares ``node_id`` dead within LOST_NODE_WAIT_S (its health check takes a while)."""
+        end = self.clock() + LOST_NODE_WAIT_S
+        while True:
+            nodes = {n.get("NodeID"): n for n in self.nodes(max_age_s=0)}
+            node = nodes.get(node_id)
+            if node is None or not node.get("Alive"):
+                return True
+            if self.clock() >= end:
+                return False
+            time.sleep(1.0)
+
+    def _timeout_text(self, attempt: Attempt) -> str:
+        limit = attempt.spec.timeout_s
+        return (
+            f"the run's task was still running {limit:g} s (timeout_s) + {DEADLINE_MARGIN_S + 5:g} s after its "
+            "image was ready; cancelled by the orchestrator (the node's own deadline did not end it)"
+        )
+
+    def _check_deadlines_and_placement(self) -> list[Finished]:
+        out: list[Finished] = []
+        if not self._pending:
+            return out
+        marks = self._marks()
+        now = time.time()
+        nodes = None
+        for ref, attempt in list(self._pending.items()):
+            mark = marks.get(attempt.key, {})
+            ready = mark.get("ready")
+            if ready is not None and attempt.cancelled_for is None:
+                limit = attempt.spec.timeout_s + 5.0 + DEADLINE_MARGIN_S
+                if now - ready > limit:
+                    attempt.cancelled_for = "timeout"
+                    self.ray.cancel(ref, force=False)
+            elif mark.get("started") is None and attempt.cancelled_for is None:
+                # Queued: can any alive node still take it? (Its nodes may all have died.)
+                nodes = nodes if nodes is not None else self.nodes()
+                problem = placement_problem(demand(attempt.spec, self.gpu_model), nodes, self.where)
+                if problem:
+                    attempt.cancelled_for = "unplaceable"
+                    self.ray.cancel(ref, force=True)
+                    self._pending.pop(ref)
+                    text = f"no alive node can take this run any more: {problem}"
+                    out.append(self._recorded(attempt, "error", text))
+        return out
+
+    def _marks(self) -> dict[str, dict[str, Any]]:
+        try:
+            return dict(self.ray.get(self._board.snapshot.remote(), timeout=10))
+        except Exception:  # noqa: BLE001 - without the board the tasks' own deadlines still hold
+            return {}
+
+    def _head_answers(self) -> bool:
+        """Whether the cluster's GCS still accepts connections (HEAD_CHECKS refusals in a row: gone)."""
+        if not self.gcs_address:
+            return True
+        host, _, port = self.gcs_address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+                self._refusals = 0
+                return True
+        except OSError:
+            self._refusals += 1
+            return self._refusals < HEAD_CHECKS
+
+    def _recorded(self, attempt: Attempt, status: str, message: str) -> Finished:
+        """A result the orchestrator writes itself (the task returned none): under the machine the
+        task ran on, when known, else this one's."""
+        mark = self._marks().get(attempt.key, {})
+        machine = str(mark.get("machine") or self.machine)
+        now = now_iso()
+        started = mark.get("started")
+        facts: dict[str, Any] = {
+            "node_id": mark.get("node_id"),
+            "machine": machine,
+            "address": self.address or "local",
+            "attempt": attempt.attempt,
+            "session": self.session,
+            "gpu_model": gpu_model_of(attempt.spec, self.gpu_model),
+        }
+        if attempt.retry_of:
+            facts["retry_of"] = attempt.retry_of
+        run = {
+            "backend": self.name,
+            "machine": machine,
+            "started_at": _iso(started) if started else now,
+            "finished_at": now,
+            "ray": facts,
+        }
+        spec = attempt.spec.to_dict()
+        result = RunResult(status=status, spec=spec, message=message, run=run, provenance=self._stamp())
+        return Finished(attempt.spec, machine, result)
+
+    def _abandon_all(self, why: str) -> list[Finished]:
+        """The runs in flight when the cluster went away: the started ones recorded, the queued ones
+        left for the next run (they never ran)."""
+        marks = self._marks()
+        out = [
+            self._recorded(a, "error", f"{why} during the run")
+            for a in self._pending.values()
+            if marks.get(a.key, {}).get("started") is not None
+        ]
+        self._pending.clear()
+        return out
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def cancel_all(self, say: Callable[[str], None] = print) -> None:
+        """Cancel every task: politely first (each kills and removes its container), then by force."""
+        if not self._pending or not self._connected:
+            return
+        ray = self.ray
+        refs = list(self._pending)
+        say(f"cancelling {len(refs)} Ray task(s); each removes its container")
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=False)
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+        except Exception:  # noqa: BLE001
+            pass
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - done already, or the cluster is gone
+                pass
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Cancel what is left and leave the cluster (stopping the local instance the pool started)."""
+        if not self._connected:
+            return
+        try:
+            self.cancel_all(say=lambda _line: None)
+        finally:
+            self._connected = False
+            try:
+                self.ray.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def run(self, spec: RunSpec, on_event: Any = None) -> RunResult:
+        """One run through the pool, for callers that run specs one by one (``suite reproduce``)."""
+        del on_event
+        self.submit(spec)
+        while True:
+            for finished in self.collect(timeout=POLL_S):
+                if not self._pending:
+                    return finished.result
+
+
+def _task(spec_data: dict[str, Any], job: dict[str, Any], board: Any) -> dict[str, Any]:
+    """The Ray task: runs on the node Ray chose."""
+    import ray
+
+    return run_point(spec_data, job, ray, board)
+
+
+def _gcs_address(info: Any, address: str | None) -> str | None:
+    try:
+        found = info.address_info.get("gcs_address") if hasattr(info, "address_info") else info["gcs_address"]
+    except Exception:  # noqa: BLE001
+        found = None
+    return str(found or address or "") or None
+
+
+def _on_this_node(ray: Any) -> Any:
+    """A scheduling strategy that keeps the board on the driver's node (the head, usually)."""
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:300] if text else type(exc).__name__
+
+
+def _iso(unix: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="microseconds")
