@@ -41,17 +41,20 @@ class FolderBusy(Exception):
 class Summary:
     counts: Counter = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the plan ended before its last run (a pool's cluster went away)
 
     @property
     def failed(self) -> bool:
-        return any(self.counts[s] for s in FAILED)
+        return bool(self.stopped) or any(self.counts[s] for s in FAILED)
 
     def lines(self) -> list[str]:
         parts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
         out = [f"runs: {parts or 'none'}"]
-        if self.failed:
+        if any(self.counts[s] for s in FAILED):
             out.append("some runs failed; they are recorded with their status and shown in the report:")
             out += [f"  {f}" for f in self.failures]
+        if self.stopped:
+            out.append(f"the plan stopped early: {self.stopped}")
         return out
 
 
@@ -244,6 +247,7 @@ def run_plan_pool(
                     head = heads[(done.spec.fingerprint, done.spec.repetition)]
                     retried = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
                     _save_pool(done.result, done.spec, done.machine, results_dir, head, summary, progress, retried)
+        summary.stopped = getattr(pool, "gone", None)
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
         try:
             pool.cancel_all(say=progress.line)

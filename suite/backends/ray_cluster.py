@@ -151,6 +151,7 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         "gpu_ids": gpu_ids,
         "gpu_model": gpu_model_of(spec, job.get("gpu_model")),
         "attempt": job.get("attempt", 1),
+        "attempt_id": job["key"],
         "session": job.get("session"),
     }
     if job.get("retry_of"):
@@ -162,7 +163,10 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
 
         peaks = {_peak_key(k): v for k, v in (job.get("peaks") or {}).get(node_id, [])}
         before = set(peaks)
-        result = runner._run_with_peak(spec, backend, peaks)
+        # The node's own rule first: Ray placed the run by resources, but only the node knows whether
+        # its engine has a GPU runtime or its TensorFlow can see a GPU.
+        reason = backend.skip_reason(spec)
+        result = backend.skipped(spec, reason) if reason else runner._run_with_peak(spec, backend, peaks)
         measured = [[list(k), v] for k, v in peaks.items() if k not in before]
     except BaseException:
         backend.close()  # a cancel (KeyboardInterrupt here): no container of the session stays
@@ -288,10 +292,7 @@ class Attempt:
     retry_of: str | None = None
     submitted: float = field(default_factory=time.time)
     cancelled_for: str | None = None  # "timeout" once the orchestrator cancelled it at its deadline
-
-
-class ClusterGone(Exception):
-    """The Ray cluster stopped answering mid-plan; the message names it."""
+    cancelled_at: float | None = None
 
 
 @dataclass
@@ -337,6 +338,7 @@ class RayPool:
         self._refusals = 0
         self._counter = 0
         self._nodes_cache: tuple[float, list[dict[str, Any]]] | None = None
+        self.gone: str | None = None  # set when the cluster stopped answering: why the plan ended
 
     # -- connection -----------------------------------------------------------------------------
 
@@ -464,10 +466,11 @@ class RayPool:
             out += self._finished(ref, self._pending.pop(ref))
         if not self._head_answers():
             out += self._abandon_all(f"{self.where} stopped answering (its head at {self.gcs_address} is gone)")
-            raise ClusterGone(
+            self.gone = (
                 f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections); "
                 "the plan ends here. Results already saved are kept; rerun the same command to resume."
             )
+            return out
         out += self._check_deadlines_and_placement()
         return out
 
@@ -475,11 +478,13 @@ class RayPool:
         ray = self.ray
         try:
             value = ray.get(ref)
-        except ray.exceptions.TaskCancelledError:
-            if attempt.cancelled_for == "timeout":
+        except (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError) as exc:
+            if attempt.cancelled_for == "timeout":  # a forced cancel ends the worker: a crash to Ray
                 return [self._recorded(attempt, "timeout", self._timeout_text(attempt))]
+            if isinstance(exc, ray.exceptions.WorkerCrashedError):
+                return self._lost(attempt, exc)
             return [self._recorded(attempt, "error", "the run's Ray task was cancelled")]
-        except (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError) as exc:
+        except ray.exceptions.NodeDiedError as exc:
             return self._lost(attempt, exc)
         except ray.exceptions.RayTaskError as exc:
             return [self._recorded(attempt, "error", f"the run's Ray task failed on its node: {_first_line(exc)}")]
@@ -541,10 +546,13 @@ class RayPool:
         for ref, attempt in list(self._pending.items()):
             mark = marks.get(attempt.key, {})
             ready = mark.get("ready")
-            if ready is not None and attempt.cancelled_for is None:
+            if attempt.cancelled_for == "timeout" and now - (attempt.cancelled_at or now) > CANCEL_GRACE_S:
+                self.ray.cancel(ref, force=True)  # the polite cancel did not end it: its process goes
+                attempt.cancelled_at = now
+            elif ready is not None and attempt.cancelled_for is None:
                 limit = attempt.spec.timeout_s + 5.0 + DEADLINE_MARGIN_S
                 if now - ready > limit:
-                    attempt.cancelled_for = "timeout"
+                    attempt.cancelled_for, attempt.cancelled_at = "timeout", now
                     self.ray.cancel(ref, force=False)
             elif mark.get("started") is None and attempt.cancelled_for is None:
                 # Queued: can any alive node still take it? (Its nodes may all have died.)
@@ -589,6 +597,7 @@ class RayPool:
             "machine": machine,
             "address": self.address or "local",
             "attempt": attempt.attempt,
+            "attempt_id": attempt.key,
             "session": self.session,
             "gpu_model": gpu_model_of(attempt.spec, self.gpu_model),
         }
@@ -656,13 +665,17 @@ class RayPool:
                 pass
 
     def run(self, spec: RunSpec, on_event: Any = None) -> RunResult:
-        """One run through the pool, for callers that run specs one by one (``suite reproduce``)."""
+        """One run through the pool, for callers that run specs one by one (``suite reproduce``): the
+        result of its last attempt (a node lost mid-run is retried once)."""
         del on_event
         self.submit(spec)
-        while True:
+        last: RunResult | None = None
+        while self._pending:
             for finished in self.collect(timeout=POLL_S):
-                if not self._pending:
-                    return finished.result
+                last = finished.result
+        if last is None:  # the cluster went away before the run started
+            return self._recorded(Attempt(spec, "none"), "error", self.gone or "the run never started").result
+        return last
 
 
 def _task(spec_data: dict[str, Any], job: dict[str, Any], board: Any) -> dict[str, Any]:
