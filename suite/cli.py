@@ -197,7 +197,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     rp.add_argument(
         "--backend",
-        choices=backends.names(),
+        # Not the pool of a cluster: the comparison needs the rerun's environment known before it
+        # runs; a result a Ray node made recorded that node's backend (docker or local), rerun here.
+        choices=[n for n in backends.names() if backends.environment_of(n) == backends.DEFAULT_ENVIRONMENT],
         help="run on this backend instead of the one each result recorded (auto: the first that can run here)",
     )
     rp.add_argument("--docker-host", help=DOCKER_HOST_HELP)
