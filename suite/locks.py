@@ -30,7 +30,17 @@ LOCK_RECORD = ".suite-lock.json"
 ENVIRONMENTS: dict[str, tuple[str, ...]] = {
     "run": ("requirements/host.txt", "requirements/worker-cpu.txt"),
     "run-gpu": ("requirements/host.txt", "requirements/worker-gpu.txt"),
-    "dev": ("requirements/host.txt", "requirements/worker-cpu.txt", "requirements/dev.txt"),
+    # run + Ray, compiled under the run lock: what --backend ray needs on the orchestrator and on each node.
+    "cluster": ("requirements/host.txt", "requirements/worker-cpu.txt", "requirements/cluster.txt"),
+    # run-gpu + Ray, under the run-gpu lock: a GPU node of a Ray cluster without a Docker engine.
+    "cluster-gpu": ("requirements/host.txt", "requirements/worker-gpu.txt", "requirements/cluster.txt"),
+    # cluster + the test tools, compiled under the cluster lock, so the tests run real Ray.
+    "dev": (
+        "requirements/host.txt",
+        "requirements/worker-cpu.txt",
+        "requirements/cluster.txt",
+        "requirements/dev.txt",
+    ),
 }
 LOCKED_PYTHONS = ("3.11", "3.12")
 # What ``python -m venv`` puts into every venv to install the rest. The host locks pin it
