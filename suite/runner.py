@@ -236,7 +236,8 @@ def run_plan_pool(
                 summary.counts[STATUS_SKIPPED] += 1
                 progress.line(f"{head}: skipped, as recorded before: {step.reason}")
             elif step.reason:
-                _save_pool(pool.skipped(spec, step.reason), spec, pool.machine, results_dir, head, summary, progress)
+                skipped = _PoolRecord(spec, pool.machine, pool.skipped(spec, step.reason))
+                _save_pool(skipped, results_dir, head, summary, progress, retry=False)
             else:
                 pool.submit(spec)
         if pool.pending:
@@ -245,8 +246,8 @@ def run_plan_pool(
             while pool.pending:
                 for done in pool.collect():
                     head = heads[(done.spec.fingerprint, done.spec.repetition)]
-                    retried = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
-                    _save_pool(done.result, done.spec, done.machine, results_dir, head, summary, progress, retried)
+                    retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
+                    _save_pool(done, results_dir, head, summary, progress, retry)
         summary.stopped = getattr(pool, "gone", None)
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
         try:
@@ -260,21 +261,26 @@ def run_plan_pool(
     return summary
 
 
-def _save_pool(
-    result: results.RunResult,
-    spec: RunSpec,
-    machine: str,
-    results_dir: Path,
-    head: str,
-    summary: Summary,
-    progress: Progress,
-    retried: bool = False,
-) -> None:
+@dataclass
+class _PoolRecord:
+    spec: RunSpec
+    machine: str
+    result: results.RunResult
+
+
+def _save_pool(done: Any, results_dir: Path, head: str, summary: Summary, progress: Progress, retry: bool) -> None:
+    """Save one result of a pool where it belongs; a lost run that is being retried is counted apart
+    (its retry's own result is the run's last word, and counts)."""
+    result, spec, machine = done.result, done.spec, done.machine
     path = results.save(result, machine_dir(results_dir, machine) / spec.scenario, spec.run_id)
-    summary.counts[result.status] += 1
-    if result.status in FAILED:
-        summary.failures.append(f"{head}: {result.status}: {result.message.splitlines()[0] if result.message else ''}")
-    again = " (retry)" if retried else ""
+    if getattr(done, "retried", False):
+        summary.counts[f"{result.status}, retried"] += 1
+    else:
+        summary.counts[result.status] += 1
+        if result.status in FAILED:
+            first = result.message.splitlines()[0] if result.message else ""
+            summary.failures.append(f"{head}: {result.status}: {first}")
+    again = " (retry)" if retry else ""
     wall = _wall_s(result)
     took = f" ({wall:.1f} s)" if wall is not None else ""
     progress.line(f"{head}{again} on {machine}: {result.status}{_detail(result)}{took} -> {path}")

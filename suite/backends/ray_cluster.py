@@ -50,6 +50,7 @@ CANCEL_GRACE_S = 20.0  # after a polite cancel (the task removes its container),
 DEADLINE_MARGIN_S = 60.0  # beyond timeout_s and the worker's grace before the orchestrator cancels
 POLL_S = 1.0
 HEAD_CHECKS = 5  # GCS connection refusals in a row (one per POLL_S) before the cluster is called gone
+READY_LIMIT_S = 3600.0  # what a node may spend making the run's image before the run's limit starts
 LOST_NODE_WAIT_S = 45.0  # how long a crashed task's node may take to be declared dead (Ray's health check)
 SUITE_PACKAGE = Path(__file__).resolve().parents[1]
 LOCAL = "a local Ray instance started by the suite"
@@ -97,6 +98,8 @@ def placement_problem(need: dict[str, float], nodes: list[dict[str, Any]], where
     """Why no alive node could ever take a task with ``need`` (its total resources, not what is
     free now: a busy node takes it later), or None."""
     alive = [n for n in nodes if n.get("Alive")]
+    if not alive:
+        return f"no node of {where} is alive"
     if any(all(float(n.get("Resources", {}).get(k, 0)) >= v for k, v in need.items()) for n in alive):
         return None
     offered = sorted({k for n in alive for k in n.get("Resources", {}) if k.startswith(MODEL_PREFIX)})
@@ -267,18 +270,28 @@ def _ensure_image(backend: Any, spec: RunSpec) -> None:
 
 class Board:
     """A Ray actor the tasks tell when they start and when their image is ready: the orchestrator's
-    clock for the deadline, and where a lost run was running. Holds no result."""
+    clock for the deadline, and where a lost run was running. Holds no result.
+
+    Times are the board's own, taken as a mark arrives, and handed out as ages (``started_for_s``,
+    ``ready_for_s``): the nodes', the board's and the orchestrator's clocks never meet.
+    """
 
     def __init__(self) -> None:
         self.marks: dict[str, dict[str, Any]] = {}
 
     def mark(self, key: str, what: str, at: float, facts: dict[str, Any]) -> None:
+        del at  # the node's clock: kept out
         entry = self.marks.setdefault(key, {})
-        entry[what] = at
+        entry[what] = time.monotonic()
         entry.update(facts)
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
-        return self.marks
+        now = time.monotonic()
+        out = {}
+        for key, entry in self.marks.items():
+            ages = {f"{w}_for_s": now - entry[w] for w in ("started", "ready") if w in entry}
+            out[key] = {k: v for k, v in entry.items() if k not in ("started", "ready")} | ages
+        return out
 
 
 # -- the orchestrator -------------------------------------------------------------------------------
@@ -302,6 +315,7 @@ class Finished:
     spec: RunSpec
     machine: str
     result: RunResult
+    retried: bool = False  # a lost run another attempt was submitted for: not the run's last word
 
 
 class RayPool:
@@ -386,7 +400,7 @@ class RayPool:
     def nodes(self, max_age_s: float = 2.0) -> list[dict[str, Any]]:
         """The cluster's nodes as Ray lists them (alive and dead), cached for ``max_age_s``."""
         now = self.clock()
-        if self._nodes_cache is None or now - self._nodes_cache[0] > max_age_s:
+        if self._nodes_cache is None or now - self._nodes_cache[0] >= max_age_s:
             self.connect()
             self._nodes_cache = (now, list(self.ray.nodes()))
         return self._nodes_cache[1]
@@ -515,6 +529,7 @@ class RayPool:
             )
             return out
         self.submit(attempt.spec, attempt=2, retry_of=attempt.key)
+        out[0] = replace(out[0], retried=True)
         return out
 
     def _node_dies(self, node_id: str) -> bool:
@@ -531,6 +546,11 @@ class RayPool:
 
     def _timeout_text(self, attempt: Attempt) -> str:
         limit = attempt.spec.timeout_s
+        if self._marks().get(attempt.key, {}).get("ready_for_s") is None:
+            return (
+                f"the run's task was still getting its image ready {READY_LIMIT_S:g} s + {limit:g} s (timeout_s) "
+                f"+ {DEADLINE_MARGIN_S + 5:g} s after it started; cancelled by the orchestrator"
+            )
         return (
             f"the run's task was still running {limit:g} s (timeout_s) + {DEADLINE_MARGIN_S + 5:g} s after its "
             "image was ready; cancelled by the orchestrator (the node's own deadline did not end it)"
@@ -541,20 +561,23 @@ class RayPool:
         if not self._pending:
             return out
         marks = self._marks()
-        now = time.time()
+        now = self.clock()
         nodes = None
         for ref, attempt in list(self._pending.items()):
             mark = marks.get(attempt.key, {})
-            ready = mark.get("ready")
+            ready_for = mark.get("ready_for_s")
+            started_for = mark.get("started_for_s")
+            limit = attempt.spec.timeout_s + 5.0 + DEADLINE_MARGIN_S
             if attempt.cancelled_for == "timeout" and now - (attempt.cancelled_at or now) > CANCEL_GRACE_S:
                 self.ray.cancel(ref, force=True)  # the polite cancel did not end it: its process goes
                 attempt.cancelled_at = now
-            elif ready is not None and attempt.cancelled_for is None:
-                limit = attempt.spec.timeout_s + 5.0 + DEADLINE_MARGIN_S
-                if now - ready > limit:
-                    attempt.cancelled_for, attempt.cancelled_at = "timeout", now
-                    self.ray.cancel(ref, force=False)
-            elif mark.get("started") is None and attempt.cancelled_for is None:
+            elif attempt.cancelled_for is None and (
+                (ready_for is not None and ready_for > limit)
+                or (ready_for is None and started_for is not None and started_for > READY_LIMIT_S + limit)
+            ):
+                attempt.cancelled_for, attempt.cancelled_at = "timeout", now
+                self.ray.cancel(ref, force=False)
+            elif started_for is None and attempt.cancelled_for is None:
                 # Queued: can any alive node still take it? (Its nodes may all have died.)
                 nodes = nodes if nodes is not None else self.nodes()
                 problem = placement_problem(demand(attempt.spec, self.gpu_model), nodes, self.where)
@@ -591,7 +614,7 @@ class RayPool:
         mark = self._marks().get(attempt.key, {})
         machine = str(mark.get("machine") or self.machine)
         now = now_iso()
-        started = mark.get("started")
+        started_for = mark.get("started_for_s")
         facts: dict[str, Any] = {
             "node_id": mark.get("node_id"),
             "machine": machine,
@@ -606,7 +629,7 @@ class RayPool:
         run = {
             "backend": self.name,
             "machine": machine,
-            "started_at": _iso(started) if started else now,
+            "started_at": _iso(time.time() - started_for) if started_for is not None else now,
             "finished_at": now,
             "ray": facts,
         }
@@ -621,7 +644,7 @@ class RayPool:
         out = [
             self._recorded(a, "error", f"{why} during the run")
             for a in self._pending.values()
-            if marks.get(a.key, {}).get("started") is not None
+            if marks.get(a.key, {}).get("started_for_s") is not None
         ]
         self._pending.clear()
         return out

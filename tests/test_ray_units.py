@@ -1,0 +1,981 @@
+"""The Ray backend without a cluster: what a run asks for, where it can go, and how the orchestrator
+handles what comes back (results, deadlines, lost nodes, a lost head, a cancel), with a stand-in
+``ray`` module whose nodes, task outcomes and board marks each test scripts. Also the command-line
+refusals, the environment ``run_all.sh`` picks for ``--backend ray``, and the ``gpu_model`` key."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from conftest import REPO, suite_cli, write_scenario
+
+from suite import cli, plan, results, runner, scenario
+from suite.backends import ray_cluster
+from suite.backends.ray_cluster import Finished, RayPool, demand, placement_problem
+from suite.results import RunResult
+
+# --- the stand-in ray module -------------------------------------------------------------------------
+
+
+class RayError(Exception):
+    pass
+
+
+class RayTaskError(RayError):
+    pass
+
+
+class TaskCancelledError(RayError):
+    pass
+
+
+class NodeDiedError(RayError):
+    pass
+
+
+class WorkerCrashedError(RayError):
+    pass
+
+
+class Ref:
+    """An object reference: hashable by identity, as Ray's are used as dict keys."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Ref({self.name})"
+
+
+@dataclass
+class Submission:
+    ref: Ref
+    options: dict[str, Any]
+    spec: dict[str, Any]
+    job: dict[str, Any]
+
+
+@dataclass
+class StandInRay:
+    """What RayPool uses of the ``ray`` module, scripted: ``node_list`` (mutable), ``marks`` (the
+    board's snapshot by attempt key), and each ref's outcome (``finish``/``fail``; none: still running)."""
+
+    gcs_address: str | None = None
+    node_list: list[dict[str, Any]] = field(default_factory=list)
+    marks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    submissions: list[Submission] = field(default_factory=list)
+    cancels: list[tuple[Ref, bool]] = field(default_factory=list)
+    waits: list[dict[str, Any]] = field(default_factory=list)
+    inits: list[dict[str, Any]] = field(default_factory=list)
+    shutdowns: int = 0
+    outcomes: dict[Ref, tuple[str, Any]] = field(default_factory=dict)
+    exceptions: Any = field(
+        default_factory=lambda: SimpleNamespace(
+            RayError=RayError,
+            RayTaskError=RayTaskError,
+            TaskCancelledError=TaskCancelledError,
+            NodeDiedError=NodeDiedError,
+            WorkerCrashedError=WorkerCrashedError,
+        )
+    )
+
+    def __post_init__(self) -> None:
+        self._snapshot = Ref("board-snapshot")
+
+    # -- the module's functions --
+    def init(self, address: str | None = None, **kwargs: Any) -> Any:
+        self.inits.append({"address": address, **kwargs})
+        return SimpleNamespace(address_info={"gcs_address": self.gcs_address})
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        if args and not kwargs:  # ray.remote(function)
+            return _RemoteFunction(self)
+        return lambda cls: _RemoteClass(self)  # ray.remote(num_cpus=0, ...)(Board)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [dict(n) for n in self.node_list]
+
+    # Keyword-only where Ray's are (ray.wait, ray.get, ray.cancel in 2.60): a positional call fails here too.
+    def wait(self, refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
+        self.waits.append({"refs": list(refs), "num_returns": num_returns, "timeout": timeout})
+        done = [r for r in refs if r in self.outcomes]
+        return done, [r for r in refs if r not in self.outcomes]
+
+    def get(self, ref: Ref, *, timeout: float | None = None) -> Any:
+        if ref is self._snapshot:
+            return {k: dict(v) for k, v in self.marks.items()}
+        kind, what = self.outcomes[ref]
+        if kind == "error":
+            raise what
+        return what
+
+    def cancel(self, ref: Ref, *, force: bool = False, recursive: bool = True) -> None:
+        self.cancels.append((ref, force))
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+    def get_runtime_context(self) -> Any:
+        return SimpleNamespace(get_node_id=lambda: "n-head")
+
+    # -- scripting --
+    def finish(self, ref: Ref, value: dict[str, Any]) -> None:
+        self.outcomes[ref] = ("value", value)
+
+    def fail(self, ref: Ref, exc: BaseException) -> None:
+        self.outcomes[ref] = ("error", exc)
+
+    def key(self, n: int) -> str:
+        return self.submissions[n].job["key"]
+
+
+class _RemoteFunction:
+    def __init__(self, ray: StandInRay, options: dict[str, Any] | None = None):
+        self.ray, self.opts = ray, options or {}
+
+    def options(self, **kwargs: Any) -> _RemoteFunction:
+        return _RemoteFunction(self.ray, kwargs)
+
+    def remote(self, spec: dict[str, Any], job: dict[str, Any], board: Any) -> Ref:
+        ref = Ref(f"task-{len(self.ray.submissions) + 1}")
+        self.ray.submissions.append(Submission(ref, self.opts, spec, job))
+        return ref
+
+
+class _RemoteClass:
+    def __init__(self, ray: StandInRay):
+        self.ray = ray
+
+    def options(self, **kwargs: Any) -> _RemoteClass:
+        return self
+
+    def remote(self) -> Any:
+        snapshot = SimpleNamespace(remote=lambda: self.ray._snapshot)
+        return SimpleNamespace(snapshot=snapshot)
+
+
+class Clock:
+    """The pool's clock (its node-list cache and lost-node wait): a millisecond per reading, as time
+    passes between two calls, and moved by hand for longer spans."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        self.t += 0.001
+        return self.t
+
+
+def node(node_id: str, machine: str, alive: bool = True, **resources: float) -> dict[str, Any]:
+    return {
+        "NodeID": node_id,
+        "Alive": alive,
+        "Resources": {"CPU": 1.0, **resources},
+        "Labels": {"suite-machine": machine},
+        "NodeManagerHostname": f"host-{node_id}",
+    }
+
+
+def cluster() -> list[dict[str, Any]]:
+    """A head of model A (no GPU: a CPU test node) and two nodes of model B with 2 GPUs each."""
+    return [
+        node("n1", "node-a", suite_slot=1, **{"gpu_model:A": 1}),
+        node("n2", "node-b1", suite_slot=1, GPU=2, **{"gpu_model:B": 2}),
+        node("n3", "node-b2", suite_slot=1, GPU=2, **{"gpu_model:B": 2}),
+    ]
+
+
+# --- specs -----------------------------------------------------------------------------------------
+
+SCENARIO = """\
+name: {name}
+question: Where does it run?
+repeats: 1
+matrix:
+  device: [cpu, 'gpu:2']
+"""
+
+
+def specs_of(tmp_path: Path, name: str = "where", extra: str = "") -> list[plan.RunSpec]:
+    """(the cpu point, the gpu:2 point) of a scenario, with fixed synthetic data (no MNIST read)."""
+    path = write_scenario(tmp_path, name, SCENARIO.format(name=name) + extra)
+    return plan.expand(scenario.load(path), data=lambda _data: {"source": "synthetic", "note": "test"})
+
+
+def ok_result(spec: plan.RunSpec, machine: str, attempt: int = 1) -> RunResult:
+    now = ray_cluster.now_iso()
+    run = {"backend": "docker", "machine": machine, "started_at": now, "finished_at": now, "ray": {"attempt": attempt}}
+    return RunResult(status="ok", spec=spec.to_dict(), run=run)
+
+
+# --- demand ----------------------------------------------------------------------------------------
+
+
+def test_demand_of_a_cpu_point_and_a_gpu_point(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    assert demand(cpu) == {"CPU": 1.0, "suite_slot": 1.0}
+    assert demand(gpu) == {"CPU": 1.0, "suite_slot": 1.0, "GPU": 2.0}
+
+
+def test_demand_takes_the_gpu_model_of_the_scenario_else_the_command_line(tmp_path: Path) -> None:
+    cpu, _ = specs_of(tmp_path)
+    assert demand(cpu, "H100") == {"CPU": 1.0, "suite_slot": 1.0, "gpu_model:H100": 0.001}
+    own, own_gpu = specs_of(tmp_path, "own", "gpu_model: A100\n")
+    assert demand(own)["gpu_model:A100"] == pytest.approx(0.001)
+    wins = demand(own_gpu, "H100")
+    assert "gpu_model:H100" not in wins and wins["gpu_model:A100"] == pytest.approx(0.001), "the scenario wins"
+    assert wins["GPU"] == 2.0
+
+
+# --- placement_problem -----------------------------------------------------------------------------
+
+WHERE = "the Ray cluster at 10.0.0.1:6379"
+
+
+def test_a_node_that_offers_everything_places_the_run() -> None:
+    need = {"CPU": 1.0, "suite_slot": 1.0, "gpu_model:B": 0.001}
+    assert placement_problem(need, cluster(), WHERE) is None
+
+
+def test_nothing_alive_is_a_problem() -> None:
+    dead = [{**n, "Alive": False} for n in cluster()]
+    for nodes in (dead, []):
+        problem = placement_problem({"CPU": 1.0, "suite_slot": 1.0}, nodes, WHERE)
+        assert problem is not None and WHERE in problem, problem
+
+
+def test_a_model_nobody_offers_is_named_with_what_is_offered() -> None:
+    problem = placement_problem({"CPU": 1.0, "suite_slot": 1.0, "gpu_model:C": 0.001}, cluster(), WHERE)
+    assert problem == f"no node of {WHERE} offers gpu_model:C (offered: gpu_model:A, gpu_model:B)"
+
+
+def test_no_suite_slot_anywhere_says_how_to_start_the_nodes() -> None:
+    bare = [node("n1", "a", **{"gpu_model:A": 1}), node("n2", "b")]
+    problem = placement_problem({"CPU": 1.0, "suite_slot": 1.0}, bare, WHERE)
+    assert problem is not None
+    assert WHERE in problem and "suite_slot" in problem and """--resources '{"suite_slot": 1}'""" in problem
+
+
+def test_too_few_gpus_names_the_largest_node() -> None:
+    nodes = [node("n1", "a", suite_slot=1, GPU=2), node("n2", "b", suite_slot=1, GPU=1)]
+    problem = placement_problem({"CPU": 1.0, "suite_slot": 1.0, "GPU": 4.0}, nodes, WHERE)
+    assert problem == f"needs 4 GPU(s) on one node; the largest node of {WHERE} has 2"
+
+
+def test_what_only_separate_nodes_offer_together_is_a_problem() -> None:
+    nodes = [node("n1", "a", suite_slot=1, GPU=2, **{"gpu_model:A": 2}), node("n2", "b", suite_slot=1, GPU=1)]
+    need = {"CPU": 1.0, "suite_slot": 1.0, "GPU": 1.0, "gpu_model:B": 0.001}
+    nodes[1]["Resources"]["gpu_model:B"] = 1
+    assert placement_problem(need, nodes, WHERE) is None
+    need["GPU"] = 2.0
+    problem = placement_problem(need, nodes, WHERE)
+    assert problem is not None and problem.startswith(f"no single node of {WHERE} offers all of"), problem
+
+
+def test_dead_nodes_are_ignored() -> None:
+    nodes = cluster()
+    need = {"CPU": 1.0, "suite_slot": 1.0, "gpu_model:A": 0.001}
+    assert placement_problem(need, nodes, WHERE) is None
+    nodes[0]["Alive"] = False  # the only node of model A
+    problem = placement_problem(need, nodes, WHERE)
+    assert problem == f"no node of {WHERE} offers gpu_model:A (offered: gpu_model:B)", problem
+
+
+# --- RayPool with the stand-in --------------------------------------------------------------------
+
+
+@pytest.fixture
+def head() -> Iterator[socket.socket]:
+    """Something that accepts connections where the cluster's GCS would be (the head answers)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    yield listener
+    listener.close()
+
+
+@pytest.fixture
+def no_real_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    # connect() sets this for the process; monkeypatch puts the environment back afterwards.
+    monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
+    # The board's placement strategy comes from the real ray package; without it: none.
+    monkeypatch.setattr(ray_cluster, "_on_this_node", lambda _ray: None)
+
+
+def make_pool(head: socket.socket, gpu_model: str | None = None) -> tuple[RayPool, StandInRay, Clock]:
+    address = f"127.0.0.1:{head.getsockname()[1]}"
+    fake = StandInRay(gcs_address=address, node_list=cluster())
+    clock = Clock()
+    pool = RayPool("orchestrator", address=address, gpu_model=gpu_model, ray_module=fake, clock=clock)
+    return pool, fake, clock
+
+
+def started(
+    fake: StandInRay, n: int, node_id: str, machine: str, ready: float | None = None, started_for: float = 0.0
+) -> None:
+    """The board's snapshot of attempt ``n``: started ``started_for`` seconds ago; image ready at
+    ``ready`` (a time.time() value), as ages, the way ``Board.snapshot`` hands them out."""
+    mark: dict[str, Any] = {"started_for_s": started_for, "node_id": node_id, "machine": machine}
+    if ready is not None:
+        mark["ready_for_s"] = time.time() - ready
+    fake.marks[fake.key(n)] = mark
+
+
+def test_the_board_hands_out_ages_by_its_own_clock() -> None:
+    board = ray_cluster.Board()
+    board.mark("k", "started", 0.0, {"node_id": "n1", "machine": "m"})  # a node clock far off: ignored
+    time.sleep(0.05)
+    board.mark("k", "ready", 1e12, {})
+    snap = board.snapshot()["k"]
+    assert snap["node_id"] == "n1" and snap["machine"] == "m"
+    assert snap["started_for_s"] >= 0.05 > snap["ready_for_s"] >= 0
+    assert "started" not in snap and "ready" not in snap
+
+
+def test_a_task_stuck_before_its_image_is_ready_is_cancelled(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    ref = fake.submissions[0].ref
+    limit = ray_cluster.READY_LIMIT_S + cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
+    started(fake, 0, "n2", "node-b1", started_for=limit - 5)
+    assert pool.collect(timeout=0) == [] and fake.cancels == [], "an image build may take a while"
+    started(fake, 0, "n2", "node-b1", started_for=limit + 1)
+    pool.collect(timeout=0)
+    assert fake.cancels == [(ref, False)]
+    fake.fail(ref, TaskCancelledError("cancelled"))
+    [done] = pool.collect(timeout=0)
+    assert done.result.status == "timeout" and "getting its image ready" in done.result.message
+
+
+def test_submit_asks_for_the_points_resources_without_rays_retries(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head, gpu_model="B")
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    assert len(fake.inits) == 1 and fake.inits[0]["address"] == pool.address
+    assert fake.inits[0]["runtime_env"] == {"py_modules": [str(ray_cluster.SUITE_PACKAGE)]}
+    first, second = fake.submissions
+    assert first.options["num_cpus"] == 1.0 and first.options["num_gpus"] == 0
+    assert first.options["resources"] == {"suite_slot": 1.0, "gpu_model:B": 0.001}
+    assert second.options["num_gpus"] == 2.0
+    assert first.options["max_retries"] == 0 and first.options["retry_exceptions"] is False
+    assert first.job["attempt"] == 1 and first.job["retry_of"] is None and first.job["key"] != second.job["key"]
+    assert first.spec == cpu.to_dict()
+    assert pool.pending == 2
+
+
+def test_machines_are_every_node_label_and_the_orchestrators_folder(head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    fake.node_list.append({**node("n4", ""), "Labels": {}})  # no label: its host name names the folder
+    assert pool.machines() == ["host-n4", "node-a", "node-b1", "node-b2", "orchestrator"]
+
+
+def test_an_ok_result_comes_back_under_the_nodes_machine(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    assert pool.collect(timeout=0) == [], "nothing arrived yet"
+    peak = [["docker", "default", "tensorflow", "cpu", "float32", None, None], {"tflops": 1.5}]
+    fake.finish(
+        fake.submissions[0].ref,
+        {"machine": "node-b1", "node_id": "n2", "result": ok_result(cpu, "node-b1").to_dict(), "peaks": [peak]},
+    )
+    [done] = pool.collect(timeout=0)
+    assert isinstance(done, Finished)
+    assert done.machine == "node-b1" and done.result.status == "ok" and done.spec == cpu
+    assert pool.pending == 0
+    pool.submit(gpu)
+    assert fake.submissions[1].job["peaks"] == {"n2": [peak]}, "the node's peak calibration travels to later runs"
+
+
+def test_a_task_cancelled_at_its_deadline_is_a_timeout(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    ref = fake.submissions[0].ref
+    started(fake, 0, "n2", "node-b1", ready=time.time() - 10)
+    assert pool.collect(timeout=0) == [] and fake.cancels == [], "well within its deadline"
+    limit = cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
+    started(fake, 0, "n2", "node-b1", ready=time.time() - limit - 1)
+    assert pool.collect(timeout=0) == []
+    assert fake.cancels == [(ref, False)], "a polite cancel: the task removes its container"
+    fake.fail(ref, TaskCancelledError("cancelled"))
+    [done] = pool.collect(timeout=0)
+    assert done.result.status == "timeout" and done.machine == "node-b1"
+    assert "cancelled by the orchestrator" in done.result.message
+    assert done.result.run["ray"]["node_id"] == "n2" and pool.pending == 0
+
+
+def test_a_task_that_outlives_its_polite_cancel_is_forced(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    ref = fake.submissions[0].ref
+    started(fake, 0, "n2", "node-b1", ready=time.time() - cpu.timeout_s - 5 - ray_cluster.DEADLINE_MARGIN_S - 1)
+    pool.collect(timeout=0)
+    pool.collect(timeout=0)
+    assert fake.cancels == [(ref, False)], "within the grace: no second cancel"
+    [attempt] = pool._pending.values()
+    assert attempt.cancelled_at is not None
+    attempt.cancelled_at -= ray_cluster.CANCEL_GRACE_S + 1  # the grace is over
+    pool.collect(timeout=0)
+    assert fake.cancels == [(ref, False), (ref, True)]
+    fake.fail(ref, TaskCancelledError("cancelled"))
+    [done] = pool.collect(timeout=0)
+    assert done.result.status == "timeout"
+
+
+def test_a_task_cancelled_otherwise_is_an_error(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    fake.fail(fake.submissions[0].ref, TaskCancelledError("cancelled"))
+    [done] = pool.collect(timeout=0)
+    assert done.result.status == "error" and done.machine == "orchestrator", "never started: this folder"
+
+
+def test_a_lost_node_is_recorded_and_the_run_retried_once(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    _, gpu = specs_of(tmp_path)
+    spec = replace(gpu, config={**gpu.config, "device": "cpu", "gpu_model": "B"})
+    pool.submit(spec)
+    first = fake.key(0)
+    started(fake, 0, "n2", "node-b1")
+    fake.node_list[1]["Alive"] = False
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+    [lost] = pool.collect(timeout=0)
+    assert lost.result.status == "error" and "node lost" in lost.result.message, lost.result.message
+    assert lost.machine == "node-b1" and "node-b1" in lost.result.message
+    assert len(fake.submissions) == 2 and pool.pending == 1
+    retry = fake.submissions[1]
+    assert retry.job["attempt"] == 2 and retry.job["retry_of"] == first
+    assert retry.options["resources"] == {"suite_slot": 1.0, "gpu_model:B": 0.001}
+
+    # The retry is lost too: recorded, not retried again, though another B node has joined.
+    fake.node_list.append(node("n4", "node-b3", suite_slot=1, GPU=2, **{"gpu_model:B": 2}))
+    started(fake, 1, "n3", "node-b2")
+    fake.node_list[2]["Alive"] = False
+    fake.fail(retry.ref, NodeDiedError("that one died too"))
+    [again] = pool.collect(timeout=0)
+    assert again.result.status == "error" and "node lost" in again.result.message
+    assert again.result.run["ray"]["attempt"] == 2 and again.result.run["ray"]["retry_of"] == first
+    assert again.machine == "node-b2"
+    assert len(fake.submissions) == 2 and pool.pending == 0
+
+
+def test_a_lost_node_without_another_of_its_model_is_not_retried(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    spec = replace(cpu, config={**cpu.config, "gpu_model": "A"})
+    pool.submit(spec)
+    started(fake, 0, "n1", "node-a")
+    fake.node_list[0]["Alive"] = False
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+    [lost] = pool.collect(timeout=0)
+    assert "node lost" in lost.result.message and "not retried" in lost.result.message
+    assert "gpu_model:A" in lost.result.message
+    assert len(fake.submissions) == 1 and pool.pending == 0
+
+
+def test_a_worker_crash_on_a_live_node_is_an_error_not_retried(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_cluster, "LOST_NODE_WAIT_S", 0.0)
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    fake.fail(fake.submissions[0].ref, WorkerCrashedError("the worker died\nSIGSEGV"))
+    [crashed] = pool.collect(timeout=0)
+    assert crashed.result.status == "error" and "node lost" not in crashed.result.message
+    assert "crashed" in crashed.result.message and "SIGSEGV" in crashed.result.message
+    assert len(fake.submissions) == 1 and pool.pending == 0
+
+
+def test_a_failing_task_and_a_ray_error_are_errors(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    fake.fail(fake.submissions[0].ref, RayTaskError("Traceback...\nValueError: bad spec"))
+    fake.fail(fake.submissions[1].ref, RayError("object lost"))
+    done = pool.collect(timeout=0)
+    assert [d.result.status for d in done] == ["error", "error"]
+    assert "ValueError: bad spec" in done[0].result.message
+    assert "RayError: object lost" in done[1].result.message
+
+
+def test_a_queued_run_no_alive_node_can_take_is_an_error(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, clock = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    spec = replace(cpu, config={**cpu.config, "gpu_model": "B"})
+    pool.submit(spec)
+    assert pool.collect(timeout=0) == [] and fake.cancels == [], "queued: a B node takes it later"
+    fake.node_list[1]["Alive"] = False
+    fake.node_list[2]["Alive"] = False
+    clock.t += 10  # past the node list's cache
+    [gone] = pool.collect(timeout=0)
+    assert gone.result.status == "error" and "no alive node" in gone.result.message
+    assert "gpu_model:B" in gone.result.message and gone.machine == "orchestrator"
+    assert fake.cancels == [(fake.submissions[0].ref, True)] and pool.pending == 0
+
+
+def test_the_head_refusing_connections_ends_the_plan(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    started(fake, 0, "n2", "node-b1")
+    head.close()  # nothing listens there any more: refused
+    for _ in range(ray_cluster.HEAD_CHECKS - 1):
+        assert pool.collect(timeout=0) == [], "a refusal or two is not yet a lost cluster"
+        assert pool.pending == 2 and pool.gone is None
+    [lost] = pool.collect(timeout=0)
+    assert pool.gone is not None and pool.address in pool.gone and "stopped answering" in pool.gone, pool.gone
+    assert lost.spec == cpu and lost.machine == "node-b1", "the started run, where it ran"
+    assert lost.result.status == "error" and "stopped answering" in lost.result.message
+    assert pool.pending == 0, "the queued run never ran: left for the next run of the plan"
+
+
+def test_the_head_answering_again_resets_the_count(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    port = head.getsockname()[1]
+    head.close()
+    for _ in range(ray_cluster.HEAD_CHECKS - 1):
+        assert pool.collect(timeout=0) == []
+    back = socket.socket()
+    back.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    back.bind(("127.0.0.1", port))
+    back.listen(8)
+    assert pool.collect(timeout=0) == [], "the head answers again"
+    back.close()
+    for _ in range(ray_cluster.HEAD_CHECKS - 1):
+        pool.collect(timeout=0)
+        assert pool.gone is None, "the refusals before it no longer count"
+    pool.collect(timeout=0)
+    assert pool.gone is not None and pool.pending == 0
+
+
+def test_a_plan_whose_head_goes_away_keeps_what_arrived(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    """Through run_plan_pool: the run started on node-b1 is recorded there, the result that arrived
+    in the last poll is saved, and the summary says why the plan stopped."""
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    res = tmp_path / "res"
+    head.close()
+    polls = {"n": 0}
+    wait = fake.wait
+
+    def scripted_wait(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
+        polls["n"] += 1
+        started(fake, 0, "n2", "node-b1")
+        if polls["n"] == ray_cluster.HEAD_CHECKS:
+            value = {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()}
+            fake.finish(fake.submissions[1].ref, value)
+        return wait(refs, num_returns=num_returns, timeout=timeout)
+
+    fake.wait = scripted_wait  # type: ignore[method-assign]
+    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    assert polls["n"] == ray_cluster.HEAD_CHECKS
+    [lost] = _on_disk(res, "node-b1", cpu)
+    assert lost.status == "error" and "stopped answering" in lost.message
+    assert [r.status for r in _on_disk(res, "node-b2", gpu)] == ["ok"]
+    assert summary.failed and summary.stopped and pool.address in summary.stopped
+    assert any(pool.address in line for line in summary.lines()), summary.lines()
+    assert fake.shutdowns == 1, "the pool left the cluster"
+
+
+def test_run_one_spec_returns_the_result_of_its_retry(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    spec = replace(cpu, config={**cpu.config, "gpu_model": "B"})
+    wait = fake.wait
+
+    def scripted_wait(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
+        if len(fake.submissions) == 1 and not fake.outcomes:
+            started(fake, 0, "n2", "node-b1")
+            fake.node_list[1]["Alive"] = False
+            fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+        elif len(fake.submissions) == 2 and fake.submissions[1].ref not in fake.outcomes:
+            value = {"machine": "node-b2", "node_id": "n3", "result": ok_result(spec, "node-b2", 2).to_dict()}
+            fake.finish(fake.submissions[1].ref, value)
+        return wait(refs, num_returns=num_returns, timeout=timeout)
+
+    fake.wait = scripted_wait  # type: ignore[method-assign]
+    result = pool.run(spec)
+    assert result.status == "ok" and result.run["machine"] == "node-b2"
+    assert fake.submissions[1].job["retry_of"] == fake.key(0)
+
+
+def test_without_an_address_the_pool_starts_and_stops_a_local_instance(no_real_ray: None) -> None:
+    fake = StandInRay(gcs_address=None, node_list=cluster())
+    pool = RayPool("orchestrator", ray_module=fake, clock=Clock())
+    pool.connect()
+    [init] = fake.inits
+    assert init["address"] == "local" and init["resources"] == {"suite_slot": 1}
+    assert init["labels"] == {"suite-machine": "orchestrator"}
+    assert pool.where == ray_cluster.LOCAL and pool.run_info()["ray"]["address"] == "local"
+    pool.close()
+    assert fake.shutdowns == 1
+
+
+def test_cancel_all_cancels_politely_then_by_force(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    said: list[str] = []
+    pool.cancel_all(say=said.append)
+    a, b = (s.ref for s in fake.submissions)
+    assert fake.cancels == [(a, False), (b, False), (a, True), (b, True)]
+    assert fake.waits[-1]["timeout"] == ray_cluster.CANCEL_GRACE_S and set(fake.waits[-1]["refs"]) == {a, b}
+    assert said == ["cancelling 2 Ray task(s); each removes its container"]
+    assert pool.pending == 0
+    pool.close()
+    assert fake.shutdowns == 1 and len(fake.cancels) == 4, "nothing left to cancel"
+
+
+# --- run_plan_pool with a stand-in pool ------------------------------------------------------------
+
+
+@dataclass
+class StandInPool:
+    """The pool protocol run_plan_pool uses: collect hands out ``batches`` in turn (an exception in
+    a batch is raised instead)."""
+
+    machine: str = "orchestrator"
+    where: str = "the test pool"
+    names: list[str] = field(default_factory=lambda: ["node-a", "node-b", "orchestrator"])
+    skip: dict[str, str] = field(default_factory=dict)  # device -> reason
+    batches: list[Any] = field(default_factory=list)
+    submitted: list[plan.RunSpec] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    outstanding: int = 0
+
+    def machines(self) -> list[str]:
+        return list(self.names)
+
+    def skip_reason(self, spec: plan.RunSpec) -> str | None:
+        return self.skip.get(spec.device)
+
+    def skipped(self, spec: plan.RunSpec, reason: str) -> RunResult:
+        now = ray_cluster.now_iso()
+        run = {"backend": "ray", "machine": self.machine, "started_at": now, "finished_at": now}
+        return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run=run)
+
+    def submit(self, spec: plan.RunSpec) -> None:
+        self.submitted.append(spec)
+        self.outstanding += 1
+
+    @property
+    def pending(self) -> int:
+        return self.outstanding
+
+    def collect(self, timeout: float = 1.0) -> list[Finished]:
+        batch = self.batches.pop(0)
+        if isinstance(batch, BaseException):
+            raise batch
+        self.outstanding -= len(batch)
+        return batch
+
+    def cancel_all(self, say: Any = print) -> None:
+        self.calls.append("cancel_all")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def _on_disk(res: Path, machine: str, spec: plan.RunSpec) -> list[RunResult]:
+    folder = res / machine / spec.scenario
+    return [results.load(p) for p in sorted(folder.glob(f"{spec.run_id}*.json"))]
+
+
+def test_results_are_saved_under_the_machine_each_came_from(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    pool = StandInPool()
+    pool.batches = [
+        [],
+        [Finished(gpu, "node-b", ok_result(gpu, "node-b"))],
+        [Finished(cpu, "node-a", ok_result(cpu, "node-a"))],
+    ]
+    res = tmp_path / "res"
+    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    assert pool.submitted == [cpu, gpu]
+    assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"]
+    assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"]
+    assert not (res / "orchestrator").exists()
+    assert summary.counts["ok"] == 2 and not summary.failed
+    assert pool.calls == ["close"]
+
+
+def test_a_run_ok_in_another_folder_of_the_pool_is_already_done(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    res = tmp_path / "res"
+    results.save(ok_result(cpu, "node-b"), res / "node-b" / cpu.scenario, cpu.run_id)
+    results.save(ok_result(gpu, "elsewhere"), res / "elsewhere" / gpu.scenario, gpu.run_id)  # not of this pool
+    pool = StandInPool()
+    pool.batches = [[Finished(gpu, "node-a", ok_result(gpu, "node-a"))]]
+    lines: list[str] = []
+    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lines.append)
+    assert pool.submitted == [gpu], "the cpu run is ok in node-b's folder"
+    assert summary.counts["already done"] == 1 and summary.counts["ok"] == 1
+    assert any("already done" in line for line in lines), lines
+
+
+def test_skips_are_saved_in_the_orchestrators_folder(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    reason = "needs 2 GPU(s) on one node; the largest node of the test pool has 0"
+    pool = StandInPool(skip={"gpu:2": reason})
+    pool.batches = [[Finished(cpu, "node-a", ok_result(cpu, "node-a"))]]
+    res = tmp_path / "res"
+    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    assert pool.submitted == [cpu]
+    [skip] = _on_disk(res, "orchestrator", gpu)
+    assert skip.status == "skipped" and skip.message == reason
+    assert summary.counts["skipped"] == 1 and summary.counts["ok"] == 1
+
+
+def test_an_interrupt_cancels_closes_and_keeps_what_arrived(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    pool = StandInPool()
+    pool.batches = [[Finished(cpu, "node-a", ok_result(cpu, "node-a"))], KeyboardInterrupt()]
+    res = tmp_path / "res"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    assert pool.calls == ["cancel_all", "close"]
+    assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"]
+    assert not _on_disk(res, "node-b", gpu) and not _on_disk(res, "node-a", gpu)
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+# Every point needs 64 GPUs: no run starts, and nothing needs TensorFlow.
+REFUSED = """\
+name: rayrefusals
+question: Is a bad Ray command refused?
+device: gpu:64
+repeats: 1
+"""
+
+
+def _refused(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--ray-address", "127.0.0.1:6379"), ("--ray-address is for --backend ray",)),
+        (("--backend", "local", "--gpu-model", "H100"), ("--gpu-model is for --backend ray", "--backend local")),
+        (("--backend", "ray", "--docker-host", "tcp://127.0.0.1:9"), ("--backend ray", "drop --docker-host")),
+        (("--backend", "ray", "--gpus", "0"), ("--backend ray", "drop --gpus")),
+        (("--backend", "ray", "--gpu-model", "a b"), ("--gpu-model 'a b'", "a resource name")),
+    ],
+    ids=["address-without-ray", "model-without-ray", "docker-host", "gpus", "bad-model"],
+)
+def test_cli_refuses_ray_flags_that_do_not_fit(tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    res = tmp_path / "res"
+    proc = suite_cli("run", write_scenario(tmp_path, "rayrefusals", REFUSED), *args, "--results", res, timeout=120)
+    _refused(proc, *words)
+    assert not res.exists() or not list(res.rglob("*.json"))
+
+
+def test_check_refuses_the_ray_flags_without_the_ray_backend(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "rayrefusals", REFUSED)
+    proc = suite_cli("check", path, "--backend", "local", "--ray-address", "127.0.0.1:6379", timeout=120)
+    _refused(proc, "--ray-address is for --backend ray")
+
+
+def test_cli_without_ray_names_the_locked_install(tmp_path: Path) -> None:
+    fake = tmp_path / "noray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no ray here')\n", encoding="utf-8")
+    env = {"PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"}
+    scenario_file = write_scenario(tmp_path, "rayrefusals", REFUSED)
+    proc = suite_cli("run", scenario_file, "--backend", "ray", "--results", tmp_path / "res", env=env, timeout=120)
+    lock = f"requirements/locks/cluster-py{sys.version_info.major}.{sys.version_info.minor}.txt"
+    _refused(proc, "--backend ray: Ray is not installed", lock, "--require-hashes")
+
+
+def test_backends_import_with_the_standard_library_only() -> None:
+    code = "import sys; from suite.backends import environment_of; print(environment_of(sys.argv[1]))"
+    for name, env in (("ray", "cluster"), ("auto", "run"), ("local", "run"), ("nonesuch", "run")):
+        proc = subprocess.run(
+            [sys.executable, "-S", "-c", code, name], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == env, (name, proc.stdout)
+
+
+def _fake_python(path: Path) -> None:
+    # Passes the 3.11 floor and says it is 3.13, for which no lock exists: ensure_venv stops there,
+    # naming the environment it was asked for, before anything is installed.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        '#!/bin/sh\ncase "$2" in\n  *version_info*) exit 0 ;;\n  *python_version*) echo 3.13.0 ;;\nesac\n',
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+
+
+def _run_all(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    venv = tmp_path / "venv"
+    _fake_python(venv / "bin" / "python")
+    base = {k: v for k, v in os.environ.items() if k not in ("SUITE_ENV", "SUITE_WORKER_REQUIREMENTS")}
+    return subprocess.run(
+        ["./run_all.sh", "--smoke", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, "SUITE_VENV": str(venv), **env},
+    )
+
+
+@pytest.mark.parametrize("args", [("--backend", "ray"), ("--backend=ray",)], ids=["two-words", "equals"])
+def test_run_all_picks_the_cluster_environment_for_ray(tmp_path: Path, args: tuple[str, ...]) -> None:
+    proc = _run_all(tmp_path, *args)
+    assert proc.returncode == 1, proc.stderr
+    assert "Locks of environment 'cluster' exist for Python" in proc.stderr, proc.stderr
+
+
+def test_run_all_keeps_the_run_environment_for_other_backends(tmp_path: Path) -> None:
+    proc = _run_all(tmp_path, "--backend", "local")
+    assert "Locks of environment 'run' exist for Python" in proc.stderr, proc.stderr
+
+
+def test_run_all_refuses_ray_in_the_run_environment(tmp_path: Path) -> None:
+    proc = _run_all(tmp_path, "--backend", "ray", SUITE_ENV="run")
+    assert proc.returncode == 2, proc.stderr
+    assert "--backend ray needs the cluster environment" in proc.stderr, proc.stderr
+    assert "SUITE_ENV=run is set" in proc.stderr, proc.stderr
+
+
+# --- gpu_model in the plan -------------------------------------------------------------------------
+
+
+def test_an_unset_gpu_model_leaves_the_fingerprint_as_it_was(tmp_path: Path) -> None:
+    cpu, _ = specs_of(tmp_path)
+    assert cpu.config["gpu_model"] is None
+    without = {k: v for k, v in cpu.config.items() if k != "gpu_model"}
+    assert plan.fingerprint_of(replace(cpu, config=without)) == plan.fingerprint_of(cpu)
+    model = replace(cpu, config={**cpu.config, "gpu_model": "H100"})
+    assert plan.fingerprint_of(model) != plan.fingerprint_of(cpu)
+    other = replace(cpu, config={**cpu.config, "gpu_model": "A100"})
+    assert plan.fingerprint_of(other) != plan.fingerprint_of(model)
+
+
+def test_a_bad_gpu_model_in_a_scenario_names_the_file_and_key(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "badmodel", SCENARIO.format(name="badmodel") + 'gpu_model: "a b"\n')
+    with pytest.raises(scenario.ScenarioError) as info:
+        scenario.load(path)
+    joined = "\n".join(info.value.problems)
+    assert str(path) in joined and "'gpu_model'" in joined and "'a b'" in joined and "line 6" in joined, joined
+
+
+# --- the head going away, through the command line -------------------------------------------------
+
+
+def test_cli_says_the_cluster_stopped_answering_and_exits_1(
+    tmp_path: Path, no_real_ray: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()  # nothing listens there: every check of the head is refused
+    fake = StandInRay(gcs_address=address, node_list=cluster())
+    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
+    cpu_only = "name: headgone\nquestion: Does the plan end?\nrepeats: 1\ndata: {allow_synthetic: true}\n"
+    path = write_scenario(tmp_path, "headgone", cpu_only)
+    args = ["run", str(path), "--backend", "ray", "--ray-address", address, "--smoke", "--machine", "orch"]
+    rc = cli.main([*args, "--results", str(tmp_path / "res")])
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert rc == 1, said
+    assert re.search(rf"Ray cluster at {re.escape(address)} stopped answering", said), said
+    assert "Traceback" not in said
+    assert fake.submissions and fake.shutdowns == 1
+
+
+def test_check_shows_which_points_the_cluster_can_place(
+    tmp_path: Path, no_real_ray: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = StandInRay(gcs_address=None, node_list=cluster())
+    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
+    nobody = write_scenario(tmp_path, "nobody", SCENARIO.format(name="nobody") + "gpu_model: C\n")
+    anyone = write_scenario(tmp_path, "anyone", SCENARIO.format(name="anyone"))
+    args = ["check", str(nobody), str(anyone), "--backend", "ray", "--ray-address", "10.0.0.1:6379"]
+    rc = cli.main([*args, "--results", str(tmp_path / "res"), "--machine", "orch"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = {
+        line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line for line in out.splitlines() if "|" in line
+    }
+    where = "the Ray cluster at 10.0.0.1:6379"
+    assert (
+        f"skipped: no node of {where} offers gpu_model:C (offered: gpu_model:A, gpu_model:B)"
+        in rows["nobody device=cpu"]
+    ), out
+    assert "will run" in rows["anyone device=cpu"] and "will run" in rows["anyone device=gpu:2"], out
+    assert "backend: ray (--backend)" in out and str(Path("res") / "node-b1") in out, out
+    assert fake.inits[0]["address"] == "10.0.0.1:6379" and fake.shutdowns == 1 and not fake.submissions
+
+
+def test_a_lost_run_whose_retry_succeeds_does_not_fail_the_plan(tmp_path: Path) -> None:
+    cpu, _ = specs_of(tmp_path)
+    now = ray_cluster.now_iso()
+    lost = RunResult(
+        status="error",
+        spec=cpu.to_dict(),
+        message="node lost: node node-b1 of the test pool died during the run",
+        run={"backend": "ray", "machine": "node-b1", "started_at": now, "finished_at": now, "ray": {"attempt": 1}},
+    )
+    retry = ok_result(cpu, "node-b2", attempt=2)
+    pool = StandInPool()
+    pool.batches = [[Finished(cpu, "node-b1", lost, retried=True)], [Finished(cpu, "node-b2", retry)]]
+    lines: list[str] = []
+
+    def collect(timeout: float = 1.0) -> list[Finished]:
+        batch = pool.batches.pop(0)
+        if batch[0].retried:
+            pool.outstanding += 1  # the pool submitted the retry
+        pool.outstanding -= len(batch)
+        return batch
+
+    pool.collect = collect  # type: ignore[method-assign]
+    res = tmp_path / "res"
+    summary = runner.run_plan_pool([cpu], pool, res, say=lines.append)
+    assert summary.counts == {"error, retried": 1, "ok": 1} and not summary.failed, summary.counts
+    assert [r.status for r in _on_disk(res, "node-b1", cpu)] == ["error"], "the lost attempt is kept"
+    assert any("(retry) on node-b2: ok" in line for line in lines), lines
