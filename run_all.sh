@@ -57,7 +57,12 @@ case "${SUITE_ENV:=$backend_env}" in
     exit 2
     ;;
 esac
-# A backend that needs another environment takes it, or its GPU twin (the same plus CUDA wheels).
+# A backend that needs another environment takes it, or its GPU twin (the same plus CUDA wheels):
+# the GPU worker asked for (run-gpu) becomes that twin.
+if [ "$backend_env" != run ] && [ "$SUITE_ENV" = run-gpu ]; then
+  echo "note: SUITE_ENV=run-gpu with --backend $backend: using $backend_env-gpu (run-gpu + what the backend needs)" >&2
+  SUITE_ENV=$backend_env-gpu
+fi
 if [ "$backend_env" != run ] && [ "$SUITE_ENV" != "$backend_env" ] && [ "$SUITE_ENV" != "$backend_env-gpu" ]; then
   echo "error: --backend $backend needs the $backend_env environment (or $backend_env-gpu);" \
     "SUITE_ENV=$SUITE_ENV is set (unset it, or set SUITE_ENV=$backend_env)" >&2

@@ -399,13 +399,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     machine = args.machine or hostinfo.machine_name()
     folder = runner.machine_dir(args.results, machine)
     backend, chosen = _check_backend(args)
-    folders = [folder]
-    if getattr(backend, "where", None) is not None:  # a pool: its runs lie in each node's folder
-        folders = [runner.machine_dir(args.results, m) for m in backend.machines()]
-    on_file = [r for f in folders if f.is_dir() for _, r in results.load_folder(f)]
-    done = {} if args.fresh else results.latest_by_run(on_file)
-    walls = _wall_times(on_file)
     try:
+        folders = [folder]
+        if getattr(backend, "where", None) is not None:  # a pool: its runs lie in each node's folder
+            folders = sorted(p for p in args.results.iterdir() if p.is_dir()) if args.results.is_dir() else []
+            on_file = [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
+        else:
+            on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+        done = {} if args.fresh else results.latest_by_run(on_file)
+        walls = _wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         for s in specs:
             points.setdefault((s.scenario, s.point_label), []).append(s)
@@ -592,6 +594,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     for line in summary.lines():
         print(line)
+    if summary.stopped:
+        # A pool whose cluster went away: every result is saved (fsync'ed), and what is left of the
+        # Ray client only blocks until Ray ends the process itself, a minute on, without a word.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     return 1 if summary.failed else 0
 
 

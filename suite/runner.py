@@ -188,14 +188,17 @@ def run_plan(
     return summary
 
 
-def pool_previous_runs(results_dir: Path, machines: list[str]) -> dict[tuple[str, int], results.RunResult]:
-    """(fingerprint, repetition) -> the newest result in any of the pool's machine folders: a pool
-    runs each run once, on whichever node took it, so a run ``ok`` on any of them is done."""
+def pool_previous_runs(
+    results_dir: Path, counts: Callable[[results.RunResult], bool]
+) -> dict[tuple[str, int], results.RunResult]:
+    """(fingerprint, repetition) -> the newest result of the pool's kind in any machine folder under
+    ``results_dir``: a pool runs each run once, on whichever node took it (a node that has left the
+    cluster since included), so a run ``ok`` in any of them is done. ``counts`` says which results
+    are the pool's (a Ray node's, on the GPU model asked for); the others are not looked at."""
     found: list[results.RunResult] = []
-    for machine in machines:
-        folder = machine_dir(results_dir, machine)
-        if folder.is_dir():
-            found += [r for _, r in results.load_folder(folder)]
+    if results_dir.is_dir():
+        for folder in sorted(p for p in results_dir.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+            found += [r for _, r in results.load_folder(folder) if counts(r)]
     return results.latest_by_run(found)
 
 
@@ -222,7 +225,7 @@ def run_plan_pool(
     old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     heads: dict[tuple[str, int], str] = {}
     try:
-        previous = {} if fresh else pool_previous_runs(results_dir, pool.machines())
+        previous = {} if fresh else pool_previous_runs(results_dir, pool.counts_as_done)
         steps = _steps(specs, pool, previous)
         total = len(specs)
         for i, step in enumerate(steps, 1):

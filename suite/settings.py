@@ -110,7 +110,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "type": ["string", "null"],
         "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         "default": None,
-        "description": "--backend ray: only nodes offering the resource gpu_model:NAME (e.g. H100); null: any",
+        "description": "--backend ray: only nodes offering the resource gpu_model:NAME (e.g. H100); null: any "
+        "node; the other backends run where they are told",
     },
     # After the timed fit, in the same process: a near-empty model's step time (the fixed cost).
     "measure": _section(step_overhead=_flag(True, "time the model with its arithmetic taken away after the fit")),

@@ -149,7 +149,9 @@ def _prepare_docker(opts: BackendOptions, say: Callable[[str], None], chosen: bo
 def _make_ray(opts: BackendOptions) -> Any:
     from suite.backends import ray_cluster
 
-    pool = ray_cluster.RayPool(opts.machine, address=opts.ray_address, gpu_model=opts.gpu_model)
+    pool = ray_cluster.RayPool(
+        opts.machine, address=opts.ray_address, gpu_model=opts.gpu_model, results_dir=opts.results_dir
+    )
     pool.connect()  # a cluster that does not answer is said once, here, not per run
     return pool
 

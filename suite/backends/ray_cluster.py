@@ -12,8 +12,8 @@ Docker engine (its DOCKER_HOST, or the local socket) when one answers, else of t
 Ray sets the task's CUDA_VISIBLE_DEVICES to the GPUs it assigned; both backends read that variable
 as CUDA does (``base.inherit_pool``) and hand the run exactly those GPUs, by UUID. A node builds
 the image a run needs before its first run when it lacks it (the recipe-hash rule of ``images``).
-The suite's code travels with the job (Ray's ``py_modules``): every result records the identity of
-the checkout the orchestrator shipped.
+The checkout travels with the job (Ray's ``working_dir``: the suite, its image catalog, Dockerfile
+and locks): every result records the identity of the checkout the orchestrator shipped.
 
 Faults: Ray's own retries are off (``max_retries=0``): a run is never repeated behind the plan's
 back. A node that dies mid-run has that run recorded (``error``, "node lost") and retried once on
@@ -31,6 +31,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -49,10 +50,16 @@ MODEL_SHARE = 0.001  # what a run asks of gpu_model:NAME: it selects nodes, it c
 CANCEL_GRACE_S = 20.0  # after a polite cancel (the task removes its container), before a forced one
 DEADLINE_MARGIN_S = 60.0  # beyond timeout_s and the worker's grace before the orchestrator cancels
 POLL_S = 1.0
-HEAD_CHECKS = 5  # GCS connection refusals in a row (one per POLL_S) before the cluster is called gone
+STEP_S = 0.2  # how often a node's task looks for a cancel while its run goes on
+STOP_WAIT_S = 30.0  # after a cancel, how long the run's thread may take to clean up
+HEAD_CHECKS = 5  # GCS connection refusals in a row, HEAD_RETRY_S apart, before the cluster is called gone
+HEAD_RETRY_S = 0.5
 READY_LIMIT_S = 3600.0  # what a node may spend making the run's image before the run's limit starts
 LOST_NODE_WAIT_S = 45.0  # how long a crashed task's node may take to be declared dead (Ray's health check)
-SUITE_PACKAGE = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# What the job ships (Ray's working_dir, which also leaves out what .gitignore names): the checkout
+# without its history and without results, so a node reads the same catalog, Dockerfile and locks.
+SHIP_EXCLUDES = [".git", "/reports/", "/reproduce/", "/benchmarks/wheels/"]
 LOCAL = "a local Ray instance started by the suite"
 # Set on a node (in the environment of its `ray start`): which backend runs its points. auto (the
 # default): Docker where the node's engine answers, else local; docker: always (a run without an
@@ -161,7 +168,7 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         facts["retry_of"] = job["retry_of"]
     try:
         _ensure_image(backend, spec)
-        _mark(board, job["key"], "ready")  # the run's deadline counts from here
+        _mark(board, job["key"], "ready", backend=backend.name)  # the run's deadline counts from here
         from suite import runner
 
         peaks = {_peak_key(k): v for k, v in (job.get("peaks") or {}).get(node_id, [])}
@@ -169,7 +176,10 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         # The node's own rule first: Ray placed the run by resources, but only the node knows whether
         # its engine has a GPU runtime or its TensorFlow can see a GPU.
         reason = backend.skip_reason(spec)
-        result = backend.skipped(spec, reason) if reason else runner._run_with_peak(spec, backend, peaks)
+        if reason:
+            result = backend.skipped(spec, reason)
+        else:
+            result = _interruptible(lambda: runner._run_with_peak(spec, backend, peaks), backend.close)
         measured = [[list(k), v] for k, v in peaks.items() if k not in before]
     except BaseException:
         backend.close()  # a cancel (KeyboardInterrupt here): no container of the session stays
@@ -177,6 +187,37 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         raise
     result = replace(result, run={**result.run, "ray": facts})
     return {"machine": machine, "node_id": node_id, "result": result.to_dict(), "peaks": measured}
+
+
+def _interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
+    """``work()`` in a thread of its own, while this thread waits in short steps.
+
+    Ray cancels a running task by raising KeyboardInterrupt in the thread that runs it, which only
+    happens between Python steps: a run waits for its container inside one blocking call to the
+    engine, where it would never arrive. Here it arrives within STEP_S; ``stop()`` (the backend's
+    close: kill and remove the session's containers, or the worker's process group) then ends the
+    blocked wait, and the work's thread is given time to clean up before the interrupt goes on.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="suite-ray-run", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(STEP_S)
+    except BaseException:
+        stop()
+        thread.join(STOP_WAIT_S)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _peak_key(value: Any) -> tuple:
@@ -331,10 +372,19 @@ class RayPool:
         *,
         ray_module: Any = None,
         clock: Callable[[], float] = time.time,
+        results_dir: Path | None = None,
     ):
         """machine: the orchestrator's results folder (runs no node could take are recorded there).
         address: HOST:PORT of the cluster's head (GCS), or None for a local instance the pool starts."""
         self.machine = machine
+        self.results_dir = results_dir
+        if address is not None and not address.strip():
+            address = None
+        if address is not None and "://" in address:
+            raise BackendUnavailable(
+                f"--ray-address {address}: give the head's HOST:PORT (its GCS address, as `ray start --head` "
+                "prints it); the suite runs as a Ray driver on a node of the cluster, not through Ray Client (ray://)"
+            )
         self.address = address
         self.gpu_model = gpu_model
         self.clock = clock
@@ -353,6 +403,8 @@ class RayPool:
         self._counter = 0
         self._nodes_cache: tuple[float, list[dict[str, Any]]] | None = None
         self.gone: str | None = None  # set when the cluster stopped answering: why the plan ended
+        self._last_marks: dict[str, dict[str, Any]] = {}
+        self._unplaceable_since: dict[str, float] = {}
 
     # -- connection -----------------------------------------------------------------------------
 
@@ -363,7 +415,7 @@ class RayPool:
         return self._ray
 
     def connect(self) -> None:
-        """Join the cluster (or start a local instance) with the suite's code as the job's py_modules."""
+        """Join the cluster (or start a local instance), shipping the checkout as the job's working_dir."""
         if self._connected:
             return
         ray = self.ray
@@ -371,7 +423,13 @@ class RayPool:
         # The GCS going away is detected by this pool (``_head_answers``) within seconds; Ray's own
         # reconnect limit ends the whole process without a word, so it is set well beyond.
         os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
-        runtime_env = {"py_modules": [str(SUITE_PACKAGE)]}
+        excludes = list(SHIP_EXCLUDES)
+        if self.results_dir is not None:
+            try:
+                excludes.append(f"/{self.results_dir.resolve().relative_to(REPO_ROOT)}/")
+            except ValueError:
+                pass  # outside the checkout: not shipped anyway
+        runtime_env = {"working_dir": str(REPO_ROOT), "excludes": excludes}
         kwargs: dict[str, Any] = {"runtime_env": runtime_env, "logging_level": "ERROR", "log_to_driver": False}
         try:
             if self.address:
@@ -405,13 +463,15 @@ class RayPool:
             self._nodes_cache = (now, list(self.ray.nodes()))
         return self._nodes_cache[1]
 
-    def machines(self) -> list[str]:
-        """Every results folder this cluster's runs go to: each node's label (or host name) and this one's."""
-        names = {self.machine}
-        for node in self.nodes():
-            labels = node.get("Labels") or {}
-            names.add(str(labels.get(MACHINE_LABEL) or node.get("NodeManagerHostname") or ""))
-        return sorted(n for n in names if n)
+    def counts_as_done(self, result: RunResult) -> bool:
+        """Whether an ``ok`` result on file makes its run done for this plan: one a Ray node made, on
+        the GPU model this plan asks for that run (another model, or a result of the docker or local
+        backend in some machine's folder, measured something else)."""
+        facts = result.run.get("ray")
+        if not isinstance(facts, dict):
+            return False
+        asked = (result.spec.get("config") or {}).get("gpu_model") or self.gpu_model
+        return facts.get("gpu_model") == asked
 
     # -- the Backend protocol, as far as a pool has it -------------------------------------------
 
@@ -473,18 +533,19 @@ class RayPool:
         deadlines, runs no alive node can take any more, and the head still answering (ClusterGone)."""
         if not self._pending:
             return []
+        # First, and before any call that needs the head: once the head is gone, Ray's calls block,
+        # and Ray ends this process on its own within a minute (its raylet or GCS client gives up).
+        if not self._head_answers():
+            self.gone = (
+                f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections); "
+                "the plan ends here. Results already saved are kept; rerun the same command to resume."
+            )
+            return self._abandon_all(f"{self.where} stopped answering (its head at {self.gcs_address} is gone)")
         ray = self.ray
         done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout)
         out: list[Finished] = []
         for ref in done:
             out += self._finished(ref, self._pending.pop(ref))
-        if not self._head_answers():
-            out += self._abandon_all(f"{self.where} stopped answering (its head at {self.gcs_address} is gone)")
-            self.gone = (
-                f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections); "
-                "the plan ends here. Results already saved are kept; rerun the same command to resume."
-            )
-            return out
         out += self._check_deadlines_and_placement()
         return out
 
@@ -581,7 +642,10 @@ class RayPool:
                 # Queued: can any alive node still take it? (Its nodes may all have died.)
                 nodes = nodes if nodes is not None else self.nodes()
                 problem = placement_problem(demand(attempt.spec, self.gpu_model), nodes, self.where)
-                if problem:
+                since = self._unplaceable_since.setdefault(attempt.key, now) if problem else None
+                if problem is None:
+                    self._unplaceable_since.pop(attempt.key, None)
+                elif since is not None and now - since >= LOST_NODE_WAIT_S:  # a node may be rejoining (a pod replaced)
                     attempt.cancelled_for = "unplaceable"
                     self.ray.cancel(ref, force=True)
                     self._pending.pop(ref)
@@ -590,23 +654,27 @@ class RayPool:
         return out
 
     def _marks(self) -> dict[str, dict[str, Any]]:
-        try:
-            return dict(self.ray.get(self._board.snapshot.remote(), timeout=10))
-        except Exception:  # noqa: BLE001 - without the board the tasks' own deadlines still hold
-            return {}
+        """The board's snapshot (the last one seen once the cluster is gone: the board went with it)."""
+        if self.gone is None:
+            try:
+                self._last_marks = dict(self.ray.get(self._board.snapshot.remote(), timeout=10))
+            except Exception:  # noqa: BLE001 - without the board the tasks' own deadlines still hold
+                pass
+        return self._last_marks
 
     def _head_answers(self) -> bool:
         """Whether the cluster's GCS still accepts connections (HEAD_CHECKS refusals in a row: gone)."""
         if not self.gcs_address:
             return True
         host, _, port = self.gcs_address.rpartition(":")
-        try:
-            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
-                self._refusals = 0
-                return True
-        except OSError:
-            self._refusals += 1
-            return self._refusals < HEAD_CHECKS
+        for attempt in range(HEAD_CHECKS):
+            try:
+                with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+                    return True
+            except OSError:
+                if attempt < HEAD_CHECKS - 1:
+                    time.sleep(HEAD_RETRY_S)
+        return False
 
     def _recorded(self, attempt: Attempt, status: str, message: str) -> Finished:
         """A result the orchestrator writes itself (the task returned none): under the machine the
@@ -627,7 +695,8 @@ class RayPool:
         if attempt.retry_of:
             facts["retry_of"] = attempt.retry_of
         run = {
-            "backend": self.name,
+            # The node's backend when its task said (it returned no result); else this pool's name.
+            "backend": mark.get("backend") or self.name,
             "machine": machine,
             "started_at": _iso(time.time() - started_for) if started_for is not None else now,
             "finished_at": now,
@@ -657,26 +726,33 @@ class RayPool:
             return
         ray = self.ray
         refs = list(self._pending)
-        say(f"cancelling {len(refs)} Ray task(s); each removes its container")
-        for ref in refs:
+        say(f"cancelling {len(refs)} Ray task(s); each removes its container (Ctrl-C again: force at once)")
+        try:
+            for ref in refs:
+                try:
+                    ray.cancel(ref, force=False)
+                except Exception:  # noqa: BLE001
+                    pass
             try:
-                ray.cancel(ref, force=False)
+                ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
             except Exception:  # noqa: BLE001
                 pass
-        try:
-            ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
-        except Exception:  # noqa: BLE001
-            pass
-        for ref in refs:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - done already, or the cluster is gone
-                pass
-        self._pending.clear()
+        finally:
+            # Whatever is left is forced, also after a second Ctrl-C: its container is then removed
+            # by the worker's own deadline or the next session on that engine (docker_parts reaping).
+            for ref in refs:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - done already, or the cluster is gone
+                    pass
+            self._pending.clear()
 
     def close(self) -> None:
         """Cancel what is left and leave the cluster (stopping the local instance the pool started)."""
         if not self._connected:
+            return
+        if self.gone is not None:
+            self._connected = False  # nothing to cancel or leave: every call would block (see collect)
             return
         try:
             self.cancel_all(say=lambda _line: None)
