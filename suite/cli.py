@@ -402,7 +402,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         folders = [folder]
         if getattr(backend, "where", None) is not None:  # a pool: its runs lie in each node's folder
-            folders = sorted(p for p in args.results.iterdir() if p.is_dir()) if args.results.is_dir() else []
+            folders = runner.result_folders(args.results)
             on_file = [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
         else:
             on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []

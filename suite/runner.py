@@ -195,11 +195,15 @@ def pool_previous_runs(
     ``results_dir``: a pool runs each run once, on whichever node took it (a node that has left the
     cluster since included), so a run ``ok`` in any of them is done. ``counts`` says which results
     are the pool's (a Ray node's, on the GPU model asked for); the others are not looked at."""
-    found: list[results.RunResult] = []
-    if results_dir.is_dir():
-        for folder in sorted(p for p in results_dir.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
-            found += [r for _, r in results.load_folder(folder) if counts(r)]
+    found = [r for folder in result_folders(results_dir) for _, r in results.load_folder(folder) if counts(r)]
     return results.latest_by_run(found)
+
+
+def result_folders(results_dir: Path) -> list[Path]:
+    """The machine folders under a results folder (a name starting with '.' or '_' is none)."""
+    if not results_dir.is_dir():
+        return []
+    return sorted(p for p in results_dir.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
 
 
 def run_plan_pool(

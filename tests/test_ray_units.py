@@ -5,11 +5,13 @@ refusals, the environment ``run_all.sh`` picks for ``--backend ray``, and the ``
 
 from __future__ import annotations
 
+import _thread
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -79,6 +81,7 @@ class StandInRay:
     waits: list[dict[str, Any]] = field(default_factory=list)
     inits: list[dict[str, Any]] = field(default_factory=list)
     shutdowns: int = 0
+    snapshots: int = 0  # board snapshots read (each a call that needs the head)
     outcomes: dict[Ref, tuple[str, Any]] = field(default_factory=dict)
     exceptions: Any = field(
         default_factory=lambda: SimpleNamespace(
@@ -114,6 +117,7 @@ class StandInRay:
 
     def get(self, ref: Ref, *, timeout: float | None = None) -> Any:
         if ref is self._snapshot:
+            self.snapshots += 1
             return {k: dict(v) for k, v in self.marks.items()}
         kind, what = self.outcomes[ref]
         if kind == "error":
@@ -311,6 +315,8 @@ def no_real_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
     # The board's placement strategy comes from the real ray package; without it: none.
     monkeypatch.setattr(ray_cluster, "_on_this_node", lambda _ray: None)
+    # The head's refusals are counted within one check, HEAD_RETRY_S apart: no waiting here.
+    monkeypatch.setattr(ray_cluster, "HEAD_RETRY_S", 0.0)
 
 
 def make_pool(head: socket.socket, gpu_model: str | None = None) -> tuple[RayPool, StandInRay, Clock]:
@@ -369,7 +375,9 @@ def test_submit_asks_for_the_points_resources_without_rays_retries(
     pool.submit(cpu)
     pool.submit(gpu)
     assert len(fake.inits) == 1 and fake.inits[0]["address"] == pool.address
-    assert fake.inits[0]["runtime_env"] == {"py_modules": [str(ray_cluster.SUITE_PACKAGE)]}
+    shipped = fake.inits[0]["runtime_env"]
+    assert shipped["working_dir"] == str(ray_cluster.REPO_ROOT), "the checkout: suite/, docker/, locks"
+    assert ".git" in shipped["excludes"] and "/reports/" in shipped["excludes"]
     first, second = fake.submissions
     assert first.options["num_cpus"] == 1.0 and first.options["num_gpus"] == 0
     assert first.options["resources"] == {"suite_slot": 1.0, "gpu_model:B": 0.001}
@@ -380,10 +388,21 @@ def test_submit_asks_for_the_points_resources_without_rays_retries(
     assert pool.pending == 2
 
 
-def test_machines_are_every_node_label_and_the_orchestrators_folder(head: socket.socket, no_real_ray: None) -> None:
-    pool, fake, _ = make_pool(head)
-    fake.node_list.append({**node("n4", ""), "Labels": {}})  # no label: its host name names the folder
-    assert pool.machines() == ["host-n4", "node-a", "node-b1", "node-b2", "orchestrator"]
+def test_only_a_ray_result_on_the_model_asked_counts_as_done(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, _, _ = make_pool(head, gpu_model="B")
+    cpu, _ = specs_of(tmp_path)
+    on_b = ok_result(cpu, "node-b1")
+    on_b.run["ray"]["gpu_model"] = "B"
+    on_a = ok_result(cpu, "node-a")
+    on_a.run["ray"]["gpu_model"] = "A"
+    plain = RunResult(status="ok", spec=cpu.to_dict(), run={"backend": "docker", "machine": "box"})
+    assert pool.counts_as_done(on_b)
+    assert not pool.counts_as_done(on_a), "--gpu-model B: a run on A measured another GPU"
+    assert not pool.counts_as_done(plain), "a docker run of some machine is not this pool's"
+    spec_a = {**cpu.to_dict(), "config": {**cpu.config, "gpu_model": "A"}}
+    assert pool.counts_as_done(RunResult(status="ok", spec=spec_a, run=on_a.run)), "the scenario's own model wins"
 
 
 def test_an_ok_result_comes_back_under_the_nodes_machine(
@@ -529,7 +548,7 @@ def test_a_failing_task_and_a_ray_error_are_errors(tmp_path: Path, head: socket.
     assert "RayError: object lost" in done[1].result.message
 
 
-def test_a_queued_run_no_alive_node_can_take_is_an_error(
+def test_a_queued_run_no_alive_node_can_take_is_an_error_after_a_grace(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
     pool, fake, clock = make_pool(head)
@@ -540,77 +559,112 @@ def test_a_queued_run_no_alive_node_can_take_is_an_error(
     fake.node_list[1]["Alive"] = False
     fake.node_list[2]["Alive"] = False
     clock.t += 10  # past the node list's cache
+    assert pool.collect(timeout=0) == [], "a node of B may be rejoining (a pod replaced)"
+    clock.t += ray_cluster.LOST_NODE_WAIT_S - 1
+    assert pool.collect(timeout=0) == [] and fake.cancels == [], "still within the grace"
+    assert pool.pending == 1
+    clock.t += 2  # the grace is over, counted from when no node could first take it
     [gone] = pool.collect(timeout=0)
     assert gone.result.status == "error" and "no alive node" in gone.result.message
     assert "gpu_model:B" in gone.result.message and gone.machine == "orchestrator"
     assert fake.cancels == [(fake.submissions[0].ref, True)] and pool.pending == 0
 
 
-def test_the_head_refusing_connections_ends_the_plan(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+def test_a_node_back_within_the_grace_starts_it_over(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+    pool, fake, clock = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(replace(cpu, config={**cpu.config, "gpu_model": "A"}))
+    fake.node_list[0]["Alive"] = False  # the only node of model A
+    assert pool.collect(timeout=0) == []
+    clock.t += ray_cluster.LOST_NODE_WAIT_S - 5
+    fake.node_list[0]["Alive"] = True  # back (a replaced pod)
+    assert pool.collect(timeout=0) == []
+    clock.t += 3
+    fake.node_list[0]["Alive"] = False  # and gone again
+    assert pool.collect(timeout=0) == []
+    clock.t += 10  # LOST_NODE_WAIT_S + 8 since it first went: a grace that was not started over would be over
+    assert pool.collect(timeout=0) == [] and fake.cancels == [] and pool.pending == 1
+    clock.t += ray_cluster.LOST_NODE_WAIT_S
+    [gone] = pool.collect(timeout=0)
+    assert "no alive node" in gone.result.message and pool.pending == 0
+
+
+def test_the_head_refusing_connections_ends_the_plan_without_another_ray_call(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
     pool, fake, _ = make_pool(head)
     cpu, gpu = specs_of(tmp_path)
     pool.submit(cpu)
     pool.submit(gpu)
     started(fake, 0, "n2", "node-b1")
-    head.close()  # nothing listens there any more: refused
-    for _ in range(ray_cluster.HEAD_CHECKS - 1):
-        assert pool.collect(timeout=0) == [], "a refusal or two is not yet a lost cluster"
-        assert pool.pending == 2 and pool.gone is None
+    assert pool.collect(timeout=0) == [], "the head answers: the board's marks are read"
+    waits, snapshots = len(fake.waits), fake.snapshots
+    started(fake, 1, "n3", "node-b2")  # on a board the orchestrator can no longer read
+    head.close()  # nothing listens there any more: refused, HEAD_CHECKS times in one check
     [lost] = pool.collect(timeout=0)
     assert pool.gone is not None and pool.address in pool.gone and "stopped answering" in pool.gone, pool.gone
-    assert lost.spec == cpu and lost.machine == "node-b1", "the started run, where it ran"
+    assert lost.spec == cpu and lost.machine == "node-b1", "the started run, where it ran (the last marks seen)"
     assert lost.result.status == "error" and "stopped answering" in lost.result.message
-    assert pool.pending == 0, "the queued run never ran: left for the next run of the plan"
+    assert pool.pending == 0, "the queued run never ran (as far as the orchestrator saw): left for the next run"
+    assert (len(fake.waits), fake.snapshots) == (waits, snapshots), "no Ray call once the head is gone"
+    pool.close()
+    assert fake.cancels == [] and fake.shutdowns == 0, "cancel and shutdown would block without a head"
 
 
-def test_the_head_answering_again_resets_the_count(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+def test_a_refusal_then_an_answer_within_one_check_is_not_a_lost_head(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pool, fake, _ = make_pool(head)
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
-    port = head.getsockname()[1]
-    head.close()
-    for _ in range(ray_cluster.HEAD_CHECKS - 1):
-        assert pool.collect(timeout=0) == []
-    back = socket.socket()
-    back.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    back.bind(("127.0.0.1", port))
-    back.listen(8)
-    assert pool.collect(timeout=0) == [], "the head answers again"
-    back.close()
-    for _ in range(ray_cluster.HEAD_CHECKS - 1):
-        pool.collect(timeout=0)
-        assert pool.gone is None, "the refusals before it no longer count"
+    real = socket.create_connection
+    refusals = {"left": 0}
+
+    def flaky(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
+        if address[1] == head.getsockname()[1] and refusals["left"] > 0:
+            refusals["left"] -= 1
+            raise ConnectionRefusedError("refused")
+        return real(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", flaky)
+    refusals["left"] = 1
+    assert pool.collect(timeout=0) == [] and pool.gone is None, "one refusal, then the head answers"
+    assert refusals["left"] == 0 and len(fake.waits) == 1, "the poll went on after the check"
+    for _ in range(3):  # no count across checks: each may have all but one of its tries refused
+        refusals["left"] = ray_cluster.HEAD_CHECKS - 1
+        assert pool.collect(timeout=0) == [] and pool.gone is None and pool.pending == 1
+    refusals["left"] = ray_cluster.HEAD_CHECKS
     pool.collect(timeout=0)
-    assert pool.gone is not None and pool.pending == 0
+    assert pool.gone is not None and pool.pending == 0, "every try of one check refused: gone"
 
 
 def test_a_plan_whose_head_goes_away_keeps_what_arrived(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
     """Through run_plan_pool: the run started on node-b1 is recorded there, the result that arrived
-    in the last poll is saved, and the summary says why the plan stopped."""
+    in the last poll before the head went is saved, and the summary says why the plan stopped."""
     pool, fake, _ = make_pool(head)
     cpu, gpu = specs_of(tmp_path)
     res = tmp_path / "res"
-    head.close()
     polls = {"n": 0}
     wait = fake.wait
 
     def scripted_wait(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
         polls["n"] += 1
         started(fake, 0, "n2", "node-b1")
-        if polls["n"] == ray_cluster.HEAD_CHECKS:
+        if polls["n"] == 3:
             value = {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()}
             fake.finish(fake.submissions[1].ref, value)
+            head.close()  # the next check of the head is refused
         return wait(refs, num_returns=num_returns, timeout=timeout)
 
     fake.wait = scripted_wait  # type: ignore[method-assign]
     summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
-    assert polls["n"] == ray_cluster.HEAD_CHECKS
+    assert polls["n"] == 3, "no poll of Ray after the head was found gone"
     [lost] = _on_disk(res, "node-b1", cpu)
     assert lost.status == "error" and "stopped answering" in lost.message
     assert [r.status for r in _on_disk(res, "node-b2", gpu)] == ["ok"]
     assert summary.failed and summary.stopped and pool.address in summary.stopped
     assert any(pool.address in line for line in summary.lines()), summary.lines()
-    assert fake.shutdowns == 1, "the pool left the cluster"
+    assert fake.shutdowns == 0 and fake.cancels == [], "nothing is asked of a cluster that is gone"
 
 
 def test_run_one_spec_returns_the_result_of_its_retry(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
@@ -657,10 +711,120 @@ def test_cancel_all_cancels_politely_then_by_force(tmp_path: Path, head: socket.
     a, b = (s.ref for s in fake.submissions)
     assert fake.cancels == [(a, False), (b, False), (a, True), (b, True)]
     assert fake.waits[-1]["timeout"] == ray_cluster.CANCEL_GRACE_S and set(fake.waits[-1]["refs"]) == {a, b}
-    assert said == ["cancelling 2 Ray task(s); each removes its container"]
+    assert said == ["cancelling 2 Ray task(s); each removes its container (Ctrl-C again: force at once)"]
     assert pool.pending == 0
     pool.close()
     assert fake.shutdowns == 1 and len(fake.cancels) == 4, "nothing left to cancel"
+
+
+def test_a_second_interrupt_during_the_polite_wait_still_forces_every_task(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+
+    def interrupted(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
+        raise KeyboardInterrupt  # Ctrl-C again while the tasks remove their containers
+
+    fake.wait = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        pool.cancel_all(say=lambda _line: None)
+    a, b = (s.ref for s in fake.submissions)
+    assert fake.cancels == [(a, False), (b, False), (a, True), (b, True)]
+    assert pool.pending == 0
+
+
+def test_the_orchestrators_records_take_the_backend_the_node_said(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    started(fake, 0, "n2", "node-b1")
+    fake.marks[fake.key(0)]["backend"] = "local"  # the node's "ready" mark: it runs points without Docker
+    for sub in fake.submissions:
+        fake.fail(sub.ref, RayTaskError("Traceback...\nRuntimeError: boom"))
+    said, unsaid = pool.collect(timeout=0)
+    assert said.spec == cpu and said.result.run["backend"] == "local"
+    assert unsaid.spec == gpu and unsaid.result.run["backend"] == "ray", "no mark: the pool's own name"
+
+
+def test_a_ray_client_address_is_refused(no_real_ray: None) -> None:
+    with pytest.raises(ray_cluster.BackendUnavailable) as info:
+        RayPool("m", address="ray://h:10001", ray_module=StandInRay())
+    assert "ray://" in str(info.value) and "HOST:PORT" in str(info.value)
+    assert RayPool("m", address="  ", ray_module=StandInRay()).address is None, "blank: a local instance"
+
+
+# --- a run on its node, interruptible ---------------------------------------------------------------
+
+
+def test_interruptible_returns_the_works_value_from_a_thread_of_its_own() -> None:
+    stops: list[str] = []
+    where = ray_cluster._interruptible(lambda: threading.current_thread(), lambda: stops.append("stop"))
+    assert where is not threading.current_thread() and where.name == "suite-ray-run"
+    assert ray_cluster._interruptible(lambda: 42, lambda: stops.append("stop")) == 42
+    assert stops == [], "nothing to stop when the work ends on its own"
+
+
+def test_interruptible_raises_the_works_exception_in_the_caller() -> None:
+    def work() -> None:
+        raise ValueError("the run failed")
+
+    with pytest.raises(ValueError, match="the run failed"):
+        ray_cluster._interruptible(work, lambda: None)
+
+
+@dataclass
+class BlockedWork:
+    """A run blocked in one call (its container's wait) until ``stop`` (the backend's close) ends it."""
+
+    unblocked: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
+    stops: int = 0
+    cleanup_s: float = 0.0
+
+    def work(self) -> str:
+        try:
+            return "stopped" if self.unblocked.wait(30) else "never stopped"
+        finally:
+            time.sleep(self.cleanup_s)  # removing what the run left
+            self.ended.set()
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.unblocked.set()
+
+
+def _interrupted_while_waiting(blocked: BlockedWork) -> None:
+    """``_interruptible`` with a KeyboardInterrupt raised in this (the waiting) thread, as Ray's
+    cancel raises it, 0.2 s in; it must go on out of ``_interruptible``."""
+    timer = threading.Timer(0.2, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ray_cluster._interruptible(blocked.work, blocked.stop)
+    finally:
+        timer.cancel()
+
+
+def test_an_interrupt_while_waiting_stops_the_work_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
+    blocked = BlockedWork()
+    _interrupted_while_waiting(blocked)
+    assert blocked.stops == 1, "stop() ends the blocked wait"
+    assert blocked.ended.wait(5), "the work's thread ended once stopped"
+
+
+def test_an_interrupt_gives_the_work_time_to_clean_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
+    monkeypatch.setattr(ray_cluster, "STOP_WAIT_S", 5.0)
+    blocked = BlockedWork(cleanup_s=0.3)
+    _interrupted_while_waiting(blocked)
+    assert blocked.ended.is_set(), "the interrupt went on before the work's thread had cleaned up"
 
 
 # --- run_plan_pool with a stand-in pool ------------------------------------------------------------
@@ -673,15 +837,14 @@ class StandInPool:
 
     machine: str = "orchestrator"
     where: str = "the test pool"
-    names: list[str] = field(default_factory=lambda: ["node-a", "node-b", "orchestrator"])
     skip: dict[str, str] = field(default_factory=dict)  # device -> reason
     batches: list[Any] = field(default_factory=list)
     submitted: list[plan.RunSpec] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     outstanding: int = 0
 
-    def machines(self) -> list[str]:
-        return list(self.names)
+    def counts_as_done(self, result: RunResult) -> bool:
+        return "ray" in result.run
 
     def skip_reason(self, spec: plan.RunSpec) -> str | None:
         return self.skip.get(spec.device)
@@ -740,7 +903,8 @@ def test_a_run_ok_in_another_folder_of_the_pool_is_already_done(tmp_path: Path) 
     cpu, gpu = specs_of(tmp_path)
     res = tmp_path / "res"
     results.save(ok_result(cpu, "node-b"), res / "node-b" / cpu.scenario, cpu.run_id)
-    results.save(ok_result(gpu, "elsewhere"), res / "elsewhere" / gpu.scenario, gpu.run_id)  # not of this pool
+    not_ray = RunResult(status="ok", spec=gpu.to_dict(), run={"backend": "docker", "machine": "elsewhere"})
+    results.save(not_ray, res / "elsewhere" / gpu.scenario, gpu.run_id)  # no Ray node made it
     pool = StandInPool()
     pool.batches = [[Finished(gpu, "node-a", ok_result(gpu, "node-a"))]]
     lines: list[str] = []
@@ -907,25 +1071,34 @@ def test_a_bad_gpu_model_in_a_scenario_names_the_file_and_key(tmp_path: Path) ->
 # --- the head going away, through the command line -------------------------------------------------
 
 
-def test_cli_says_the_cluster_stopped_answering_and_exits_1(
+def test_cli_says_the_cluster_stopped_answering_and_ends_the_process_with_1(
     tmp_path: Path, no_real_ray: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The summary is printed and flushed, then os._exit(1): Ray's own shutdown would block."""
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
     address = f"127.0.0.1:{probe.getsockname()[1]}"
     probe.close()  # nothing listens there: every check of the head is refused
     fake = StandInRay(gcs_address=address, node_list=cluster())
     monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
+    exits: list[int] = []
+
+    def _exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)  # the process would end here; this one (pytest's) goes on
+
+    monkeypatch.setattr(cli.os, "_exit", _exit)
     cpu_only = "name: headgone\nquestion: Does the plan end?\nrepeats: 1\ndata: {allow_synthetic: true}\n"
     path = write_scenario(tmp_path, "headgone", cpu_only)
     args = ["run", str(path), "--backend", "ray", "--ray-address", address, "--smoke", "--machine", "orch"]
-    rc = cli.main([*args, "--results", str(tmp_path / "res")])
+    with pytest.raises(SystemExit) as info:
+        cli.main([*args, "--results", str(tmp_path / "res")])
     out = capsys.readouterr()
     said = out.out + out.err
-    assert rc == 1, said
+    assert info.value.code == 1 and exits == [1], said
     assert re.search(rf"Ray cluster at {re.escape(address)} stopped answering", said), said
     assert "Traceback" not in said
-    assert fake.submissions and fake.shutdowns == 1
+    assert fake.submissions and fake.shutdowns == 0 and not fake.waits, "no Ray call once the head is gone"
 
 
 def test_check_shows_which_points_the_cluster_can_place(
@@ -935,8 +1108,15 @@ def test_check_shows_which_points_the_cluster_can_place(
     monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
     nobody = write_scenario(tmp_path, "nobody", SCENARIO.format(name="nobody") + "gpu_model: C\n")
     anyone = write_scenario(tmp_path, "anyone", SCENARIO.format(name="anyone"))
+    res = tmp_path / "res"
+    cpu, gpu = plan.expand(scenario.load(anyone))  # as check plans them
+    # On file: the cpu run by a Ray node (whose folder no node of the cluster names any more), the
+    # gpu run by a plain docker run of some machine: only the first is this pool's.
+    results.save(ok_result(cpu, "gone-node"), res / "gone-node" / cpu.scenario, cpu.run_id)
+    not_ray = RunResult(status="ok", spec=gpu.to_dict(), run={"backend": "docker", "machine": "box"})
+    results.save(not_ray, res / "box" / gpu.scenario, gpu.run_id)
     args = ["check", str(nobody), str(anyone), "--backend", "ray", "--ray-address", "10.0.0.1:6379"]
-    rc = cli.main([*args, "--results", str(tmp_path / "res"), "--machine", "orch"])
+    rc = cli.main([*args, "--results", str(res), "--machine", "orch"])
     out = capsys.readouterr().out
     assert rc == 0, out
     rows = {
@@ -947,8 +1127,11 @@ def test_check_shows_which_points_the_cluster_can_place(
         f"skipped: no node of {where} offers gpu_model:C (offered: gpu_model:A, gpu_model:B)"
         in rows["nobody device=cpu"]
     ), out
-    assert "will run" in rows["anyone device=cpu"] and "will run" in rows["anyone device=gpu:2"], out
-    assert "backend: ray (--backend)" in out and str(Path("res") / "node-b1") in out, out
+    assert "done (ok on file" in rows["anyone device=cpu"], out
+    assert "will run" in rows["anyone device=gpu:2"], out
+    [line] = [line for line in out.splitlines() if "earlier results:" in line]
+    assert "backend: ray (--backend)" in line and "(none yet)" not in line, line
+    assert str(Path("res") / "box") in line and str(Path("res") / "gone-node") in line, line
     assert fake.inits[0]["address"] == "10.0.0.1:6379" and fake.shutdowns == 1 and not fake.submissions
 
 

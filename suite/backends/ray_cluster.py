@@ -51,7 +51,7 @@ CANCEL_GRACE_S = 20.0  # after a polite cancel (the task removes its container),
 DEADLINE_MARGIN_S = 60.0  # beyond timeout_s and the worker's grace before the orchestrator cancels
 POLL_S = 1.0
 STEP_S = 0.2  # how often a node's task looks for a cancel while its run goes on
-STOP_WAIT_S = 30.0  # after a cancel, how long the run's thread may take to clean up
+STOP_WAIT_S = 5.0  # after a cancel and close (containers removed), how long the run's thread may tidy up
 HEAD_CHECKS = 5  # GCS connection refusals in a row, HEAD_RETRY_S apart, before the cluster is called gone
 HEAD_RETRY_S = 0.5
 READY_LIMIT_S = 3600.0  # what a node may spend making the run's image before the run's limit starts
@@ -199,21 +199,26 @@ def _interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
     blocked wait, and the work's thread is given time to clean up before the interrupt goes on.
     """
     box: dict[str, Any] = {}
+    # An Event, not Thread.join: an interrupt inside join marks the thread as ended on Python 3.11
+    # (its lock-wait handling), and a second join would then not wait for the cleanup at all.
+    ended = threading.Event()
 
     def run() -> None:
         try:
             box["value"] = work()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = exc
+        finally:
+            ended.set()
 
     thread = threading.Thread(target=run, name="suite-ray-run", daemon=True)
     thread.start()
     try:
-        while thread.is_alive():
-            thread.join(STEP_S)
+        while not ended.wait(STEP_S):
+            pass
     except BaseException:
         stop()
-        thread.join(STOP_WAIT_S)
+        ended.wait(STOP_WAIT_S)
         raise
     if "error" in box:
         raise box["error"]
