@@ -589,9 +589,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             summary = runner.run_plan_pool(specs, backend, args.results, fresh=args.fresh, live=sys.stdout.isatty())
         else:
             print(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
-            summary = runner.run_plan(
-                specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty()
-            )
+            summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty())
     for line in summary.lines():
         print(line)
     if summary.stopped:

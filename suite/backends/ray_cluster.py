@@ -590,9 +590,7 @@ class RayPool:
         problem = placement_problem(demand(attempt.spec, self.gpu_model), self.nodes(max_age_s=0), self.where)
         if problem:
             lost = out[0].result
-            out[0] = replace(
-                out[0], result=replace(lost, message=f"{lost.message}; not retried: {problem}")
-            )
+            out[0] = replace(out[0], result=replace(lost, message=f"{lost.message}; not retried: {problem}"))
             return out
         self.submit(attempt.spec, attempt=2, retry_of=attempt.key)
         out[0] = replace(out[0], retried=True)
