@@ -1162,3 +1162,39 @@ def test_a_lost_run_whose_retry_succeeds_does_not_fail_the_plan(tmp_path: Path) 
     assert summary.counts == {"error, retried": 1, "ok": 1} and not summary.failed, summary.counts
     assert [r.status for r in _on_disk(res, "node-b1", cpu)] == ["error"], "the lost attempt is kept"
     assert any("(retry) on node-b2: ok" in line for line in lines), lines
+
+
+def test_a_node_list_that_does_not_come_serves_the_last_one(
+    head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A head that dies during ray.nodes() leaves Ray's client waiting until Ray ends the process.
+    monkeypatch.setattr(ray_cluster, "GCS_CALL_S", 0.2)
+    pool, fake, clock = make_pool(head)
+    first = pool.nodes()
+    hang = threading.Event()
+    monkeypatch.setattr(fake, "nodes", lambda: hang.wait(30) and [])
+    started = time.monotonic()
+    assert pool.nodes(max_age_s=0) == first, "the list seen last"
+    assert time.monotonic() - started < 5
+    hang.set()
+
+
+def test_a_first_node_list_that_does_not_come_is_said(
+    head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_cluster, "GCS_CALL_S", 0.2)
+    pool, fake, _ = make_pool(head)
+    hang = threading.Event()
+    monkeypatch.setattr(fake, "nodes", lambda: hang.wait(30) and [])
+    with pytest.raises(ray_cluster.BackendUnavailable, match="did not list its nodes in 0.2 s"):
+        pool.nodes()
+    hang.set()
+
+
+def test_within_returns_raises_or_gives_up() -> None:
+    assert ray_cluster._within(1, lambda: 7) == 7
+    with pytest.raises(ValueError, match="bad"):
+        ray_cluster._within(1, lambda: (_ for _ in ()).throw(ValueError("bad")))
+    gate = threading.Event()
+    assert ray_cluster._within(0.1, lambda: gate.wait(10)) is None
+    gate.set()

@@ -50,6 +50,7 @@ MODEL_SHARE = 0.001  # what a run asks of gpu_model:NAME: it selects nodes, it c
 CANCEL_GRACE_S = 20.0  # after a polite cancel (the task removes its container), before a forced one
 DEADLINE_MARGIN_S = 60.0  # beyond timeout_s and the worker's grace before the orchestrator cancels
 POLL_S = 1.0
+GCS_CALL_S = 5.0  # the longest a call that needs the head may take before the last answer serves
 STEP_S = 0.2  # how often a node's task looks for a cancel while its run goes on
 STOP_WAIT_S = 5.0  # after a cancel and close (containers removed), how long the run's thread may tidy up
 HEAD_CHECKS = 5  # GCS connection refusals in a row, HEAD_RETRY_S apart, before the cluster is called gone
@@ -220,6 +221,28 @@ def _interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
         stop()
         ended.wait(STOP_WAIT_S)
         raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()``'s value, or None when it has not returned within ``seconds`` (it is then left to
+    finish, or not, in a daemon thread); its exception is raised here."""
+    box: dict[str, Any] = {}
+    ended = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller
+            box["error"] = exc
+        finally:
+            ended.set()
+
+    threading.Thread(target=run, name="suite-ray-call", daemon=True).start()
+    if not ended.wait(seconds):
+        return None
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -465,7 +488,14 @@ class RayPool:
         now = self.clock()
         if self._nodes_cache is None or now - self._nodes_cache[0] >= max_age_s:
             self.connect()
-            self._nodes_cache = (now, list(self.ray.nodes()))
+            # Bounded: a head that dies during the call leaves Ray's client waiting until Ray ends the
+            # process; the list seen last serves until the next poll's head check decides.
+            listed = _within(GCS_CALL_S, self.ray.nodes)
+            if listed is None:
+                if self._nodes_cache is None:
+                    raise BackendUnavailable(f"--backend ray: {self.where} did not list its nodes in {GCS_CALL_S:g} s")
+                return self._nodes_cache[1]
+            self._nodes_cache = (now, list(listed))
         return self._nodes_cache[1]
 
     def counts_as_done(self, result: RunResult) -> bool:
@@ -660,7 +690,7 @@ class RayPool:
         """The board's snapshot (the last one seen once the cluster is gone: the board went with it)."""
         if self.gone is None:
             try:
-                self._last_marks = dict(self.ray.get(self._board.snapshot.remote(), timeout=10))
+                self._last_marks = dict(self.ray.get(self._board.snapshot.remote(), timeout=GCS_CALL_S))
             except Exception:  # noqa: BLE001 - without the board the tasks' own deadlines still hold
                 pass
         return self._last_marks
