@@ -1198,3 +1198,21 @@ def test_within_returns_raises_or_gives_up() -> None:
     gate = threading.Event()
     assert ray_cluster._within(0.1, lambda: gate.wait(10)) is None
     gate.set()
+
+
+def test_a_task_given_other_gpus_gets_a_backend_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Ray worker process serves many tasks; a backend keeps the GPU pool it read from the
+    # CUDA_VISIBLE_DEVICES Ray set for its first task, so one cached for GPU 0 must not run GPU 1's.
+    from suite import engine
+
+    monkeypatch.setattr(engine, "engine_answers", lambda _host=None: False)
+    monkeypatch.setattr(ray_cluster.provenance, "venv_environment", lambda *_a, **_k: {"kind": "venv"})
+    monkeypatch.setattr(ray_cluster, "_node_backends", {})
+    job = {"session": "s1", "suite": {"git_revision": "abc"}}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    first = ray_cluster._node_backend("node-a", job)
+    assert ray_cluster._node_backend("node-a", job) is first, "the same GPUs: the same backend"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    second = ray_cluster._node_backend("node-a", job)
+    assert second is not first and second.name == "local"
+    assert second.suite_provenance() == {"git_revision": "abc"}, "the shipped checkout's identity"

@@ -134,7 +134,9 @@ def _need_text(need: dict[str, float]) -> str:
 
 # -- on the node ------------------------------------------------------------------------------------
 
-_node_backends: dict[tuple[str, str], Any] = {}  # (machine, session) -> backend, per Ray worker process
+# (machine, plan session, the GPUs Ray gave the task) -> backend, per Ray worker process: a backend
+# keeps the GPU pool it read from CUDA_VISIBLE_DEVICES, and a worker process serves tasks given others.
+_node_backends: dict[tuple[str, str, str | None], Any] = {}
 _built: set[str] = set()  # image names this worker process made sure of
 
 
@@ -184,7 +186,7 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         measured = [[list(k), v] for k, v in peaks.items() if k not in before]
     except BaseException:
         backend.close()  # a cancel (KeyboardInterrupt here): no container of the session stays
-        _node_backends.pop((machine, job["session"]), None)
+        _node_backends.pop(_backend_key(machine, job), None)
         raise
     result = replace(result, run={**result.run, "ray": facts})
     return {"machine": machine, "node_id": node_id, "result": result.to_dict(), "peaks": measured}
@@ -287,9 +289,10 @@ def _mark(board: Any, key: str, what: str, **facts: Any) -> None:
 
 
 def _node_backend(machine: str, job: dict[str, Any]) -> Any:
-    """This node's backend for the plan: Docker when its engine answers, else local; one per plan
-    and worker process (a Docker backend asks its engine for the GPUs once)."""
-    key = (machine, job["session"])
+    """This node's backend for the plan: Docker when its engine answers, else local; one per plan,
+    worker process and set of GPUs Ray gave the task (a backend reads its GPU pool once, from the
+    CUDA_VISIBLE_DEVICES Ray set, and a Docker backend asks its engine for the GPUs once)."""
+    key = _backend_key(machine, job)
     if key not in _node_backends:
         from suite.backends import docker_parts, local
         from suite.engine import engine_answers
@@ -317,6 +320,10 @@ def _node_backend(machine: str, job: dict[str, Any]) -> Any:
         backend.suite_provenance = lambda: dict(shipped)  # type: ignore[method-assign]
         _node_backends[key] = backend
     return _node_backends[key]
+
+
+def _backend_key(machine: str, job: dict[str, Any]) -> tuple[str, str, str | None]:
+    return machine, job["session"], os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def _ensure_image(backend: Any, spec: RunSpec) -> None:
