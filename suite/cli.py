@@ -539,6 +539,11 @@ def _check_ray_args(args: argparse.Namespace) -> None:
     """The Ray flags belong to --backend ray, and the flags that pick an engine or GPUs do not: on a
     cluster each node uses its own engine and the GPUs Ray assigns."""
     if args.backend == "ray":
+        address = getattr(args, "ray_address", None)
+        if address is not None and not address.strip():
+            raise UsageError(
+                "--ray-address is empty: give the head's HOST:PORT, or leave the flag out for a local instance"
+            )
         model = getattr(args, "gpu_model", None)
         pattern = SETTINGS["gpu_model"]["pattern"]
         if model is not None and not re.search(pattern, model):

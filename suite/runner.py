@@ -258,7 +258,10 @@ def run_plan_pool(
         summary.stopped = getattr(pool, "gone", None)
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
         try:
-            pool.cancel_all(say=progress.line)
+            # Runs that ended with a result while the others were being cancelled are kept.
+            for done in pool.cancel_all(say=progress.line) or []:
+                head = heads.get((done.spec.fingerprint, done.spec.repetition), done.spec.run_id)
+                _save_pool(done, results_dir, head, summary, progress, retry=False)
         finally:
             raise
     finally:

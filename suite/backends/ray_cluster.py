@@ -55,6 +55,7 @@ STEP_S = 0.2  # how often a node's task looks for a cancel while its run goes on
 STOP_WAIT_S = 5.0  # after a cancel and close (containers removed), how long the run's thread may tidy up
 HEAD_CHECKS = 5  # GCS connection refusals in a row, HEAD_RETRY_S apart, before the cluster is called gone
 HEAD_RETRY_S = 0.5
+HEAD_SILENT_S = 120.0  # a head that neither answers nor refuses for this long is gone too
 READY_LIMIT_S = 3600.0  # what a node may spend making the run's image before the run's limit starts
 LOST_NODE_WAIT_S = 45.0  # how long a crashed task's node may take to be declared dead (Ray's health check)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -174,7 +175,10 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         _mark(board, job["key"], "ready", backend=backend.name)  # the run's deadline counts from here
         from suite import runner
 
-        peaks = {_peak_key(k): v for k, v in (job.get("peaks") or {}).get(node_id, [])}
+        # This node's calibrations so far in the plan, from the board (every run is submitted at once,
+        # so what the orchestrator knew at submit time is nothing); the job's copy without a board.
+        known = _peaks_of(board, node_id) if board is not None else (job.get("peaks") or {}).get(node_id, [])
+        peaks = {_peak_key(k): v for k, v in known}
         before = set(peaks)
         # The node's own rule first: Ray placed the run by resources, but only the node knows whether
         # its engine has a GPU runtime or its TensorFlow can see a GPU.
@@ -184,6 +188,8 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         else:
             result = _interruptible(lambda: runner._run_with_peak(spec, backend, peaks), backend.close)
         measured = [[list(k), v] for k, v in peaks.items() if k not in before]
+        if measured and board is not None:
+            board.add_peaks.remote(node_id, measured)
     except BaseException:
         backend.close()  # a cancel (KeyboardInterrupt here): no container of the session stays
         _node_backends.pop(_backend_key(machine, job), None)
@@ -248,6 +254,15 @@ def _within(seconds: float, call: Callable[[], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _peaks_of(board: Any, node_id: str) -> list:
+    import ray
+
+    try:
+        return list(ray.get(board.peaks_of.remote(node_id), timeout=30))
+    except Exception:  # noqa: BLE001 - without it the run measures its own peak, as a first run does
+        return []
 
 
 def _peak_key(value: Any) -> tuple:
@@ -346,7 +361,9 @@ def _ensure_image(backend: Any, spec: RunSpec) -> None:
 
 class Board:
     """A Ray actor the tasks tell when they start and when their image is ready: the orchestrator's
-    clock for the deadline, and where a lost run was running. Holds no result.
+    clock for the deadline, and where a lost run was running; and each node's peak calibrations, so
+    a node's later runs reuse its first measurement as ``run_plan`` does on one machine. Holds no
+    result.
 
     Times are the board's own, taken as a mark arrives, and handed out as ages (``started_for_s``,
     ``ready_for_s``): the nodes', the board's and the orchestrator's clocks never meet.
@@ -354,6 +371,13 @@ class Board:
 
     def __init__(self) -> None:
         self.marks: dict[str, dict[str, Any]] = {}
+        self.peaks: dict[str, list] = {}  # node id -> [[peak key, peak]]: the node's calibrations so far
+
+    def peaks_of(self, node_id: str) -> list:
+        return list(self.peaks.get(node_id, []))
+
+    def add_peaks(self, node_id: str, measured: list) -> None:
+        self.peaks.setdefault(node_id, []).extend(measured)
 
     def mark(self, key: str, what: str, at: float, facts: dict[str, Any]) -> None:
         del at  # the node's clock: kept out
@@ -439,6 +463,7 @@ class RayPool:
         self._nodes_cache: tuple[float, list[dict[str, Any]]] | None = None
         self.gone: str | None = None  # set when the cluster stopped answering: why the plan ended
         self._last_marks: dict[str, dict[str, Any]] = {}
+        self._silent_since: float | None = None
         self._unplaceable_since: dict[str, float] = {}
 
     # -- connection -----------------------------------------------------------------------------
@@ -532,6 +557,8 @@ class RayPool:
     def skipped(self, spec: RunSpec, reason: str) -> RunResult:
         now = now_iso()
         run = {**self.run_info(), "started_at": now, "finished_at": now}
+        # The model asked for, as a node's record names it: a rerun then finds this skip (counts_as_done).
+        run["ray"] = {**run["ray"], "gpu_model": gpu_model_of(spec, self.gpu_model)}
         return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run=run, provenance=self._stamp())
 
     def _stamp(self) -> dict[str, Any]:
@@ -579,10 +606,14 @@ class RayPool:
         # and Ray ends this process on its own within a minute (its raylet or GCS client gives up).
         if not self._head_answers():
             self.gone = (
-                f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections); "
+                f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections, or has "
+                f"not answered for {HEAD_SILENT_S:g} s); "
                 "the plan ends here. Results already saved are kept; rerun the same command to resume."
             )
-            return self._abandon_all(f"{self.where} stopped answering (its head at {self.gcs_address} is gone)")
+            return self._abandon_all(
+                f"outcome unknown: {self.where} stopped answering (its head at {self.gcs_address} is gone) "
+                "while this run was in progress on its node, and its result, if any, could not come back"
+            )
         ray = self.ray
         done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout)
         out: list[Finished] = []
@@ -710,10 +741,18 @@ class RayPool:
         for attempt in range(HEAD_CHECKS):
             try:
                 with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+                    self._silent_since = None
                     return True
+            except (ConnectionRefusedError, ConnectionResetError):
+                pass  # the head's machine answers: nothing listens there any more
             except OSError:
-                if attempt < HEAD_CHECKS - 1:
-                    time.sleep(HEAD_RETRY_S)
+                # No answer at all (a network pause, a busy host): gone only when it lasts; Ray's own
+                # clients wait far longer (RAY_gcs_rpc_server_reconnect_timeout_s, set above).
+                now = self.clock()
+                self._silent_since = self._silent_since if self._silent_since is not None else now
+                return now - self._silent_since < HEAD_SILENT_S
+            if attempt < HEAD_CHECKS - 1:
+                time.sleep(HEAD_RETRY_S)
         return False
 
     def _recorded(self, attempt: Attempt, status: str, message: str) -> Finished:
@@ -751,7 +790,7 @@ class RayPool:
         left for the next run (they never ran)."""
         marks = self._marks()
         out = [
-            self._recorded(a, "error", f"{why} during the run")
+            self._recorded(a, "error", why)
             for a in self._pending.values()
             if marks.get(a.key, {}).get("started_for_s") is not None
         ]
@@ -760,12 +799,14 @@ class RayPool:
 
     # -- stopping ---------------------------------------------------------------------------------
 
-    def cancel_all(self, say: Callable[[str], None] = print) -> None:
-        """Cancel every task: politely first (each kills and removes its container), then by force."""
+    def cancel_all(self, say: Callable[[str], None] = print) -> list[Finished]:
+        """Cancel every task: politely first (each kills and removes its container), then by force.
+        Returns the runs that finished with a result meanwhile (to be saved): a cancelled one has none."""
         if not self._pending or not self._connected:
-            return
+            return []
         ray = self.ray
         refs = list(self._pending)
+        finished: list[Finished] = []
         say(f"cancelling {len(refs)} Ray task(s); each removes its container (Ctrl-C again: force at once)")
         try:
             for ref in refs:
@@ -774,9 +815,17 @@ class RayPool:
                 except Exception:  # noqa: BLE001
                     pass
             try:
-                ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
             except Exception:  # noqa: BLE001
-                pass
+                done = []
+            for ref in done:
+                try:
+                    value = ray.get(ref, timeout=GCS_CALL_S)
+                except Exception:  # noqa: BLE001 - cancelled, or failed: no result to keep
+                    continue
+                finished.append(
+                    Finished(self._pending[ref].spec, value["machine"], RunResult.from_dict(value["result"]))
+                )
         finally:
             # Whatever is left is forced, also after a second Ctrl-C: its container is then removed
             # by the worker's own deadline or the next session on that engine (docker_parts reaping).
@@ -786,6 +835,7 @@ class RayPool:
                 except Exception:  # noqa: BLE001 - done already, or the cluster is gone
                     pass
             self._pending.clear()
+        return finished
 
     def close(self) -> None:
         """Cancel what is left and leave the cluster (stopping the local instance the pool started)."""
