@@ -145,8 +145,10 @@ def ray_once(pool: RayPool, spec: RunSpec, rnd: int) -> Sample:
             result = done.result
     back = time.time()
     checked(result, "ray")
+    # The board hands out ages by its own clock (Board.snapshot): the start, on this machine's clock.
     mark = pool._marks().get(f"{pool.session}-{before + 1}", {})
-    started = mark.get("started")
+    started_for = mark.get("started_for_s")
+    started = time.time() - float(started_for) if started_for is not None else None
     return Sample(
         "ray",
         rnd,
