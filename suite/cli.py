@@ -416,6 +416,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             first = runs[0]
             status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)
             rows.append([scenario, label, first.device, len(runs), first.fingerprint[:12], status, estimate])
+        pool_note = None
+        if getattr(backend, "where", None) is not None:
+            slots = sum(float(n.get("Resources", {}).get("suite_slot", 0)) for n in backend.nodes() if n.get("Alive"))
+            pool_note = (
+                f"on {backend.where}: the estimate adds the runs up; up to {slots:g} run at once (suite_slot), "
+                "and a node may still skip a point its engine or TensorFlow cannot run (no GPU runtime)"
+            )
     finally:
         backend.close()
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
@@ -426,6 +433,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     shown = ", ".join(str(_display_path(f)) for f in folders)
     print(f"backend: {chosen}; earlier results: {shown}" + ("" if any(f.is_dir() for f in folders) else " (none yet)"))
     print(total.text())
+    if pool_note:
+        print(pool_note)
     data: dict[str, tuple[int, str]] = {}
     for s in specs:
         identity = s.config["data"]["identity"]
