@@ -349,6 +349,22 @@ def test_the_board_hands_out_ages_by_its_own_clock() -> None:
     assert "started" not in snap and "ready" not in snap
 
 
+def test_the_board_keeps_each_nodes_peak_calibrations_apart() -> None:
+    board = ray_cluster.Board()
+    assert board.peaks_of("n1") == [], "no calibration yet"
+    cpu_peak = [["docker", "default", "tensorflow", "cpu", "float32", None, None], {"flops_per_s": 1.0}]
+    gpu_peak = [["docker", "default", "tensorflow", "gpu", "float32", None, None], {"flops_per_s": 9.0}]
+    other = [["local", "default", "tensorflow", "cpu", "float32", None, None], {"flops_per_s": 2.0}]
+    board.add_peaks("n1", [cpu_peak])
+    board.add_peaks("n2", [other])
+    board.add_peaks("n1", [gpu_peak])
+    assert board.peaks_of("n1") == [cpu_peak, gpu_peak], "what was added for n1, in order"
+    assert board.peaks_of("n2") == [other]
+    assert board.peaks_of("n3") == []
+    board.peaks_of("n1").clear()  # a caller's copy: the board keeps its own
+    assert board.peaks_of("n1") == [cpu_peak, gpu_peak]
+
+
 def test_a_task_stuck_before_its_image_is_ready_is_cancelled(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
@@ -403,6 +419,39 @@ def test_only_a_ray_result_on_the_model_asked_counts_as_done(
     assert not pool.counts_as_done(plain), "a docker run of some machine is not this pool's"
     spec_a = {**cpu.to_dict(), "config": {**cpu.config, "gpu_model": "A"}}
     assert pool.counts_as_done(RunResult(status="ok", spec=spec_a, run=on_a.run)), "the scenario's own model wins"
+
+
+def test_a_skip_records_the_gpu_model_asked_so_the_pool_finds_it_again(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, _, _ = make_pool(head, gpu_model="B")
+    cpu, _ = specs_of(tmp_path)
+    own = replace(cpu, config={**cpu.config, "gpu_model": "A"})
+    skip = pool.skipped(cpu, "no node offers it")
+    assert skip.status == "skipped" and skip.run["ray"]["gpu_model"] == "B", "--gpu-model"
+    assert skip.run["ray"]["session"] == pool.session and skip.run["ray"]["address"] == pool.address
+    assert pool.counts_as_done(skip)
+    own_skip = pool.skipped(own, "no node offers it")
+    assert own_skip.run["ray"]["gpu_model"] == "A", "the scenario's own model wins"
+    assert pool.counts_as_done(own_skip)
+
+
+def test_a_rerun_says_a_skip_was_recorded_before_instead_of_writing_it_again(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    """Through run_plan_pool with a real RayPool: --gpu-model C, which no node offers."""
+    cpu, _ = specs_of(tmp_path)
+    res = tmp_path / "res"
+    first, _, _ = make_pool(head, gpu_model="C")
+    runner.run_plan_pool([cpu], first, res, say=lambda _line: None)
+    [skip] = _on_disk(res, "orchestrator", cpu)
+    assert skip.status == "skipped" and "gpu_model:C" in skip.message
+    again, fake, _ = make_pool(head, gpu_model="C")
+    lines: list[str] = []
+    summary = runner.run_plan_pool([cpu], again, res, say=lines.append)
+    assert any("skipped, as recorded before" in line for line in lines), lines
+    assert len(_on_disk(res, "orchestrator", cpu)) == 1, "no second skip record"
+    assert summary.counts["skipped"] == 1 and not fake.submissions
 
 
 def test_an_ok_result_comes_back_under_the_nodes_machine(
@@ -638,6 +687,77 @@ def test_a_refusal_then_an_answer_within_one_check_is_not_a_lost_head(
     assert pool.gone is not None and pool.pending == 0, "every try of one check refused: gone"
 
 
+def _head_replies(monkeypatch: pytest.MonkeyPatch, head: socket.socket) -> dict[str, str]:
+    """The head's replies to the pool's checks, by hand: ``reply["now"]`` is "answer" (a connection
+    is made), "silent" (the connection times out) or "refuse"; returns that dict to set."""
+    reply = {"now": "answer"}
+    real = socket.create_connection
+
+    def scripted(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
+        if address[1] == head.getsockname()[1]:
+            if reply["now"] == "silent":
+                raise TimeoutError("timed out")  # socket.timeout is TimeoutError
+            if reply["now"] == "refuse":
+                raise ConnectionRefusedError("refused")
+        return real(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", scripted)
+    return reply
+
+
+def test_a_silent_head_is_gone_only_after_head_silent_s_by_the_pools_clock(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool, fake, clock = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    reply = _head_replies(monkeypatch, head)
+    reply["now"] = "silent"
+    assert pool._head_answers(), "a pause: not gone yet"
+    clock.t += ray_cluster.HEAD_SILENT_S - 1
+    assert pool._head_answers(), "silent for less than HEAD_SILENT_S"
+    assert pool.collect(timeout=0) == [] and pool.gone is None and pool.pending == 1
+    clock.t += 2
+    assert not pool._head_answers(), "silent for HEAD_SILENT_S: gone"
+    [lost] = pool.collect(timeout=0)
+    assert pool.gone is not None and f"{ray_cluster.HEAD_SILENT_S:g} s" in pool.gone, pool.gone
+    assert lost.machine == "node-b1" and lost.result.status == "error"
+    assert lost.result.message.startswith("outcome unknown:"), lost.result.message
+
+
+def test_an_answer_starts_the_heads_silence_over(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool, _, clock = make_pool(head)
+    pool.connect()
+    reply = _head_replies(monkeypatch, head)
+    reply["now"] = "silent"
+    assert pool._head_answers()
+    clock.t += ray_cluster.HEAD_SILENT_S - 1
+    reply["now"] = "answer"
+    assert pool._head_answers()
+    reply["now"] = "silent"
+    assert pool._head_answers()
+    clock.t += 2  # HEAD_SILENT_S + 1 since the first silence, 2 s since the answer
+    assert pool._head_answers(), "the answer started the silence over"
+    clock.t += ray_cluster.HEAD_SILENT_S
+    assert not pool._head_answers()
+
+
+def test_a_refusal_after_a_silence_is_gone_at_once(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool, _, clock = make_pool(head)
+    pool.connect()
+    reply = _head_replies(monkeypatch, head)
+    reply["now"] = "silent"
+    assert pool._head_answers()
+    clock.t += 1  # far within HEAD_SILENT_S
+    reply["now"] = "refuse"
+    assert not pool._head_answers(), "the head's machine answers and nothing listens: gone"
+
+
 def test_a_plan_whose_head_goes_away_keeps_what_arrived(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
     """Through run_plan_pool: the run started on node-b1 is recorded there, the result that arrived
     in the last poll before the head went is saved, and the summary says why the plan stopped."""
@@ -717,6 +837,25 @@ def test_cancel_all_cancels_politely_then_by_force(tmp_path: Path, head: socket.
     assert fake.shutdowns == 1 and len(fake.cancels) == 4, "nothing left to cancel"
 
 
+def test_cancel_all_returns_the_runs_that_ended_with_a_result_meanwhile(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    still, _ = specs_of(tmp_path, "other")
+    for spec in (cpu, gpu, still):
+        pool.submit(spec)
+    cancelled, ended, running = (s.ref for s in fake.submissions)  # of cpu, gpu, still
+    # During the polite wait: one run ends with its result, one is cancelled, one does not end at all.
+    fake.finish(ended, {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()})
+    fake.fail(cancelled, TaskCancelledError("cancelled"))
+    [kept] = pool.cancel_all(say=lambda _line: None)
+    assert isinstance(kept, Finished) and kept.spec == gpu and kept.machine == "node-b2"
+    assert kept.result.status == "ok" and kept.result.run["machine"] == "node-b2"
+    assert (running, True) in fake.cancels and pool.pending == 0
+    assert pool.cancel_all(say=lambda _line: None) == [], "nothing left"
+
+
 def test_a_second_interrupt_during_the_polite_wait_still_forces_every_task(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
@@ -756,7 +895,8 @@ def test_a_ray_client_address_is_refused(no_real_ray: None) -> None:
     with pytest.raises(ray_cluster.BackendUnavailable) as info:
         RayPool("m", address="ray://h:10001", ray_module=StandInRay())
     assert "ray://" in str(info.value) and "HOST:PORT" in str(info.value)
-    assert RayPool("m", address="  ", ray_module=StandInRay()).address is None, "blank: a local instance"
+    blank = RayPool("m", address="  ", ray_module=StandInRay())
+    assert blank.address is None, "blank: a local instance (the command line refuses it before: see the CLI tests)"
 
 
 # --- a run on its node, interruptible ---------------------------------------------------------------
@@ -827,6 +967,158 @@ def test_an_interrupt_gives_the_work_time_to_clean_up(monkeypatch: pytest.Monkey
     assert blocked.ended.is_set(), "the interrupt went on before the work's thread had cleaned up"
 
 
+# --- a run on its node, its peak calibration through the board --------------------------------------
+
+
+class Handle:
+    """A stand-in object reference that carries its value (``NodeRay.get`` hands it out)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class BoardActor:
+    """A real ``Board`` as a task sees its actor handle: each method's ``.remote`` calls the board
+    (``peaks_of`` returns a Handle, as a remote call returns a reference); ``added`` lists what was sent."""
+
+    def __init__(self) -> None:
+        self.board = ray_cluster.Board()
+        self.added: list[tuple[str, list]] = []
+        self.peaks_of = SimpleNamespace(remote=lambda node_id: Handle(self.board.peaks_of(node_id)))
+        self.add_peaks = SimpleNamespace(remote=self._add_peaks)
+        self.mark = SimpleNamespace(remote=self.board.mark)
+
+    def _add_peaks(self, node_id: str, measured: list) -> None:
+        self.added.append((node_id, measured))
+        self.board.add_peaks(node_id, measured)
+
+
+class NodeRay:
+    """What ``run_point`` uses of the ``ray`` module inside a task on node ``node_id``; also what
+    ``_peaks_of`` finds as ``import ray`` (the tests put it in sys.modules)."""
+
+    def __init__(self, node_id: str, machine: str, fail_get: bool = False):
+        self.node_id, self.machine, self.fail_get = node_id, machine, fail_get
+        self.util = SimpleNamespace(get_node_ip_address=lambda: "10.0.0.2")
+        self.get_timeouts: list[float | None] = []
+
+    def get_runtime_context(self) -> Any:
+        return SimpleNamespace(
+            get_node_id=lambda: self.node_id,
+            get_node_labels=lambda: {"suite-machine": self.machine},
+            get_task_id=lambda: "task-1",
+        )
+
+    def get_gpu_ids(self) -> list[int]:
+        return []
+
+    def get(self, ref: Handle, *, timeout: float | None = None) -> Any:
+        self.get_timeouts.append(timeout)
+        if self.fail_get:
+            raise RuntimeError("the board is gone")
+        return ref.value
+
+
+@dataclass
+class PeakBackend:
+    """A node's backend whose runs all end ok; a run asked to calibrate measures ``flops_per_s``."""
+
+    flops_per_s: float = 5e9
+    name: str = "local"
+    image_override: Any = None
+    calibrate_asked: list[bool] = field(default_factory=list)
+    closes: int = 0
+
+    def skip_reason(self, spec: plan.RunSpec) -> str | None:
+        return None
+
+    def skipped(self, spec: plan.RunSpec, reason: str) -> RunResult:
+        raise AssertionError("no run is skipped here")
+
+    def run(self, spec: plan.RunSpec) -> RunResult:
+        self.calibrate_asked.append(spec.calibrate_peak)
+        now = ray_cluster.now_iso()
+        run = {"backend": self.name, "machine": "node", "started_at": now, "finished_at": now}
+        work = {"peak": {"flops_per_s": self.flops_per_s}} if spec.calibrate_peak else {}
+        return RunResult(status="ok", spec=spec.to_dict(), run=run, work=work)
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+def _job(key: str, peaks: dict[str, list] | None = None) -> dict[str, Any]:
+    """A job as ``RayPool.submit`` sends it; ``peaks``: the orchestrator's copy, by node id."""
+    job = {"suite": {}, "session": "s1", "address": "local", "key": key, "attempt": 1, "gpu_model": None}
+    return {**job, "peaks": peaks or {}}
+
+
+def _on_node(
+    monkeypatch: pytest.MonkeyPatch, spec: plan.RunSpec, node_id: str, backend: PeakBackend, board: Any, job: dict
+) -> dict[str, Any]:
+    """``run_point`` of ``spec`` on node ``node_id`` (machine ``m-<node_id>``)."""
+    ray = NodeRay(node_id, f"m-{node_id}")
+    monkeypatch.setitem(sys.modules, "ray", ray)  # _peaks_of imports it
+    monkeypatch.setattr(ray_cluster, "_node_backend", lambda _machine, _job: backend)
+    return ray_cluster.run_point(spec.to_dict(), job, ray, board)
+
+
+def test_a_nodes_later_runs_reuse_its_peak_calibration_from_the_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu, _ = specs_of(tmp_path)
+    later, _ = specs_of(tmp_path, "later")  # another scenario's cpu point: the same peak key
+    backend = PeakBackend()
+    key = runner.peak_key(cpu, backend)
+    assert runner.peak_key(later, backend) == key
+    actor = BoardActor()
+    elsewhere = {"flops_per_s": 1.0, "measured_in": "x-r1"}
+    actor.board.add_peaks("n3", [[list(key), elsewhere]])  # another node's calibration: not this node's
+
+    first = _on_node(monkeypatch, cpu, "n2", backend, actor, _job("k1"))
+    assert backend.calibrate_asked == [True], "no calibration of n2 yet: the run measures the peak"
+    measured = [[list(key), {"flops_per_s": 5e9, "measured_in": cpu.run_id}]]
+    assert actor.added == [("n2", measured)] and first["peaks"] == measured, "what it measured goes to the board"
+    assert RunResult.from_dict(first["result"]).work["peak"] == {"flops_per_s": 5e9}
+
+    second = _on_node(monkeypatch, later, "n2", backend, actor, _job("k2"))
+    assert backend.calibrate_asked == [True, False], "n2's first calibration serves"
+    peak = RunResult.from_dict(second["result"]).work["peak"]
+    assert peak == {"flops_per_s": 5e9, "measured_in": cpu.run_id, "source": "cached"}
+    assert len(actor.added) == 1 and second["peaks"] == [], "nothing new measured: nothing sent"
+
+    third = _on_node(monkeypatch, later, "n3", backend, actor, _job("k3"))
+    assert backend.calibrate_asked == [True, False, False]
+    assert RunResult.from_dict(third["result"]).work["peak"] == {**elsewhere, "source": "cached"}, "n3's own"
+    assert actor.board.snapshot()["k2"]["backend"] == "local", "the task's marks reach the board too"
+
+
+def test_the_board_wins_over_the_jobs_copy_and_the_jobs_copy_serves_without_a_board(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu, _ = specs_of(tmp_path)
+    backend = PeakBackend()
+    key = list(runner.peak_key(cpu, backend))
+    stale = {"n2": [[key, {"flops_per_s": 3.0, "measured_in": "old-r1"}]]}
+    actor = BoardActor()
+    actor.board.add_peaks("n2", [[key, {"flops_per_s": 7.0, "measured_in": "new-r1"}]])
+    with_board = _on_node(monkeypatch, cpu, "n2", backend, actor, _job("k1", stale))
+    assert RunResult.from_dict(with_board["result"]).work["peak"]["flops_per_s"] == 7.0
+    without = _on_node(monkeypatch, cpu, "n2", backend, None, _job("k2", stale))
+    assert RunResult.from_dict(without["result"]).work["peak"]["flops_per_s"] == 3.0
+    assert backend.calibrate_asked == [False, False]
+
+
+def test_peaks_of_asks_the_board_with_a_time_limit_and_without_it_measures(monkeypatch: pytest.MonkeyPatch) -> None:
+    actor = BoardActor()
+    actor.board.add_peaks("n2", [[["k"], {"flops_per_s": 1.0}]])
+    ray = NodeRay("n2", "m")
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    assert ray_cluster._peaks_of(actor, "n2") == [[["k"], {"flops_per_s": 1.0}]]
+    assert ray.get_timeouts and ray.get_timeouts[0] is not None, "a board that never answers must not hang a run"
+    monkeypatch.setitem(sys.modules, "ray", NodeRay("n2", "m", fail_get=True))
+    assert ray_cluster._peaks_of(actor, "n2") == [], "no board: the run measures its own peak"
+
+
 # --- run_plan_pool with a stand-in pool ------------------------------------------------------------
 
 
@@ -842,6 +1134,7 @@ class StandInPool:
     submitted: list[plan.RunSpec] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     outstanding: int = 0
+    ended_while_cancelling: list[Finished] = field(default_factory=list)  # what cancel_all hands back
 
     def counts_as_done(self, result: RunResult) -> bool:
         return "ray" in result.run
@@ -869,8 +1162,9 @@ class StandInPool:
         self.outstanding -= len(batch)
         return batch
 
-    def cancel_all(self, say: Any = print) -> None:
+    def cancel_all(self, say: Any = print) -> list[Finished]:
         self.calls.append("cancel_all")
+        return list(self.ended_while_cancelling)
 
     def close(self) -> None:
         self.calls.append("close")
@@ -939,6 +1233,21 @@ def test_an_interrupt_cancels_closes_and_keeps_what_arrived(tmp_path: Path) -> N
     assert not _on_disk(res, "node-b", gpu) and not _on_disk(res, "node-a", gpu)
 
 
+def test_an_interrupt_saves_the_runs_that_ended_while_the_others_were_cancelled(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    pool = StandInPool()
+    pool.batches = [KeyboardInterrupt()]
+    pool.ended_while_cancelling = [Finished(gpu, "node-b", ok_result(gpu, "node-b"))]
+    res = tmp_path / "res"
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_plan_pool([cpu, gpu], pool, res, say=lines.append)
+    assert pool.calls == ["cancel_all", "close"]
+    assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"], "on disk after the interrupt"
+    assert not _on_disk(res, "node-a", cpu) and not _on_disk(res, "orchestrator", cpu)
+    assert any("on node-b: ok" in line and "[2/2]" in line for line in lines), lines
+
+
 # --- the command line ------------------------------------------------------------------------------
 
 # Every point needs 64 GPUs: no run starts, and nothing needs TensorFlow.
@@ -965,8 +1274,11 @@ def _refused(proc: subprocess.CompletedProcess, *words: str) -> None:
         (("--backend", "ray", "--docker-host", "tcp://127.0.0.1:9"), ("--backend ray", "drop --docker-host")),
         (("--backend", "ray", "--gpus", "0"), ("--backend ray", "drop --gpus")),
         (("--backend", "ray", "--gpu-model", "a b"), ("--gpu-model 'a b'", "a resource name")),
+        # An unset variable ("--ray-address $HEAD") must not run the plan on a local instance here.
+        (("--backend", "ray", "--ray-address", ""), ("--ray-address is empty", "HOST:PORT")),
+        (("--backend", "ray", "--ray-address", "  "), ("--ray-address is empty",)),
     ],
-    ids=["address-without-ray", "model-without-ray", "docker-host", "gpus", "bad-model"],
+    ids=["address-without-ray", "model-without-ray", "docker-host", "gpus", "bad-model", "empty-address", "blank"],
 )
 def test_cli_refuses_ray_flags_that_do_not_fit(tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
     res = tmp_path / "res"
