@@ -565,7 +565,7 @@ def _check_ray_args(args: argparse.Namespace) -> None:
                 )
         return
     for flag in ("ray_address", "gpu_model"):
-        if getattr(args, flag, None):
+        if getattr(args, flag, None) is not None:
             raise UsageError(f"--{flag.replace('_', '-')} is for --backend ray (given: --backend {args.backend})")
 
 
