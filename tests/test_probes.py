@@ -71,8 +71,15 @@ def test_floor_is_the_model_with_width_one_trained_the_same_way(probed: dict) ->
 def test_peak_keeps_values_order_one_in_the_compute_dtype(probed: dict, dtype: str) -> None:
     peak = probed[dtype]
     assert peak["dtype"] == dtype
-    # After the whole chain the entries still have the inputs' scale (an RMS of 1), not zeros.
-    assert 0.8 < peak["rms_after_chain"] < 1.25, peak
+    # After the whole chain the entries still have the inputs' scale (an RMS of 1), not zeros. q is
+    # orthogonal only up to the dtype's rounding (unit roundoff u: 2**-8 for bfloat16), so each link
+    # may scale the norm by up to (1 +- u): over a long chain (256 links on a fast, quiet CPU) bfloat16
+    # may drift to (1 - 2**-8)**256 = 0.37 and still be of order one; decay to zero, what the chain
+    # guards against, would be orders of magnitude below. float32's drift is far inside 0.8 .. 1.25.
+    u = {"float32": 2.0**-24, "bfloat16": 2.0**-8}[dtype]
+    links = peak["chain_links"]
+    low, high = min(0.8, (1 - u) ** links), max(1.25, (1 + u) ** links)
+    assert low < peak["rms_after_chain"] < high, (low, high, peak)
     rates = sorted(peak["batches_flops_per_s"])
     assert len(rates) == 7 and peak["flops_per_s"] == rates[3], "the median of several timed batches"
 
