@@ -198,6 +198,34 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
     return {"machine": machine, "node_id": node_id, "result": result.to_dict(), "peaks": measured}
 
 
+class _InThread:
+    """``call()`` started in a daemon thread of its own; ``ended`` is set when it returns or raises.
+
+    An Event, not Thread.join: an interrupt inside join marks the thread as ended on Python 3.11
+    (its lock-wait handling), and a second join would then not wait for the cleanup at all.
+    """
+
+    def __init__(self, call: Callable[[], Any], name: str):
+        self.box: dict[str, Any] = {}
+        self.ended = threading.Event()
+
+        def run() -> None:
+            try:
+                self.box["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                self.box["error"] = exc
+            finally:
+                self.ended.set()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def outcome(self) -> Any:
+        """The call's value, or its exception raised here (once ``ended`` is set)."""
+        if "error" in self.box:
+            raise self.box["error"]
+        return self.box["value"]
+
+
 def _interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
     """``work()`` in a thread of its own, while this thread waits in short steps.
 
@@ -207,53 +235,24 @@ def _interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
     close: kill and remove the session's containers, or the worker's process group) then ends the
     blocked wait, and the work's thread is given time to clean up before the interrupt goes on.
     """
-    box: dict[str, Any] = {}
-    # An Event, not Thread.join: an interrupt inside join marks the thread as ended on Python 3.11
-    # (its lock-wait handling), and a second join would then not wait for the cleanup at all.
-    ended = threading.Event()
-
-    def run() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-            box["error"] = exc
-        finally:
-            ended.set()
-
-    thread = threading.Thread(target=run, name="suite-ray-run", daemon=True)
-    thread.start()
+    running = _InThread(work, "suite-ray-run")
     try:
-        while not ended.wait(STEP_S):
+        while not running.ended.wait(STEP_S):
             pass
     except BaseException:
         stop()
-        ended.wait(STOP_WAIT_S)
+        running.ended.wait(STOP_WAIT_S)
         raise
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return running.outcome()
 
 
 def _within(seconds: float, call: Callable[[], Any]) -> Any:
     """``call()``'s value, or None when it has not returned within ``seconds`` (it is then left to
     finish, or not, in a daemon thread); its exception is raised here."""
-    box: dict[str, Any] = {}
-    ended = threading.Event()
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller
-            box["error"] = exc
-        finally:
-            ended.set()
-
-    threading.Thread(target=run, name="suite-ray-call", daemon=True).start()
-    if not ended.wait(seconds):
+    running = _InThread(call, "suite-ray-call")
+    if not running.ended.wait(seconds):
         return None
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return running.outcome()
 
 
 def _peaks_of(board: Any, node_id: str) -> list:
