@@ -50,6 +50,14 @@ class WorkerCrashedError(RayError):
     pass
 
 
+class RayActorError(RayError):
+    pass
+
+
+class GetTimeoutError(RayError):
+    pass
+
+
 class Ref:
     """An object reference: hashable by identity, as Ray's are used as dict keys."""
 
@@ -78,6 +86,8 @@ class StandInRay:
     marks: dict[str, dict[str, Any]] = field(default_factory=dict)
     submissions: list[Submission] = field(default_factory=list)
     cancels: list[tuple[Ref, bool]] = field(default_factory=list)
+    stops: list[list[str] | None] = field(default_factory=list)  # what the board was asked to stop
+    board_answers: bool = True  # False: the board's calls time out
     waits: list[dict[str, Any]] = field(default_factory=list)
     inits: list[dict[str, Any]] = field(default_factory=list)
     shutdowns: int = 0
@@ -90,11 +100,14 @@ class StandInRay:
             TaskCancelledError=TaskCancelledError,
             NodeDiedError=NodeDiedError,
             WorkerCrashedError=WorkerCrashedError,
+            RayActorError=RayActorError,
+            GetTimeoutError=GetTimeoutError,
         )
     )
 
     def __post_init__(self) -> None:
         self._snapshot = Ref("board-snapshot")
+        self._stop = Ref("board-stop")
 
     # -- the module's functions --
     def init(self, address: str | None = None, **kwargs: Any) -> Any:
@@ -119,6 +132,10 @@ class StandInRay:
         if ref is self._snapshot:
             self.snapshots += 1
             return {k: dict(v) for k, v in self.marks.items()}
+        if ref is self._stop:
+            if not self.board_answers:
+                raise GetTimeoutError("the board did not answer")
+            return True
         kind, what = self.outcomes[ref]
         if kind == "error":
             raise what
@@ -166,7 +183,11 @@ class _RemoteClass:
 
     def remote(self) -> Any:
         snapshot = SimpleNamespace(remote=lambda: self.ray._snapshot)
-        return SimpleNamespace(snapshot=snapshot)
+        return SimpleNamespace(snapshot=snapshot, stop=SimpleNamespace(remote=self._stop))
+
+    def _stop(self, keys: list[str] | None) -> Ref:
+        self.ray.stops.append(keys)
+        return self.ray._stop
 
 
 class Clock:
@@ -374,11 +395,11 @@ def test_a_task_stuck_before_its_image_is_ready_is_cancelled(
     ref = fake.submissions[0].ref
     limit = ray_cluster.READY_LIMIT_S + cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
     started(fake, 0, "n2", "node-b1", started_for=limit - 5)
-    assert pool.collect(timeout=0) == [] and fake.cancels == [], "an image build may take a while"
+    assert pool.collect(timeout=0) == [] and fake.stops == [], "an image build may take a while"
     started(fake, 0, "n2", "node-b1", started_for=limit + 1)
     pool.collect(timeout=0)
-    assert fake.cancels == [(ref, False)]
-    fake.fail(ref, TaskCancelledError("cancelled"))
+    assert fake.stops == [[fake.key(0)]] and fake.cancels == [], "asked through the board, not ray.cancel"
+    fake.finish(ref, {"machine": "node-b1", "node_id": "n2", "stopped": True})
     [done] = pool.collect(timeout=0)
     assert done.result.status == "timeout" and "getting its image ready" in done.result.message
 
@@ -480,12 +501,13 @@ def test_a_task_cancelled_at_its_deadline_is_a_timeout(tmp_path: Path, head: soc
     pool.submit(cpu)
     ref = fake.submissions[0].ref
     started(fake, 0, "n2", "node-b1", ready=time.time() - 10)
-    assert pool.collect(timeout=0) == [] and fake.cancels == [], "well within its deadline"
+    assert pool.collect(timeout=0) == [] and fake.stops == [], "well within its deadline"
     limit = cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
     started(fake, 0, "n2", "node-b1", ready=time.time() - limit - 1)
     assert pool.collect(timeout=0) == []
-    assert fake.cancels == [(ref, False)], "a polite cancel: the task removes its container"
-    fake.fail(ref, TaskCancelledError("cancelled"))
+    assert fake.stops == [[fake.key(0)]], "asked to stop: the task removes its container"
+    assert fake.cancels == [], "no ray.cancel while the task may be replying (it can crash the driver)"
+    fake.finish(ref, {"machine": "node-b1", "node_id": "n2", "stopped": True})
     [done] = pool.collect(timeout=0)
     assert done.result.status == "timeout" and done.machine == "node-b1"
     assert "cancelled by the orchestrator" in done.result.message
@@ -502,12 +524,12 @@ def test_a_task_that_outlives_its_polite_cancel_is_forced(
     started(fake, 0, "n2", "node-b1", ready=time.time() - cpu.timeout_s - 5 - ray_cluster.DEADLINE_MARGIN_S - 1)
     pool.collect(timeout=0)
     pool.collect(timeout=0)
-    assert fake.cancels == [(ref, False)], "within the grace: no second cancel"
+    assert fake.stops == [[fake.key(0)]] and fake.cancels == [], "within the grace: asked once, no cancel"
     [attempt] = pool._pending.values()
     assert attempt.cancelled_at is not None
     attempt.cancelled_at -= ray_cluster.CANCEL_GRACE_S + 1  # the grace is over
     pool.collect(timeout=0)
-    assert fake.cancels == [(ref, False), (ref, True)]
+    assert fake.cancels == [(ref, True)], "it did not stop when asked: forced"
     fake.fail(ref, TaskCancelledError("cancelled"))
     [done] = pool.collect(timeout=0)
     assert done.result.status == "timeout"
@@ -821,20 +843,55 @@ def test_without_an_address_the_pool_starts_and_stops_a_local_instance(no_real_r
     assert fake.shutdowns == 1
 
 
-def test_cancel_all_cancels_politely_then_by_force(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
+def test_cancel_all_asks_the_board_to_stop_and_waits_for_the_started_tasks(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
     pool, fake, _ = make_pool(head)
     cpu, gpu = specs_of(tmp_path)
     pool.submit(cpu)
     pool.submit(gpu)
-    said: list[str] = []
-    pool.cancel_all(say=said.append)
+    started(fake, 0, "n2", "node-b1")  # the gpu run is still queued
     a, b = (s.ref for s in fake.submissions)
-    assert fake.cancels == [(a, False), (b, False), (a, True), (b, True)]
-    assert fake.waits[-1]["timeout"] == ray_cluster.CANCEL_GRACE_S and set(fake.waits[-1]["refs"]) == {a, b}
-    assert said == ["cancelling 2 Ray task(s); each removes its container (Ctrl-C again: force at once)"]
+    fake.finish(a, {"machine": "node-b1", "node_id": "n2", "stopped": True})
+    said: list[str] = []
+    assert pool.cancel_all(say=said.append) == [], "a stopped run has no result to keep"
+    assert fake.stops == [None], "one stop for every attempt, queued ones too"
+    assert fake.waits[-1]["timeout"] == ray_cluster.CANCEL_GRACE_S and fake.waits[-1]["refs"] == [a]
+    assert fake.cancels == [], "every started task stopped: no ray.cancel at all"
+    assert said == [
+        "stopping 2 Ray task(s): a started one removes its container, a queued one does not start "
+        "(Ctrl-C again: force at once)"
+    ]
     assert pool.pending == 0
     pool.close()
-    assert fake.shutdowns == 1 and len(fake.cancels) == 4, "nothing left to cancel"
+    assert fake.shutdowns == 1 and fake.cancels == [], "nothing left to cancel; the queued run ends with the job"
+
+
+def test_cancel_all_with_every_run_queued_waits_for_nothing(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    for spec in specs_of(tmp_path):
+        pool.submit(spec)
+    assert pool.cancel_all(say=lambda _line: None) == []
+    assert fake.stops == [None] and fake.waits == [] and fake.cancels == [] and pool.pending == 0
+
+
+def test_cancel_all_without_a_board_cancels_the_started_tasks_through_ray(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    started(fake, 0, "n2", "node-b1")
+    started(fake, 1, "n3", "node-b2")
+    fake.board_answers = False
+    a, b = (s.ref for s in fake.submissions)
+    fake.fail(a, TaskCancelledError("cancelled"))
+    pool.cancel_all(say=lambda _line: None)
+    assert fake.cancels == [(a, False), (b, False), (b, True)], "polite for both, forced for the one that did not end"
+    assert pool.pending == 0
 
 
 def test_cancel_all_returns_the_runs_that_ended_with_a_result_meanwhile(
@@ -845,24 +902,29 @@ def test_cancel_all_returns_the_runs_that_ended_with_a_result_meanwhile(
     still, _ = specs_of(tmp_path, "other")
     for spec in (cpu, gpu, still):
         pool.submit(spec)
-    cancelled, ended, running = (s.ref for s in fake.submissions)  # of cpu, gpu, still
-    # During the polite wait: one run ends with its result, one is cancelled, one does not end at all.
+    for n in range(3):
+        started(fake, n, "n2", "node-b1")
+    stopped, ended, running = (s.ref for s in fake.submissions)  # of cpu, gpu, still
+    # During the wait: one run ends with its result, one stops, one does not end at all.
     fake.finish(ended, {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()})
-    fake.fail(cancelled, TaskCancelledError("cancelled"))
+    fake.finish(stopped, {"machine": "node-b1", "node_id": "n2", "stopped": True})
     [kept] = pool.cancel_all(say=lambda _line: None)
     assert isinstance(kept, Finished) and kept.spec == gpu and kept.machine == "node-b2"
     assert kept.result.status == "ok" and kept.result.run["machine"] == "node-b2"
-    assert (running, True) in fake.cancels and pool.pending == 0
+    assert fake.cancels == [(running, True)], "only the one that did not end is forced"
+    assert pool.pending == 0
     assert pool.cancel_all(say=lambda _line: None) == [], "nothing left"
 
 
-def test_a_second_interrupt_during_the_polite_wait_still_forces_every_task(
+def test_a_second_interrupt_during_the_wait_forces_every_started_task(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
     pool, fake, _ = make_pool(head)
     cpu, gpu = specs_of(tmp_path)
     pool.submit(cpu)
     pool.submit(gpu)
+    started(fake, 0, "n2", "node-b1")
+    started(fake, 1, "n3", "node-b2")
 
     def interrupted(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
         raise KeyboardInterrupt  # Ctrl-C again while the tasks remove their containers
@@ -871,7 +933,7 @@ def test_a_second_interrupt_during_the_polite_wait_still_forces_every_task(
     with pytest.raises(KeyboardInterrupt):
         pool.cancel_all(say=lambda _line: None)
     a, b = (s.ref for s in fake.submissions)
-    assert fake.cancels == [(a, False), (b, False), (a, True), (b, True)]
+    assert fake.cancels == [(a, True), (b, True)]
     assert pool.pending == 0
 
 
@@ -986,7 +1048,8 @@ class BoardActor:
         self.added: list[tuple[str, list]] = []
         self.peaks_of = SimpleNamespace(remote=lambda node_id: Handle(self.board.peaks_of(node_id)))
         self.add_peaks = SimpleNamespace(remote=self._add_peaks)
-        self.mark = SimpleNamespace(remote=self.board.mark)
+        self.mark = SimpleNamespace(remote=lambda *args: Handle(self.board.mark(*args)))
+        self.stop_asked = SimpleNamespace(remote=lambda key: Handle(self.board.stop_asked(key)))
 
     def _add_peaks(self, node_id: str, measured: list) -> None:
         self.added.append((node_id, measured))
@@ -1001,6 +1064,7 @@ class NodeRay:
         self.node_id, self.machine, self.fail_get = node_id, machine, fail_get
         self.util = SimpleNamespace(get_node_ip_address=lambda: "10.0.0.2")
         self.get_timeouts: list[float | None] = []
+        self.exceptions = SimpleNamespace(RayActorError=RayActorError)
 
     def get_runtime_context(self) -> Any:
         return SimpleNamespace(
@@ -1117,6 +1181,77 @@ def test_peaks_of_asks_the_board_with_a_time_limit_and_without_it_measures(monke
     assert ray.get_timeouts and ray.get_timeouts[0] is not None, "a board that never answers must not hang a run"
     monkeypatch.setitem(sys.modules, "ray", NodeRay("n2", "m", fail_get=True))
     assert ray_cluster._peaks_of(actor, "n2") == [], "no board: the run measures its own peak"
+
+
+def test_the_board_answers_a_starting_task_whether_the_plan_is_stopping() -> None:
+    board = ray_cluster.Board()
+    assert board.mark("k1", "started", 0.0, {}) is False
+    board.stop(["k1"])
+    assert board.stop_asked("k1") and not board.stop_asked("k2"), "a deadline stops one attempt"
+    assert board.mark("k2", "started", 0.0, {}) is False
+    board.stop(None)
+    assert board.mark("k3", "started", 0.0, {}) is True, "after a stop of every attempt, a new one is stopped too"
+    assert "started_for_s" in board.snapshot()["k3"], "and it is marked started: the orchestrator waits for it"
+
+
+def test_a_task_that_starts_after_the_stop_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu, _ = specs_of(tmp_path)
+    backend = PeakBackend()
+    actor = BoardActor()
+    actor.board.stop(None)
+    out = _on_node(monkeypatch, cpu, "n2", backend, actor, _job("k1"))
+    assert out == {"machine": "m-n2", "node_id": "n2", "stopped": True}
+    assert backend.calibrate_asked == [], "no run started"
+
+
+@dataclass
+class BlockingBackend(PeakBackend):
+    """A node's backend whose run waits for its container until ``close`` kills it."""
+
+    killed: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, spec: plan.RunSpec) -> RunResult:
+        self.killed.wait(30)
+        return super().run(spec)  # what a killed run would report: dropped for "stopped"
+
+    def close(self) -> None:
+        super().close()
+        self.killed.set()
+
+
+def test_a_stop_asked_mid_run_kills_the_run_and_the_task_says_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
+    monkeypatch.setattr(ray_cluster, "ASK_EVERY_S", 0.05)
+    cpu, _ = specs_of(tmp_path)
+    backend = BlockingBackend()
+    actor = BoardActor()
+    timer = threading.Timer(0.3, actor.board.stop, args=[["k1"]])  # the orchestrator, 0.3 s in
+    timer.start()
+    try:
+        began = time.monotonic()
+        out = _on_node(monkeypatch, cpu, "n2", backend, actor, _job("k1"))
+    finally:
+        timer.cancel()
+    assert out == {"machine": "m-n2", "node_id": "n2", "stopped": True}
+    assert backend.closes == 1 and backend.killed.is_set(), "the backend's close killed the run"
+    assert time.monotonic() - began < 5, "stopped within a few asks, not at the run's end"
+
+
+def test_a_board_that_is_gone_stops_a_run_and_a_slow_one_does_not() -> None:
+    def raising(exc: BaseException) -> Any:
+        def call() -> Any:
+            raise exc
+
+        return call
+
+    ray = NodeRay("n2", "m")
+    assert ray_cluster._board_says_stop(ray, raising(RayActorError("the orchestrator's job ended"))) is True
+    assert ray_cluster._board_says_stop(ray, raising(GetTimeoutError("slow"))) is False
+    assert ray_cluster._board_says_stop(ray, lambda: Handle(False)) is False
+    assert ray.get_timeouts == [ray_cluster.GCS_CALL_S], "asked with a time limit"
+    assert ray_cluster._stop_asked(ray, None, "k") is False, "no board: nothing stops the run"
 
 
 # --- run_plan_pool with a stand-in pool ------------------------------------------------------------

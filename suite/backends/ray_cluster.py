@@ -18,10 +18,17 @@ and locks): every result records the identity of the checkout the orchestrator s
 Faults: Ray's own retries are off (``max_retries=0``): a run is never repeated behind the plan's
 back. A node that dies mid-run has that run recorded (``error``, "node lost") and retried once on
 another node that can take it (``run.ray.retry_of``). A task still running well past its deadline
-is cancelled by the orchestrator and recorded as ``timeout`` (the node's own deadline normally fires
-first). Ctrl-C or SIGTERM cancels every task (each kills and removes its container) and then forces
-what is left. A cluster whose head stops answering ends the plan with a message; results already
-saved stay.
+is stopped by the orchestrator and recorded as ``timeout`` (the node's own deadline normally fires
+first). Ctrl-C or SIGTERM stops every started task (each kills and removes its container), forces
+what has not ended after a grace, and leaves the queued ones to end with the job. A cluster whose
+head stops answering ends the plan with a message; results already saved stay.
+
+Stopping is asked through the board, not with ``ray.cancel``: each task looks at the board while
+its run goes on and stops its own run. ``ray.cancel`` of a task whose reply is on its way can crash
+the driver inside Ray (a check in its task manager, "Tried to complete task that was not pending",
+ray-project/ray#54798 fixes one such race); Ray retries a polite cancel every few seconds while the
+task tidies up, so the race was met. ``ray.cancel(force=True)`` is left for a task that did not
+answer the board within the grace, and for a queued task no node can place.
 """
 
 from __future__ import annotations
@@ -47,11 +54,12 @@ SLOT = "suite_slot"  # custom resource: how many benchmark runs a node takes at 
 MODEL_PREFIX = "gpu_model:"  # custom resource per GPU model, e.g. gpu_model:H100
 MACHINE_LABEL = "suite-machine"  # node label: the results folder of the node's runs (default: hostname)
 MODEL_SHARE = 0.001  # what a run asks of gpu_model:NAME: it selects nodes, it counts nothing
-CANCEL_GRACE_S = 20.0  # after a polite cancel (the task removes its container), before a forced one
+CANCEL_GRACE_S = 20.0  # after a stop is asked (the task removes its container), before a forced cancel
 DEADLINE_MARGIN_S = 60.0  # beyond timeout_s and the worker's grace before the orchestrator cancels
 POLL_S = 1.0
 GCS_CALL_S = 5.0  # the longest a call that needs the head may take before the last answer serves
-STEP_S = 0.2  # how often a node's task looks for a cancel while its run goes on
+STEP_S = 0.2  # how often a node's task looks for Ray's interrupt while its run goes on
+ASK_EVERY_S = 1.0  # how often a node's task asks the board whether its run is to stop
 STOP_WAIT_S = 5.0  # after a cancel and close (containers removed), how long the run's thread may tidy up
 HEAD_CHECKS = 5  # GCS connection refusals in a row, HEAD_RETRY_S apart, before the cluster is called gone
 HEAD_RETRY_S = 0.5
@@ -63,6 +71,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # without its history and without results, so a node reads the same catalog, Dockerfile and locks.
 SHIP_EXCLUDES = [".git", "/reports/", "/reproduce/", "/benchmarks/wheels/"]
 LOCAL = "a local Ray instance started by the suite"
+ALL = "*"  # the board's stop for every attempt of the plan
 # Set on a node (in the environment of its `ray start`): which backend runs its points. auto (the
 # default): Docker where the node's engine answers, else local; docker: always (a run without an
 # engine is then recorded as such); local: never a container, e.g. a pod without a Docker engine.
@@ -153,7 +162,10 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
     labels = _labels(ctx)
     machine = labels.get(MACHINE_LABEL) or hostinfo.machine_name()
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-    _mark(board, job["key"], "started", node_id=node_id, machine=machine)
+    # The "started" mark answers whether the plan is stopping: the board takes calls one at a time,
+    # so a task marked before a stop is waited for, and one marked after it never starts its run.
+    if _mark_started(ray, board, job["key"], node_id=node_id, machine=machine):
+        return {"machine": machine, "node_id": node_id, "stopped": True}
     backend = _node_backend(machine, job)
     spec = RunSpec.from_dict(spec_data)
     facts = {
@@ -186,10 +198,17 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         if reason:
             result = backend.skipped(spec, reason)
         else:
-            result = _interruptible(lambda: runner._run_with_peak(spec, backend, peaks), backend.close)
+            result = _interruptible(
+                lambda: runner._run_with_peak(spec, backend, peaks),
+                backend.close,
+                lambda: _stop_asked(ray, board, job["key"]),
+            )
         measured = [[list(k), v] for k, v in peaks.items() if k not in before]
         if measured and board is not None:
             board.add_peaks.remote(node_id, measured)
+    except StopAsked:
+        _node_backends.pop(_backend_key(machine, job), None)  # closed by _interruptible
+        return {"machine": machine, "node_id": node_id, "stopped": True}
     except BaseException:
         backend.close()  # a cancel (KeyboardInterrupt here): no container of the session stays
         _node_backends.pop(_backend_key(machine, job), None)
@@ -226,19 +245,30 @@ class _InThread:
         return self.box["value"]
 
 
-def _interruptible(work: Callable[[], Any], stop: Callable[[], None]) -> Any:
-    """``work()`` in a thread of its own, while this thread waits in short steps.
+class StopAsked(Exception):
+    """The board asked this task to stop its run (Ctrl-C on the orchestrator, or its deadline)."""
 
-    Ray cancels a running task by raising KeyboardInterrupt in the thread that runs it, which only
-    happens between Python steps: a run waits for its container inside one blocking call to the
-    engine, where it would never arrive. Here it arrives within STEP_S; ``stop()`` (the backend's
-    close: kill and remove the session's containers, or the worker's process group) then ends the
-    blocked wait, and the work's thread is given time to clean up before the interrupt goes on.
+
+def _interruptible(
+    work: Callable[[], Any], stop: Callable[[], None], stop_asked: Callable[[], bool] | None = None
+) -> Any:
+    """``work()`` in a thread of its own, while this thread waits in short steps and, every
+    ASK_EVERY_S, asks ``stop_asked()`` (the board) whether to stop.
+
+    A stop asked, or a KeyboardInterrupt (Ray's cancel raises it in the thread that runs the task,
+    between Python steps only: a run waits for its container inside one blocking call to the engine,
+    where it would never arrive), calls ``stop()`` (the backend's close: kill and remove the
+    session's containers, or the worker's process group), which ends the blocked wait; the work's
+    thread is given time to clean up, then StopAsked (or the interrupt) goes on.
     """
     running = _InThread(work, "suite-ray-run")
+    asked_at = time.monotonic()
     try:
         while not running.ended.wait(STEP_S):
-            pass
+            if stop_asked is not None and time.monotonic() - asked_at >= ASK_EVERY_S:
+                if stop_asked():
+                    raise StopAsked
+                asked_at = time.monotonic()
     except BaseException:
         stop()
         running.ended.wait(STOP_WAIT_S)
@@ -291,6 +321,28 @@ def _task_id(ctx: Any) -> str | None:
         return str(ctx.get_task_id())
     except Exception:  # noqa: BLE001
         return None
+
+
+def _mark_started(ray: Any, board: Any, key: str, **facts: Any) -> bool:
+    """Tell the board this task started; whether the plan asked it to stop (or is gone: the board
+    lives with the orchestrator's job, and without it no result could go back)."""
+    if board is None:
+        return False
+    return _board_says_stop(ray, lambda: board.mark.remote(key, "started", time.time(), facts))
+
+
+def _stop_asked(ray: Any, board: Any, key: str) -> bool:
+    if board is None:
+        return False
+    return _board_says_stop(ray, lambda: board.stop_asked.remote(key))
+
+
+def _board_says_stop(ray: Any, call: Callable[[], Any]) -> bool:
+    try:
+        return bool(ray.get(call(), timeout=GCS_CALL_S))
+    except Exception as exc:  # noqa: BLE001 - a slow board never stops a run; a dead one does
+        gone = getattr(getattr(ray, "exceptions", None), "RayActorError", None)
+        return gone is not None and isinstance(exc, gone)
 
 
 def _mark(board: Any, key: str, what: str, **facts: Any) -> None:
@@ -371,6 +423,7 @@ class Board:
     def __init__(self) -> None:
         self.marks: dict[str, dict[str, Any]] = {}
         self.peaks: dict[str, list] = {}  # node id -> [[peak key, peak]]: the node's calibrations so far
+        self.stops: set[str] = set()  # attempt keys asked to stop; ALL: every one
 
     def peaks_of(self, node_id: str) -> list:
         return list(self.peaks.get(node_id, []))
@@ -378,11 +431,21 @@ class Board:
     def add_peaks(self, node_id: str, measured: list) -> None:
         self.peaks.setdefault(node_id, []).extend(measured)
 
-    def mark(self, key: str, what: str, at: float, facts: dict[str, Any]) -> None:
+    def mark(self, key: str, what: str, at: float, facts: dict[str, Any]) -> bool:
+        """Record the mark; whether the attempt is asked to stop (the answer a starting task needs)."""
         del at  # the node's clock: kept out
         entry = self.marks.setdefault(key, {})
         entry[what] = time.monotonic()
         entry.update(facts)
+        return self.stop_asked(key)
+
+    def stop(self, keys: list[str] | None) -> bool:
+        """Ask the attempts ``keys`` (None: every one, also those not started yet) to stop."""
+        self.stops.update([ALL] if keys is None else keys)
+        return True
+
+    def stop_asked(self, key: str) -> bool:
+        return ALL in self.stops or key in self.stops
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         now = time.monotonic()
@@ -403,7 +466,7 @@ class Attempt:
     attempt: int = 1
     retry_of: str | None = None
     submitted: float = field(default_factory=time.time)
-    cancelled_for: str | None = None  # "timeout" once the orchestrator cancelled it at its deadline
+    cancelled_for: str | None = None  # "timeout" once the orchestrator stopped it at its deadline
     cancelled_at: float | None = None
 
 
@@ -637,6 +700,10 @@ class RayPool:
             return [self._recorded(attempt, "error", f"the run's Ray task failed on its node: {_first_line(exc)}")]
         except ray.exceptions.RayError as exc:
             return [self._recorded(attempt, "error", f"Ray could not run the task: {type(exc).__name__}: {exc}")]
+        if value.get("stopped"):  # it stopped its run when the board asked
+            if attempt.cancelled_for == "timeout":
+                return [self._recorded(attempt, "timeout", self._timeout_text(attempt))]
+            return [self._recorded(attempt, "error", "the run was stopped before it ended (the plan was stopping)")]
         for key, peak in value.get("peaks") or []:
             self._peaks.setdefault(value["node_id"], []).append([key, peak])
         result = RunResult.from_dict(value["result"])
@@ -700,14 +767,14 @@ class RayPool:
             started_for = mark.get("started_for_s")
             limit = attempt.spec.timeout_s + 5.0 + DEADLINE_MARGIN_S
             if attempt.cancelled_for == "timeout" and now - (attempt.cancelled_at or now) > CANCEL_GRACE_S:
-                self.ray.cancel(ref, force=True)  # the polite cancel did not end it: its process goes
+                self.ray.cancel(ref, force=True)  # it did not stop when asked: its process goes
                 attempt.cancelled_at = now
             elif attempt.cancelled_for is None and (
                 (ready_for is not None and ready_for > limit)
                 or (ready_for is None and started_for is not None and started_for > READY_LIMIT_S + limit)
             ):
                 attempt.cancelled_for, attempt.cancelled_at = "timeout", now
-                self.ray.cancel(ref, force=False)
+                self._ask_stop([attempt.key])  # the task stops its run and removes its container
             elif started_for is None and attempt.cancelled_for is None:
                 # Queued: can any alive node still take it? (Its nodes may all have died.)
                 nodes = nodes if nodes is not None else self.nodes()
@@ -722,6 +789,14 @@ class RayPool:
                     text = f"no alive node can take this run any more: {problem}"
                     out.append(self._recorded(attempt, "error", text))
         return out
+
+    def _ask_stop(self, keys: list[str] | None) -> bool:
+        """Ask the board to stop ``keys`` (None: every attempt); whether it said so in time."""
+        board, ray = self._board, self.ray
+        try:
+            return bool(_within(GCS_CALL_S, lambda: ray.get(board.stop.remote(keys), timeout=GCS_CALL_S)))
+        except Exception:  # noqa: BLE001 - the forced cancel after the grace still ends the task
+            return False
 
     def _marks(self) -> dict[str, dict[str, Any]]:
         """The board's snapshot (the last one seen once the cluster is gone: the board went with it)."""
@@ -799,36 +874,50 @@ class RayPool:
     # -- stopping ---------------------------------------------------------------------------------
 
     def cancel_all(self, say: Callable[[str], None] = print) -> list[Finished]:
-        """Cancel every task: politely first (each kills and removes its container), then by force.
-        Returns the runs that finished with a result meanwhile (to be saved): a cancelled one has none."""
+        """Stop every task: the started ones through the board (each kills and removes its container),
+        forced when one has not ended within CANCEL_GRACE_S or at a second Ctrl-C; the queued ones
+        are left alone (a queued task that starts now sees the stop and runs nothing, and those still
+        queued end with the job when the pool leaves the cluster).
+        Returns the runs that finished with a result meanwhile (to be saved): a stopped one has none."""
         if not self._pending or not self._connected:
             return []
         ray = self.ray
-        refs = list(self._pending)
         finished: list[Finished] = []
-        say(f"cancelling {len(refs)} Ray task(s); each removes its container (Ctrl-C again: force at once)")
+        running: list[Any] = []
+        say(
+            f"stopping {len(self._pending)} Ray task(s): a started one removes its container, a queued one "
+            "does not start (Ctrl-C again: force at once)"
+        )
         try:
-            for ref in refs:
-                try:
-                    ray.cancel(ref, force=False)
-                except Exception:  # noqa: BLE001
-                    pass
-            try:
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+            asked = self._ask_stop(None)
+            # After the stop: a task marked started before it is waited for, any other sees the stop.
+            marks = self._marks()
+            running = [r for r, a in self._pending.items() if marks.get(a.key, {}).get("started_for_s") is not None]
+            if not asked:  # no board to ask (it answered nothing in time): Ray's cancel instead
+                for ref in running:
+                    try:
+                        ray.cancel(ref, force=False)
+                    except Exception:  # noqa: BLE001
+                        pass
+            try:  # (Ray refuses a wait for nothing)
+                done = ray.wait(running, num_returns=len(running), timeout=CANCEL_GRACE_S)[0] if running else []
             except Exception:  # noqa: BLE001
                 done = []
             for ref in done:
+                running.remove(ref)
                 try:
                     value = ray.get(ref, timeout=GCS_CALL_S)
                 except Exception:  # noqa: BLE001 - cancelled, or failed: no result to keep
+                    continue
+                if value.get("stopped"):
                     continue
                 finished.append(
                     Finished(self._pending[ref].spec, value["machine"], RunResult.from_dict(value["result"]))
                 )
         finally:
-            # Whatever is left is forced, also after a second Ctrl-C: its container is then removed
+            # What has not ended is forced, also after a second Ctrl-C: its container is then removed
             # by the worker's own deadline or the next session on that engine (docker_parts reaping).
-            for ref in refs:
+            for ref in running:
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001 - done already, or the cluster is gone
