@@ -809,28 +809,6 @@ def test_a_plan_whose_head_goes_away_keeps_what_arrived(tmp_path: Path, head: so
     assert fake.shutdowns == 0 and fake.cancels == [], "nothing is asked of a cluster that is gone"
 
 
-def test_run_one_spec_returns_the_result_of_its_retry(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
-    pool, fake, _ = make_pool(head)
-    cpu, _ = specs_of(tmp_path)
-    spec = replace(cpu, config={**cpu.config, "gpu_model": "B"})
-    wait = fake.wait
-
-    def scripted_wait(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
-        if len(fake.submissions) == 1 and not fake.outcomes:
-            started(fake, 0, "n2", "node-b1")
-            fake.node_list[1]["Alive"] = False
-            fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
-        elif len(fake.submissions) == 2 and fake.submissions[1].ref not in fake.outcomes:
-            value = {"machine": "node-b2", "node_id": "n3", "result": ok_result(spec, "node-b2", 2).to_dict()}
-            fake.finish(fake.submissions[1].ref, value)
-        return wait(refs, num_returns=num_returns, timeout=timeout)
-
-    fake.wait = scripted_wait  # type: ignore[method-assign]
-    result = pool.run(spec)
-    assert result.status == "ok" and result.run["machine"] == "node-b2"
-    assert fake.submissions[1].job["retry_of"] == fake.key(0)
-
-
 def test_without_an_address_the_pool_starts_and_stops_a_local_instance(no_real_ray: None) -> None:
     fake = StandInRay(gcs_address=None, node_list=cluster())
     pool = RayPool("orchestrator", ray_module=fake, clock=Clock())

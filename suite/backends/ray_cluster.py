@@ -941,19 +941,6 @@ class RayPool:
             except Exception:  # noqa: BLE001
                 pass
 
-    def run(self, spec: RunSpec, on_event: Any = None) -> RunResult:
-        """One run through the pool, for callers that run specs one by one (``suite reproduce``): the
-        result of its last attempt (a node lost mid-run is retried once)."""
-        del on_event
-        self.submit(spec)
-        last: RunResult | None = None
-        while self._pending:
-            for finished in self.collect(timeout=POLL_S):
-                last = finished.result
-        if last is None:  # the cluster went away before the run started
-            return self._recorded(Attempt(spec, "none"), "error", self.gone or "the run never started").result
-        return last
-
 
 def _task(spec_data: dict[str, Any], job: dict[str, Any], board: Any) -> dict[str, Any]:
     """The Ray task: runs on the node Ray chose."""
