@@ -54,6 +54,14 @@ class RayActorError(RayError):
     pass
 
 
+class ActorDiedError(RayActorError):
+    pass
+
+
+class ActorUnavailableError(RayActorError):
+    pass
+
+
 class GetTimeoutError(RayError):
     pass
 
@@ -88,6 +96,9 @@ class StandInRay:
     cancels: list[tuple[Ref, bool]] = field(default_factory=list)
     stops: list[list[str] | None] = field(default_factory=list)  # what the board was asked to stop
     board_answers: bool = True  # False: the board's calls time out
+    snapshot_answers: bool = True  # False: the board's snapshot times out
+    board_calls: list[str] = field(default_factory=list)  # "stop" and "snapshot", in the order asked
+    stop_raises: BaseException | None = None  # raised when the board's stop is called
     waits: list[dict[str, Any]] = field(default_factory=list)
     inits: list[dict[str, Any]] = field(default_factory=list)
     shutdowns: int = 0
@@ -101,6 +112,7 @@ class StandInRay:
             NodeDiedError=NodeDiedError,
             WorkerCrashedError=WorkerCrashedError,
             RayActorError=RayActorError,
+            ActorDiedError=ActorDiedError,
             GetTimeoutError=GetTimeoutError,
         )
     )
@@ -131,8 +143,12 @@ class StandInRay:
     def get(self, ref: Ref, *, timeout: float | None = None) -> Any:
         if ref is self._snapshot:
             self.snapshots += 1
+            self.board_calls.append("snapshot")
+            if not self.snapshot_answers:
+                raise GetTimeoutError("the board's snapshot did not come")
             return {k: dict(v) for k, v in self.marks.items()}
         if ref is self._stop:
+            self.board_calls.append("stop")
             if not self.board_answers:
                 raise GetTimeoutError("the board did not answer")
             return True
@@ -187,6 +203,8 @@ class _RemoteClass:
 
     def _stop(self, keys: list[str] | None) -> Ref:
         self.ray.stops.append(keys)
+        if self.ray.stop_raises is not None:
+            raise self.ray.stop_raises
         return self.ray._stop
 
 
@@ -834,6 +852,7 @@ def test_cancel_all_asks_the_board_to_stop_and_waits_for_the_started_tasks(
     said: list[str] = []
     assert pool.cancel_all(say=said.append) == [], "a stopped run has no result to keep"
     assert fake.stops == [None], "one stop for every attempt, queued ones too"
+    assert fake.board_calls[-2:] == ["stop", "snapshot"], "which started is read after the stop, not before"
     assert fake.waits[-1]["timeout"] == ray_cluster.CANCEL_GRACE_S and fake.waits[-1]["refs"] == [a]
     assert fake.cancels == [], "every started task stopped: no ray.cancel at all"
     assert said == [
@@ -913,6 +932,49 @@ def test_a_second_interrupt_during_the_wait_forces_every_started_task(
     a, b = (s.ref for s in fake.submissions)
     assert fake.cancels == [(a, True), (b, True)]
     assert pool.pending == 0
+
+
+def test_a_second_interrupt_before_the_board_answers_forces_every_task(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    for spec in specs_of(tmp_path):
+        pool.submit(spec)
+    fake.stop_raises = KeyboardInterrupt()  # Ctrl-C again while the stop is on its way to the board
+    with pytest.raises(KeyboardInterrupt):
+        pool.cancel_all(say=lambda _line: None)
+    a, b = (s.ref for s in fake.submissions)
+    assert fake.cancels == [(a, True), (b, True)], "which started is not known yet: all are forced"
+    assert pool.pending == 0
+
+
+def test_without_a_snapshot_after_the_stop_every_task_is_waited_for(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    for spec in specs_of(tmp_path):
+        pool.submit(spec)
+    a, b = (s.ref for s in fake.submissions)
+    pool.collect(timeout=0)  # an earlier snapshot: nothing started then
+    started(fake, 1, "n3", "node-b2")  # b started since; the snapshot after the stop does not come
+    fake.snapshot_answers = False
+    fake.finish(a, {"machine": "node-b1", "node_id": "n2", "stopped": "asked"})
+    assert pool.cancel_all(say=lambda _line: None) == []
+    assert fake.stops == [None] and set(fake.waits[-1]["refs"]) == {a, b}, "not the stale snapshot's none"
+    assert fake.cancels == [(b, True)], "asked through the board: no polite ray.cancel; the one not ended forced"
+
+
+def test_a_task_that_found_the_board_gone_is_an_error_saying_so(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    fake.finish(fake.submissions[0].ref, {"machine": "node-b1", "node_id": "n2", "stopped": ray_cluster.BOARD_GONE})
+    [done] = pool.collect(timeout=0)
+    assert done.result.status == "error" and "board" in done.result.message and "gone" in done.result.message
+    assert done.machine == "node-b1"
 
 
 def test_the_orchestrators_records_take_the_backend_the_node_said(
@@ -1042,7 +1104,7 @@ class NodeRay:
         self.node_id, self.machine, self.fail_get = node_id, machine, fail_get
         self.util = SimpleNamespace(get_node_ip_address=lambda: "10.0.0.2")
         self.get_timeouts: list[float | None] = []
-        self.exceptions = SimpleNamespace(RayActorError=RayActorError)
+        self.exceptions = SimpleNamespace(RayActorError=RayActorError, ActorDiedError=ActorDiedError)
 
     def get_runtime_context(self) -> Any:
         return SimpleNamespace(
@@ -1058,6 +1120,8 @@ class NodeRay:
         self.get_timeouts.append(timeout)
         if self.fail_get:
             raise RuntimeError("the board is gone")
+        if isinstance(ref.value, BaseException):
+            raise ref.value
         return ref.value
 
 
@@ -1178,8 +1242,26 @@ def test_a_task_that_starts_after_the_stop_runs_nothing(tmp_path: Path, monkeypa
     actor = BoardActor()
     actor.board.stop(None)
     out = _on_node(monkeypatch, cpu, "n2", backend, actor, _job("k1"))
-    assert out == {"machine": "m-n2", "node_id": "n2", "stopped": True}
+    assert out == {"machine": "m-n2", "node_id": "n2", "stopped": "asked"}
     assert backend.calibrate_asked == [], "no run started"
+
+
+def test_a_stop_asked_while_the_image_is_made_starts_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
+    monkeypatch.setattr(ray_cluster, "ASK_EVERY_S", 0.05)
+    monkeypatch.setattr(ray_cluster, "_ensure_image", lambda _backend, _spec: time.sleep(0.5))  # a build
+    cpu, _ = specs_of(tmp_path)
+    backend = PeakBackend()
+    actor = BoardActor()
+    timer = threading.Timer(0.1, actor.board.stop, args=[None])  # Ctrl-C on the orchestrator, mid-build
+    timer.start()
+    try:
+        out = _on_node(monkeypatch, cpu, "n2", backend, actor, _job("k1"))
+    finally:
+        timer.cancel()
+    assert out == {"machine": "m-n2", "node_id": "n2", "stopped": "asked"}
+    assert backend.calibrate_asked == [], "the build ended after the stop: no run started after it"
+    assert "ready_for_s" not in actor.board.snapshot()["k1"], "never ready: its deadline never started"
 
 
 @dataclass
@@ -1212,24 +1294,23 @@ def test_a_stop_asked_mid_run_kills_the_run_and_the_task_says_stopped(
         out = _on_node(monkeypatch, cpu, "n2", backend, actor, _job("k1"))
     finally:
         timer.cancel()
-    assert out == {"machine": "m-n2", "node_id": "n2", "stopped": True}
+    assert out == {"machine": "m-n2", "node_id": "n2", "stopped": "asked"}
     assert backend.closes == 1 and backend.killed.is_set(), "the backend's close killed the run"
     assert time.monotonic() - began < 5, "stopped within a few asks, not at the run's end"
 
 
-def test_a_board_that_is_gone_stops_a_run_and_a_slow_one_does_not() -> None:
-    def raising(exc: BaseException) -> Any:
-        def call() -> Any:
-            raise exc
-
-        return call
-
+def test_a_board_that_died_stops_a_run_and_a_slow_or_unavailable_one_does_not() -> None:
     ray = NodeRay("n2", "m")
-    assert ray_cluster._board_says_stop(ray, raising(RayActorError("the orchestrator's job ended"))) is True
-    assert ray_cluster._board_says_stop(ray, raising(GetTimeoutError("slow"))) is False
-    assert ray_cluster._board_says_stop(ray, lambda: Handle(False)) is False
-    assert ray.get_timeouts == [ray_cluster.GCS_CALL_S], "asked with a time limit"
-    assert ray_cluster._stop_asked(ray, None, "k") is False, "no board: nothing stops the run"
+
+    def says(value: Any) -> str | None:
+        return ray_cluster._board_says_stop(ray, lambda: Handle(value))
+
+    assert says(True) == ray_cluster.ASKED and says(False) is None
+    assert says(ActorDiedError("the orchestrator's job ended")) == ray_cluster.BOARD_GONE
+    assert says(ActorUnavailableError("the head is recovering")) is None, "for a while: the run goes on"
+    assert says(GetTimeoutError("slow")) is None
+    assert set(ray.get_timeouts) == {ray_cluster.GCS_CALL_S}, "asked with a time limit"
+    assert ray_cluster._stop_asked(ray, None, "k") is None, "no board: nothing stops the run"
 
 
 # --- run_plan_pool with a stand-in pool ------------------------------------------------------------

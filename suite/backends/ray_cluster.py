@@ -72,6 +72,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIP_EXCLUDES = [".git", "/reports/", "/reproduce/", "/benchmarks/wheels/"]
 LOCAL = "a local Ray instance started by the suite"
 ALL = "*"  # the board's stop for every attempt of the plan
+ASKED = "asked"  # why a task stopped its run: the board asked it to
+BOARD_GONE = "board gone"  # why a task did not run: the plan's board actor died
 # Set on a node (in the environment of its `ray start`): which backend runs its points. auto (the
 # default): Docker where the node's engine answers, else local; docker: always (a run without an
 # engine is then recorded as such); local: never a container, e.g. a pod without a Docker engine.
@@ -164,8 +166,9 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     # The "started" mark answers whether the plan is stopping: the board takes calls one at a time,
     # so a task marked before a stop is waited for, and one marked after it never starts its run.
-    if _mark_started(ray, board, job["key"], node_id=node_id, machine=machine):
-        return {"machine": machine, "node_id": node_id, "stopped": True}
+    why = _mark_started(ray, board, job["key"], node_id=node_id, machine=machine)
+    if why:
+        return {"machine": machine, "node_id": node_id, "stopped": why}
     backend = _node_backend(machine, job)
     spec = RunSpec.from_dict(spec_data)
     facts = {
@@ -182,8 +185,16 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
     }
     if job.get("retry_of"):
         facts["retry_of"] = job["retry_of"]
-    try:
-        _ensure_image(backend, spec)
+    stopping = threading.Event()  # set by a stop: the work's thread starts nothing after it
+
+    def stop() -> None:
+        stopping.set()
+        backend.close()
+
+    def work() -> tuple[RunResult, list]:
+        _ensure_image(backend, spec)  # may take minutes: the board is asked meanwhile too
+        if stopping.is_set():
+            raise StopAsked(ASKED)
         _mark(board, job["key"], "ready", backend=backend.name)  # the run's deadline counts from here
         from suite import runner
 
@@ -196,19 +207,19 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         # its engine has a GPU runtime or its TensorFlow can see a GPU.
         reason = backend.skip_reason(spec)
         if reason:
-            result = backend.skipped(spec, reason)
-        else:
-            result = _interruptible(
-                lambda: runner._run_with_peak(spec, backend, peaks),
-                backend.close,
-                lambda: _stop_asked(ray, board, job["key"]),
-            )
-        measured = [[list(k), v] for k, v in peaks.items() if k not in before]
+            return backend.skipped(spec, reason), []
+        if stopping.is_set():
+            raise StopAsked(ASKED)
+        result = runner._run_with_peak(spec, backend, peaks)
+        return result, [[list(k), v] for k, v in peaks.items() if k not in before]
+
+    try:
+        result, measured = _interruptible(work, stop, lambda: _stop_asked(ray, board, job["key"]))
         if measured and board is not None:
             board.add_peaks.remote(node_id, measured)
-    except StopAsked:
+    except StopAsked as asked:
         _node_backends.pop(_backend_key(machine, job), None)  # closed by _interruptible
-        return {"machine": machine, "node_id": node_id, "stopped": True}
+        return {"machine": machine, "node_id": node_id, "stopped": str(asked)}
     except BaseException:
         backend.close()  # a cancel (KeyboardInterrupt here): no container of the session stays
         _node_backends.pop(_backend_key(machine, job), None)
@@ -246,14 +257,15 @@ class _InThread:
 
 
 class StopAsked(Exception):
-    """The board asked this task to stop its run (Ctrl-C on the orchestrator, or its deadline)."""
+    """The board asked this task to stop its run (Ctrl-C on the orchestrator, or its deadline), or
+    is gone; its text says which (ASKED or BOARD_GONE)."""
 
 
 def _interruptible(
-    work: Callable[[], Any], stop: Callable[[], None], stop_asked: Callable[[], bool] | None = None
+    work: Callable[[], Any], stop: Callable[[], None], stop_asked: Callable[[], str | None] | None = None
 ) -> Any:
     """``work()`` in a thread of its own, while this thread waits in short steps and, every
-    ASK_EVERY_S, asks ``stop_asked()`` (the board) whether to stop.
+    ASK_EVERY_S, asks ``stop_asked()`` (the board) whether to stop (None: go on; else why).
 
     A stop asked, or a KeyboardInterrupt (Ray's cancel raises it in the thread that runs the task,
     between Python steps only: a run waits for its container inside one blocking call to the engine,
@@ -266,8 +278,9 @@ def _interruptible(
     try:
         while not running.ended.wait(STEP_S):
             if stop_asked is not None and time.monotonic() - asked_at >= ASK_EVERY_S:
-                if stop_asked():
-                    raise StopAsked
+                why = stop_asked()
+                if why:
+                    raise StopAsked(why)
                 asked_at = time.monotonic()
     except BaseException:
         stop()
@@ -323,26 +336,28 @@ def _task_id(ctx: Any) -> str | None:
         return None
 
 
-def _mark_started(ray: Any, board: Any, key: str, **facts: Any) -> bool:
-    """Tell the board this task started; whether the plan asked it to stop (or is gone: the board
-    lives with the orchestrator's job, and without it no result could go back)."""
+def _mark_started(ray: Any, board: Any, key: str, **facts: Any) -> str | None:
+    """Tell the board this task started; why it is not to start its run (None: it is to)."""
     if board is None:
-        return False
+        return None
     return _board_says_stop(ray, lambda: board.mark.remote(key, "started", time.time(), facts))
 
 
-def _stop_asked(ray: Any, board: Any, key: str) -> bool:
+def _stop_asked(ray: Any, board: Any, key: str) -> str | None:
     if board is None:
-        return False
+        return None
     return _board_says_stop(ray, lambda: board.stop_asked.remote(key))
 
 
-def _board_says_stop(ray: Any, call: Callable[[], Any]) -> bool:
+def _board_says_stop(ray: Any, call: Callable[[], Any]) -> str | None:
+    """ASKED when the board says stop; BOARD_GONE when the board is dead (it lives with the
+    orchestrator's job: without it no result could go back); None otherwise. A board that is slow,
+    or unavailable for a while (ActorUnavailableError, say while the head recovers), stops nothing."""
     try:
-        return bool(ray.get(call(), timeout=GCS_CALL_S))
-    except Exception as exc:  # noqa: BLE001 - a slow board never stops a run; a dead one does
-        gone = getattr(getattr(ray, "exceptions", None), "RayActorError", None)
-        return gone is not None and isinstance(exc, gone)
+        return ASKED if ray.get(call(), timeout=GCS_CALL_S) else None
+    except Exception as exc:  # noqa: BLE001
+        died = getattr(getattr(ray, "exceptions", None), "ActorDiedError", None)
+        return BOARD_GONE if died is not None and isinstance(exc, died) else None
 
 
 def _mark(board: Any, key: str, what: str, **facts: Any) -> None:
@@ -700,9 +715,12 @@ class RayPool:
             return [self._recorded(attempt, "error", f"the run's Ray task failed on its node: {_first_line(exc)}")]
         except ray.exceptions.RayError as exc:
             return [self._recorded(attempt, "error", f"Ray could not run the task: {type(exc).__name__}: {exc}")]
-        if value.get("stopped"):  # it stopped its run when the board asked
+        if value.get("stopped"):  # it stopped its run when the board asked, or found it gone
             if attempt.cancelled_for == "timeout":
                 return [self._recorded(attempt, "timeout", self._timeout_text(attempt))]
+            if value["stopped"] == BOARD_GONE:
+                why = "the plan's board (a Ray actor beside the orchestrator) is gone, so its node ran nothing"
+                return [self._recorded(attempt, "error", why)]
             return [self._recorded(attempt, "error", "the run was stopped before it ended (the plan was stopping)")]
         for key, peak in value.get("peaks") or []:
             self._peaks.setdefault(value["node_id"], []).append([key, peak])
@@ -801,10 +819,15 @@ class RayPool:
     def _marks(self) -> dict[str, dict[str, Any]]:
         """The board's snapshot (the last one seen once the cluster is gone: the board went with it)."""
         if self.gone is None:
-            try:
-                self._last_marks = dict(self.ray.get(self._board.snapshot.remote(), timeout=GCS_CALL_S))
-            except Exception:  # noqa: BLE001 - without the board the tasks' own deadlines still hold
-                pass
+            self._snapshot()  # without the board the tasks' own deadlines still hold
+        return self._last_marks
+
+    def _snapshot(self) -> dict[str, dict[str, Any]] | None:
+        """The board's snapshot now, or None when it did not come within GCS_CALL_S."""
+        try:
+            self._last_marks = dict(self.ray.get(self._board.snapshot.remote(), timeout=GCS_CALL_S))
+        except Exception:  # noqa: BLE001
+            return None
         return self._last_marks
 
     def _head_answers(self) -> bool:
@@ -883,17 +906,21 @@ class RayPool:
             return []
         ray = self.ray
         finished: list[Finished] = []
-        running: list[Any] = []
+        # Until the board says which tasks started, any may have: a second Ctrl-C forces them all.
+        running: list[Any] = list(self._pending)
         say(
             f"stopping {len(self._pending)} Ray task(s): a started one removes its container, a queued one "
             "does not start (Ctrl-C again: force at once)"
         )
         try:
+            # The snapshot after the stop: a task marked started before it is waited for, any other
+            # sees the stop when it marks.
             asked = self._ask_stop(None)
-            # After the stop: a task marked started before it is waited for, any other sees the stop.
-            marks = self._marks()
-            running = [r for r, a in self._pending.items() if marks.get(a.key, {}).get("started_for_s") is not None]
-            if not asked:  # no board to ask (it answered nothing in time): Ray's cancel instead
+            marks = self._snapshot() if asked else None
+            if marks is not None:
+                running = [r for r, a in self._pending.items() if marks.get(a.key, {}).get("started_for_s") is not None]
+            # Without a snapshot every task may be running: all are waited for (and forced after).
+            if not asked:  # the board answered nothing in time: Ray's polite cancel instead
                 for ref in running:
                     try:
                         ray.cancel(ref, force=False)
