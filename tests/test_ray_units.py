@@ -839,6 +839,17 @@ def test_without_an_address_the_pool_starts_and_stops_a_local_instance(no_real_r
     assert fake.shutdowns == 1
 
 
+def two_started(tmp_path: Path, head: socket.socket) -> tuple[RayPool, StandInRay, Ref, Ref]:
+    """A pool with its cpu and gpu runs started on node-b1 and node-b2; their refs."""
+    pool, fake, _ = make_pool(head)
+    for spec in specs_of(tmp_path):
+        pool.submit(spec)
+    started(fake, 0, "n2", "node-b1")
+    started(fake, 1, "n3", "node-b2")
+    a, b = (s.ref for s in fake.submissions)
+    return pool, fake, a, b
+
+
 def test_cancel_all_asks_the_board_to_stop_and_waits_for_the_started_tasks(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
@@ -877,14 +888,8 @@ def test_cancel_all_with_every_run_queued_waits_for_nothing(
 def test_cancel_all_without_a_board_cancels_the_started_tasks_through_ray(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
-    pool, fake, _ = make_pool(head)
-    cpu, gpu = specs_of(tmp_path)
-    pool.submit(cpu)
-    pool.submit(gpu)
-    started(fake, 0, "n2", "node-b1")
-    started(fake, 1, "n3", "node-b2")
+    pool, fake, a, b = two_started(tmp_path, head)
     fake.board_answers = False
-    a, b = (s.ref for s in fake.submissions)
     fake.fail(a, TaskCancelledError("cancelled"))
     pool.cancel_all(say=lambda _line: None)
     assert fake.cancels == [(a, False), (b, False), (b, True)], "polite for both, forced for the one that did not end"
@@ -916,12 +921,7 @@ def test_cancel_all_returns_the_runs_that_ended_with_a_result_meanwhile(
 def test_a_second_interrupt_during_the_wait_forces_every_started_task(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
-    pool, fake, _ = make_pool(head)
-    cpu, gpu = specs_of(tmp_path)
-    pool.submit(cpu)
-    pool.submit(gpu)
-    started(fake, 0, "n2", "node-b1")
-    started(fake, 1, "n3", "node-b2")
+    pool, fake, a, b = two_started(tmp_path, head)
 
     def interrupted(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
         raise KeyboardInterrupt  # Ctrl-C again while the tasks remove their containers
@@ -929,7 +929,6 @@ def test_a_second_interrupt_during_the_wait_forces_every_started_task(
     fake.wait = interrupted  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         pool.cancel_all(say=lambda _line: None)
-    a, b = (s.ref for s in fake.submissions)
     assert fake.cancels == [(a, True), (b, True)]
     assert pool.pending == 0
 
