@@ -99,6 +99,7 @@ class StandInRay:
     snapshot_answers: bool = True  # False: the board's snapshot times out
     board_calls: list[str] = field(default_factory=list)  # "stop" and "snapshot", in the order asked
     stop_raises: BaseException | None = None  # raised when the board's stop is called
+    board_options: dict[str, Any] = field(default_factory=dict)  # how the board actor was placed
     waits: list[dict[str, Any]] = field(default_factory=list)
     inits: list[dict[str, Any]] = field(default_factory=list)
     shutdowns: int = 0
@@ -195,6 +196,7 @@ class _RemoteClass:
         self.ray = ray
 
     def options(self, **kwargs: Any) -> _RemoteClass:
+        self.ray.board_options = kwargs
         return self
 
     def remote(self) -> Any:
@@ -352,8 +354,6 @@ def head() -> Iterator[socket.socket]:
 def no_real_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     # connect() sets this for the process; monkeypatch puts the environment back afterwards.
     monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
-    # The board's placement strategy comes from the real ray package; without it: none.
-    monkeypatch.setattr(ray_cluster, "_on_this_node", lambda _ray: None)
     # The head's refusals are counted within one check, HEAD_RETRY_S apart: no waiting here.
     monkeypatch.setattr(ray_cluster, "HEAD_RETRY_S", 0.0)
 
@@ -433,6 +433,7 @@ def test_submit_asks_for_the_points_resources_without_rays_retries(
     shipped = fake.inits[0]["runtime_env"]
     assert shipped["working_dir"] == str(ray_cluster.REPO_ROOT), "the checkout: suite/, docker/, locks"
     assert ".git" in shipped["excludes"] and "/reports/" in shipped["excludes"]
+    assert fake.board_options == {"resources": {"node:__internal_head__": 0.001}}, "the board lives on the head"
     first, second = fake.submissions
     assert first.options["num_cpus"] == 1.0 and first.options["num_gpus"] == 0
     assert first.options["resources"] == {"suite_slot": 1.0, "gpu_model:B": 0.001}
@@ -441,6 +442,11 @@ def test_submit_asks_for_the_points_resources_without_rays_retries(
     assert first.job["attempt"] == 1 and first.job["retry_of"] is None and first.job["key"] != second.job["key"]
     assert first.spec == cpu.to_dict()
     assert pool.pending == 2
+
+
+def test_the_head_resource_is_the_one_ray_gives_its_head_node() -> None:
+    constants = pytest.importorskip("ray._common.constants", reason="ray is not installed here")
+    assert ray_cluster.HEAD_RESOURCE == constants.HEAD_NODE_RESOURCE_NAME
 
 
 def test_only_a_ray_result_on_the_model_asked_counts_as_done(

@@ -72,6 +72,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIP_EXCLUDES = [".git", "/reports/", "/reproduce/", "/benchmarks/wheels/"]
 LOCAL = "a local Ray instance started by the suite"
 ALL = "*"  # the board's stop for every attempt of the plan
+HEAD_RESOURCE = "node:__internal_head__"  # what Ray gives the head node only (ray._common.constants)
 ASKED = "asked"  # why a task stopped its run: the board asked it to
 BOARD_GONE = "board gone"  # why a task did not run: the plan's board actor died
 # Set on a node (in the environment of its `ray start`): which backend runs its points. auto (the
@@ -587,9 +588,11 @@ class RayPool:
         self.identity = after if after == before else {**after, "changed_while_shipping": True}
         self.gcs_address = _gcs_address(info, self.address)
         self._connected = True
+        # The board lives on the head (the resource Ray gives the head node alone, as Ray Serve and
+        # Train place their state actors): not on the node the driver attached to, which may be any
+        # node, and one lost with it would leave the plan without its board.
         board = ray.remote(num_cpus=0, max_restarts=0)(Board)
-        strategy = _on_this_node(ray)
-        self._board = board.options(**({"scheduling_strategy": strategy} if strategy else {})).remote()
+        self._board = board.options(resources={HEAD_RESOURCE: 0.001}).remote()
         self._remote = ray.remote(_task)
 
     def nodes(self, max_age_s: float = 2.0) -> list[dict[str, Any]]:
@@ -982,16 +985,6 @@ def _gcs_address(info: Any, address: str | None) -> str | None:
     except Exception:  # noqa: BLE001
         found = None
     return str(found or address or "") or None
-
-
-def _on_this_node(ray: Any) -> Any:
-    """A scheduling strategy that keeps the board on the driver's node (the head, usually)."""
-    try:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _first_line(exc: BaseException) -> str:
