@@ -722,7 +722,7 @@ class RayPool:
             if attempt.cancelled_for == "timeout":
                 return [self._recorded(attempt, "timeout", self._timeout_text(attempt))]
             if value["stopped"] == BOARD_GONE:
-                why = "the plan's board (a Ray actor beside the orchestrator) is gone, so its node ran nothing"
+                why = "the plan's board (a Ray actor on the cluster's head) is gone, so its node ran nothing"
                 return [self._recorded(attempt, "error", why)]
             return [self._recorded(attempt, "error", "the run was stopped before it ended (the plan was stopping)")]
         for key, peak in value.get("peaks") or []:
