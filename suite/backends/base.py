@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from suite import hostinfo, provenance, telemetry
@@ -38,6 +39,19 @@ WORKER_DEADLINE_GRACE_S = 5.0
 LOG_DRAIN_S = 10.0  # how long the log may keep flowing after the exit (a child holding the pipe)
 
 EventSink = Callable[[dict[str, Any]], None]
+# A backend's tags (``RunSkeleton.tags``) as its workers carry them: container labels, or variables
+# in a local worker's environment. A caller whose process may die before its workers (a Ray task
+# killed by force) finds them again by these, from another process (``ray_cluster.sweep``).
+TAG_LABEL_PREFIX = "suite.tag."
+TAG_ENV_PREFIX = "SUITE_TAG_"
+
+
+def tag_labels(tags: Mapping[str, str]) -> dict[str, str]:
+    return {TAG_LABEL_PREFIX + key: value for key, value in tags.items()}
+
+
+def tag_env(tags: Mapping[str, str]) -> dict[str, str]:
+    return {TAG_ENV_PREFIX + key.upper(): value for key, value in tags.items()}
 
 
 class Backend(Protocol):
@@ -128,6 +142,11 @@ class RunSkeleton:
     name = "backend"
     what = "worker"  # for messages: "worker" or "container"
     memory_limit: str | None = None
+    # Set by ``close`` (a subclass's close sets it first): a worker whose launch ends after it, in
+    # another thread, is stopped at once (``_attempt``), as the close could not find it.
+    closed = False
+    # Names (lower case, digits, _) -> values every worker of this backend carries (see tag_labels).
+    tags: Mapping[str, str] = MappingProxyType({})
 
     @property
     def code_copied_at_launch(self) -> bool:
@@ -197,6 +216,18 @@ class RunSkeleton:
         except Unavailable as exc:
             run = {**info, **self.run_info(), **exc.facts, "finished_at": now_iso()}
             return RunResult(status=exc.status, spec=spec.to_dict(), message=str(exc), run=run)
+        if self.closed:
+            # Closed by another thread while this worker was starting (a Ray task asked to stop): the
+            # close found no worker to stop, so it is stopped here, before it runs.
+            try:
+                execution.kill()
+            except Exception:  # noqa: BLE001 - the cleanup removes it anyway
+                pass
+            execution.cleanup()
+            facts = getattr(execution, "facts", {})
+            run = {**info, **self.run_info(), **facts, "finished_at": now_iso()}
+            why = f"stopped as its {self.what} started: the backend was closed (the plan was stopping)"
+            return RunResult(status="error", spec=spec.to_dict(), message=why, run=run)
         info.update(self.run_info())  # what launching learnt (the engine's version)
         deadline = Deadline(spec.timeout_s)
         recorder = start_telemetry(execution, started)

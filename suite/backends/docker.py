@@ -36,6 +36,7 @@ from suite.backends.base import (
     gpus_for,
     inherit_pool,
     restrict_gpus,
+    tag_labels,
 )
 from suite.backends.docker_run import (
     OUT_NAME,
@@ -195,6 +196,7 @@ class DockerBackend(RunSkeleton):
 
         When the link to the engine broke during the session, fresh connections are tried (twice).
         """
+        self.closed = True  # first: a launch still under way stops its container itself (RunSkeleton)
         if self._client is None:
             return
         mine = {"label": f"{LABEL_SESSION}={self.session}"}
@@ -223,7 +225,7 @@ class DockerBackend(RunSkeleton):
     # -- what a container gets ------------------------------------------------------------------
 
     def labels(self, spec: RunSpec | None = None) -> dict[str, str]:
-        labels = {LABEL_SESSION: self.session, parts.LABEL_ORCHESTRATOR: self.orchestrator}
+        labels = {LABEL_SESSION: self.session, parts.LABEL_ORCHESTRATOR: self.orchestrator, **tag_labels(self.tags)}
         if spec is not None:
             deadline = time.time() + spec.timeout_s + WORKER_DEADLINE_GRACE_S + REAP_MARGIN_S
             labels.update(

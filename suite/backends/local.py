@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from suite import datasets, hostinfo, provenance, telemetry
-from suite.backends.base import Exit, RunSkeleton, device_skip_reason, gpu_env, host_inventory, restrict_gpus
+from suite.backends.base import (
+    Exit,
+    RunSkeleton,
+    device_skip_reason,
+    gpu_env,
+    host_inventory,
+    restrict_gpus,
+    tag_env,
+)
 from suite.plan import RunSpec
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
@@ -84,6 +92,7 @@ class LocalBackend(RunSkeleton):
             **gpu_env(spec, self.inventory()),  # by UUID; replaces the inherited CUDA_VISIBLE_DEVICES
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
             "SUITE_LAUNCH_UNIX": repr(time.time()),
+            **tag_env(self.tags),
         }
         # The file or folder the host resolved for this spec (its sha256 is in the spec): the worker
         # reads exactly that, whatever KERAS_HOME or working folder it inherits.
@@ -112,6 +121,7 @@ class LocalBackend(RunSkeleton):
         return process
 
     def close(self) -> None:
+        self.closed = True  # first: a launch still under way stops its worker itself (RunSkeleton)
         if self._current is not None:
             self._current.kill()
 
