@@ -143,6 +143,7 @@ def ray_once(pool: RayPool, spec: RunSpec, rnd: int) -> Sample:
     while result is None:
         for done in pool.collect(timeout=0.2):
             result = done.result
+            pool.saved(done)  # the pool holds what it handed out until told
     back = time.time()
     checked(result, "ray")
     # The board hands out ages by its own clock (Board.snapshot): the start, on this machine's clock.

@@ -191,12 +191,16 @@ def run_plan(
 def pool_previous_runs(
     results_dir: Path, counts: Callable[[results.RunResult], bool]
 ) -> dict[tuple[str, int], results.RunResult]:
-    """(fingerprint, repetition) -> the newest result of the pool's kind in any machine folder under
-    ``results_dir``: a pool runs each run once, on whichever node took it (a node that has left the
-    cluster since included), so a run ``ok`` in any of them is done. ``counts`` says which results
-    are the pool's (a Ray node's, on the GPU model asked for); the others are not looked at."""
+    """(fingerprint, repetition) -> a result of the pool's kind in any machine folder under
+    ``results_dir``: the newest ``ok`` one where there is one, else the newest. A pool runs each run
+    once, on whichever node took it (a node that has left the cluster since included), so a run
+    ``ok`` in any of them is done, whatever else is on file: the times of results made on different
+    machines come from different clocks (a node's, the orchestrator's for a lost run), so "newest"
+    cannot order a lost attempt against its retry. ``counts`` says which results are the pool's (a
+    Ray node's, on the GPU model asked for); the others are not looked at."""
     found = [r for folder in result_folders(results_dir) for _, r in results.load_folder(folder) if counts(r)]
-    return results.latest_by_run(found)
+    newest = results.latest_by_run(found)
+    return newest | results.latest_by_run([r for r in found if r.ok])
 
 
 def result_folders(results_dir: Path) -> list[Path]:
@@ -255,13 +259,15 @@ def run_plan_pool(
                     head = heads[(done.spec.fingerprint, done.spec.repetition)]
                     retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
                     _save_pool(done, results_dir, head, summary, progress, retry)
+                    pool.saved(done)  # until now an interrupt finds it in what cancel_all hands back
         summary.stopped = getattr(pool, "gone", None)
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
         try:
             # Runs that ended with a result while the others were being cancelled are kept.
             for done in pool.cancel_all(say=progress.line) or []:
                 head = heads.get((done.spec.fingerprint, done.spec.repetition), done.spec.run_id)
-                _save_pool(done, results_dir, head, summary, progress, retry=False)
+                retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
+                _save_pool(done, results_dir, head, summary, progress, retry)
         finally:
             raise
     finally:

@@ -590,3 +590,41 @@ def test_a_node_given_no_image_uses_the_catalog_image_of_the_shipped_checkout(no
     assert r.run["image"] == after["tag"] and r.run["image_id"] == after["image_id"], (r.run["image"], after)
     if before["state"] == "built":
         assert before["image_id"] == after["image_id"], (before, after)  # found, not rebuilt
+
+
+def test_a_sweep_reaches_every_node_and_removes_the_plans_containers(
+    cluster: RayLocalCluster, nodes: Nodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the orchestrator sends after a task was killed by force: a sweep pinned to each node (Ray's
+    node affinity), run from the shipped checkout, removing the plan's containers on the node's engine."""
+    if nodes.client is None:
+        pytest.skip("no Docker engine answers: the nodes run the local backend, which makes no container")
+    from suite.backends import ray_cluster
+    from suite.backends.base import tag_labels
+
+    for key, value in cluster.client_env().items():
+        monkeypatch.setenv(key, value)
+    pool = ray_cluster.RayPool(ORCHESTRATOR, address=cluster.address)
+    pool.connect()
+    image = nodes.env[IMAGE_ENV]
+    left = nodes.client.containers.run(
+        image, ["300"], entrypoint=["sleep"], detach=True, network_mode="none",
+        labels=tag_labels({ray_cluster.TAG_PLAN: pool.session, ray_cluster.TAG_ATTEMPT: f"{pool.session}-1"}),
+    )  # fmt: skip
+    try:
+        alive = [n["NodeID"] for n in pool.nodes(max_age_s=0) if n["Alive"]]
+        assert len(alive) == 3
+        said: list[str] = []
+        refs = pool._sweep(alive)
+        pool._wait_for_sweeps(refs, say=said.append)
+        found = [pool.ray.get(r) for r in refs]
+        # The three nodes share this machine's engine: the first sweep to look removes it.
+        assert sorted(c for f in found for c in f["containers"]) == [left.short_id], found
+        assert said == [f"removed after the forced stop: {left.short_id}"], said
+        assert left.id not in {c.id for c in nodes.client.containers.list(all=True)}
+    finally:
+        pool.close()
+        try:
+            left.remove(force=True)
+        except Exception:  # noqa: BLE001 - removed by the sweep
+            pass

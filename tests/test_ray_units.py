@@ -66,6 +66,16 @@ class GetTimeoutError(RayError):
     pass
 
 
+class OutOfMemoryError(RayError):
+    pass
+
+
+@dataclass
+class NodeAffinitySchedulingStrategy:
+    node_id: str
+    soft: bool
+
+
 class Ref:
     """An object reference: hashable by identity, as Ray's are used as dict keys."""
 
@@ -105,6 +115,14 @@ class StandInRay:
     shutdowns: int = 0
     snapshots: int = 0  # board snapshots read (each a call that needs the head)
     outcomes: dict[Ref, tuple[str, Any]] = field(default_factory=dict)
+    sweeps: list[tuple[str, tuple]] = field(default_factory=list)  # (node id, sweep's arguments)
+    sweep_finds: dict[str, Any] = field(default_factory=lambda: {"containers": [], "processes": []})
+    sweeps_answer: bool = True  # False: a sweep never ends
+    util: Any = field(
+        default_factory=lambda: SimpleNamespace(
+            scheduling_strategies=SimpleNamespace(NodeAffinitySchedulingStrategy=NodeAffinitySchedulingStrategy)
+        )
+    )
     exceptions: Any = field(
         default_factory=lambda: SimpleNamespace(
             RayError=RayError,
@@ -115,6 +133,7 @@ class StandInRay:
             RayActorError=RayActorError,
             ActorDiedError=ActorDiedError,
             GetTimeoutError=GetTimeoutError,
+            OutOfMemoryError=OutOfMemoryError,
         )
     )
 
@@ -185,7 +204,16 @@ class _RemoteFunction:
     def options(self, **kwargs: Any) -> _RemoteFunction:
         return _RemoteFunction(self.ray, kwargs)
 
-    def remote(self, spec: dict[str, Any], job: dict[str, Any], board: Any) -> Ref:
+    def remote(self, *args: Any) -> Ref:
+        strategy = self.opts.get("scheduling_strategy")
+        if strategy is not None:  # a sweep, pinned to its node
+            assert strategy.soft is False and self.opts.get("num_cpus") == 0, self.opts
+            ref = Ref(f"sweep-{len(self.ray.sweeps) + 1}")
+            self.ray.sweeps.append((strategy.node_id, args))
+            if self.ray.sweeps_answer:
+                self.ray.finish(ref, dict(self.ray.sweep_finds))
+            return ref
+        spec, job, _board = args
         ref = Ref(f"task-{len(self.ray.submissions) + 1}")
         self.ray.submissions.append(Submission(ref, self.opts, spec, job))
         return ref
@@ -366,6 +394,14 @@ def make_pool(head: socket.socket, gpu_model: str | None = None) -> tuple[RayPoo
     return pool, fake, clock
 
 
+def take(pool: RayPool) -> list[Finished]:
+    """One poll of the pool, as run_plan_pool makes it: what it hands out, each then saved."""
+    done = pool.collect(timeout=0)
+    for d in done:
+        pool.saved(d)
+    return done
+
+
 def started(
     fake: StandInRay, n: int, node_id: str, machine: str, ready: float | None = None, started_for: float = 0.0
 ) -> None:
@@ -413,12 +449,12 @@ def test_a_task_stuck_before_its_image_is_ready_is_cancelled(
     ref = fake.submissions[0].ref
     limit = ray_cluster.READY_LIMIT_S + cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
     started(fake, 0, "n2", "node-b1", started_for=limit - 5)
-    assert pool.collect(timeout=0) == [] and fake.stops == [], "an image build may take a while"
+    assert take(pool) == [] and fake.stops == [], "an image build may take a while"
     started(fake, 0, "n2", "node-b1", started_for=limit + 1)
-    pool.collect(timeout=0)
+    take(pool)
     assert fake.stops == [[fake.key(0)]] and fake.cancels == [], "asked through the board, not ray.cancel"
     fake.finish(ref, {"machine": "node-b1", "node_id": "n2", "stopped": True})
-    [done] = pool.collect(timeout=0)
+    [done] = take(pool)
     assert done.result.status == "timeout" and "getting its image ready" in done.result.message
 
 
@@ -505,13 +541,13 @@ def test_an_ok_result_comes_back_under_the_nodes_machine(
     pool, fake, _ = make_pool(head)
     cpu, gpu = specs_of(tmp_path)
     pool.submit(cpu)
-    assert pool.collect(timeout=0) == [], "nothing arrived yet"
+    assert take(pool) == [], "nothing arrived yet"
     peak = [["docker", "default", "tensorflow", "cpu", "float32", None, None], {"tflops": 1.5}]
     fake.finish(
         fake.submissions[0].ref,
         {"machine": "node-b1", "node_id": "n2", "result": ok_result(cpu, "node-b1").to_dict(), "peaks": [peak]},
     )
-    [done] = pool.collect(timeout=0)
+    [done] = take(pool)
     assert isinstance(done, Finished)
     assert done.machine == "node-b1" and done.result.status == "ok" and done.spec == cpu
     assert pool.pending == 0
@@ -525,14 +561,14 @@ def test_a_task_cancelled_at_its_deadline_is_a_timeout(tmp_path: Path, head: soc
     pool.submit(cpu)
     ref = fake.submissions[0].ref
     started(fake, 0, "n2", "node-b1", ready=time.time() - 10)
-    assert pool.collect(timeout=0) == [] and fake.stops == [], "well within its deadline"
+    assert take(pool) == [] and fake.stops == [], "well within its deadline"
     limit = cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
     started(fake, 0, "n2", "node-b1", ready=time.time() - limit - 1)
-    assert pool.collect(timeout=0) == []
+    assert take(pool) == []
     assert fake.stops == [[fake.key(0)]], "asked to stop: the task removes its container"
     assert fake.cancels == [], "no ray.cancel while the task may be replying (it can crash the driver)"
     fake.finish(ref, {"machine": "node-b1", "node_id": "n2", "stopped": True})
-    [done] = pool.collect(timeout=0)
+    [done] = take(pool)
     assert done.result.status == "timeout" and done.machine == "node-b1"
     assert "cancelled by the orchestrator" in done.result.message
     assert done.result.run["ray"]["node_id"] == "n2" and pool.pending == 0
@@ -546,16 +582,16 @@ def test_a_task_that_outlives_its_polite_cancel_is_forced(
     pool.submit(cpu)
     ref = fake.submissions[0].ref
     started(fake, 0, "n2", "node-b1", ready=time.time() - cpu.timeout_s - 5 - ray_cluster.DEADLINE_MARGIN_S - 1)
-    pool.collect(timeout=0)
-    pool.collect(timeout=0)
+    take(pool)
+    take(pool)
     assert fake.stops == [[fake.key(0)]] and fake.cancels == [], "within the grace: asked once, no cancel"
     [attempt] = pool._pending.values()
     assert attempt.cancelled_at is not None
     attempt.cancelled_at -= ray_cluster.CANCEL_GRACE_S + 1  # the grace is over
-    pool.collect(timeout=0)
+    take(pool)
     assert fake.cancels == [(ref, True)], "it did not stop when asked: forced"
     fake.fail(ref, TaskCancelledError("cancelled"))
-    [done] = pool.collect(timeout=0)
+    [done] = take(pool)
     assert done.result.status == "timeout"
 
 
@@ -564,7 +600,7 @@ def test_a_task_cancelled_otherwise_is_an_error(tmp_path: Path, head: socket.soc
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
     fake.fail(fake.submissions[0].ref, TaskCancelledError("cancelled"))
-    [done] = pool.collect(timeout=0)
+    [done] = take(pool)
     assert done.result.status == "error" and done.machine == "orchestrator", "never started: this folder"
 
 
@@ -579,7 +615,7 @@ def test_a_lost_node_is_recorded_and_the_run_retried_once(
     started(fake, 0, "n2", "node-b1")
     fake.node_list[1]["Alive"] = False
     fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
-    [lost] = pool.collect(timeout=0)
+    [lost] = take(pool)
     assert lost.result.status == "error" and "node lost" in lost.result.message, lost.result.message
     assert lost.machine == "node-b1" and "node-b1" in lost.result.message
     assert len(fake.submissions) == 2 and pool.pending == 1
@@ -592,7 +628,7 @@ def test_a_lost_node_is_recorded_and_the_run_retried_once(
     started(fake, 1, "n3", "node-b2")
     fake.node_list[2]["Alive"] = False
     fake.fail(retry.ref, NodeDiedError("that one died too"))
-    [again] = pool.collect(timeout=0)
+    [again] = take(pool)
     assert again.result.status == "error" and "node lost" in again.result.message
     assert again.result.run["ray"]["attempt"] == 2 and again.result.run["ray"]["retry_of"] == first
     assert again.machine == "node-b2"
@@ -609,7 +645,7 @@ def test_a_lost_node_without_another_of_its_model_is_not_retried(
     started(fake, 0, "n1", "node-a")
     fake.node_list[0]["Alive"] = False
     fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
-    [lost] = pool.collect(timeout=0)
+    [lost] = take(pool)
     assert "node lost" in lost.result.message and "not retried" in lost.result.message
     assert "gpu_model:A" in lost.result.message
     assert len(fake.submissions) == 1 and pool.pending == 0
@@ -624,7 +660,7 @@ def test_a_worker_crash_on_a_live_node_is_an_error_not_retried(
     pool.submit(cpu)
     started(fake, 0, "n2", "node-b1")
     fake.fail(fake.submissions[0].ref, WorkerCrashedError("the worker died\nSIGSEGV"))
-    [crashed] = pool.collect(timeout=0)
+    [crashed] = take(pool)
     assert crashed.result.status == "error" and "node lost" not in crashed.result.message
     assert "crashed" in crashed.result.message and "SIGSEGV" in crashed.result.message
     assert len(fake.submissions) == 1 and pool.pending == 0
@@ -637,7 +673,7 @@ def test_a_failing_task_and_a_ray_error_are_errors(tmp_path: Path, head: socket.
     pool.submit(gpu)
     fake.fail(fake.submissions[0].ref, RayTaskError("Traceback...\nValueError: bad spec"))
     fake.fail(fake.submissions[1].ref, RayError("object lost"))
-    done = pool.collect(timeout=0)
+    done = take(pool)
     assert [d.result.status for d in done] == ["error", "error"]
     assert "ValueError: bad spec" in done[0].result.message
     assert "RayError: object lost" in done[1].result.message
@@ -650,16 +686,16 @@ def test_a_queued_run_no_alive_node_can_take_is_an_error_after_a_grace(
     cpu, _ = specs_of(tmp_path)
     spec = replace(cpu, config={**cpu.config, "gpu_model": "B"})
     pool.submit(spec)
-    assert pool.collect(timeout=0) == [] and fake.cancels == [], "queued: a B node takes it later"
+    assert take(pool) == [] and fake.cancels == [], "queued: a B node takes it later"
     fake.node_list[1]["Alive"] = False
     fake.node_list[2]["Alive"] = False
     clock.t += 10  # past the node list's cache
-    assert pool.collect(timeout=0) == [], "a node of B may be rejoining (a pod replaced)"
+    assert take(pool) == [], "a node of B may be rejoining (a pod replaced)"
     clock.t += ray_cluster.LOST_NODE_WAIT_S - 1
-    assert pool.collect(timeout=0) == [] and fake.cancels == [], "still within the grace"
+    assert take(pool) == [] and fake.cancels == [], "still within the grace"
     assert pool.pending == 1
     clock.t += 2  # the grace is over, counted from when no node could first take it
-    [gone] = pool.collect(timeout=0)
+    [gone] = take(pool)
     assert gone.result.status == "error" and "no alive node" in gone.result.message
     assert "gpu_model:B" in gone.result.message and gone.machine == "orchestrator"
     assert fake.cancels == [(fake.submissions[0].ref, True)] and pool.pending == 0
@@ -670,17 +706,17 @@ def test_a_node_back_within_the_grace_starts_it_over(tmp_path: Path, head: socke
     cpu, _ = specs_of(tmp_path)
     pool.submit(replace(cpu, config={**cpu.config, "gpu_model": "A"}))
     fake.node_list[0]["Alive"] = False  # the only node of model A
-    assert pool.collect(timeout=0) == []
+    assert take(pool) == []
     clock.t += ray_cluster.LOST_NODE_WAIT_S - 5
     fake.node_list[0]["Alive"] = True  # back (a replaced pod)
-    assert pool.collect(timeout=0) == []
+    assert take(pool) == []
     clock.t += 3
     fake.node_list[0]["Alive"] = False  # and gone again
-    assert pool.collect(timeout=0) == []
+    assert take(pool) == []
     clock.t += 10  # LOST_NODE_WAIT_S + 8 since it first went: a grace that was not started over would be over
-    assert pool.collect(timeout=0) == [] and fake.cancels == [] and pool.pending == 1
+    assert take(pool) == [] and fake.cancels == [] and pool.pending == 1
     clock.t += ray_cluster.LOST_NODE_WAIT_S
-    [gone] = pool.collect(timeout=0)
+    [gone] = take(pool)
     assert "no alive node" in gone.result.message and pool.pending == 0
 
 
@@ -692,18 +728,59 @@ def test_the_head_refusing_connections_ends_the_plan_without_another_ray_call(
     pool.submit(cpu)
     pool.submit(gpu)
     started(fake, 0, "n2", "node-b1")
-    assert pool.collect(timeout=0) == [], "the head answers: the board's marks are read"
+    assert take(pool) == [], "the head answers: the board's marks are read"
     waits, snapshots = len(fake.waits), fake.snapshots
     started(fake, 1, "n3", "node-b2")  # on a board the orchestrator can no longer read
     head.close()  # nothing listens there any more: refused, HEAD_CHECKS times in one check
-    [lost] = pool.collect(timeout=0)
+    [lost] = take(pool)
     assert pool.gone is not None and pool.address in pool.gone and "stopped answering" in pool.gone, pool.gone
     assert lost.spec == cpu and lost.machine == "node-b1", "the started run, where it ran (the last marks seen)"
     assert lost.result.status == "error" and "stopped answering" in lost.result.message
     assert pool.pending == 0, "the queued run never ran (as far as the orchestrator saw): left for the next run"
-    assert (len(fake.waits), fake.snapshots) == (waits, snapshots), "no Ray call once the head is gone"
+    assert fake.snapshots == snapshots, "the board is not asked once the head is gone"
+    # One look at what already reached this driver, without waiting (bounded: the call may block).
+    assert [w["timeout"] for w in fake.waits[waits:]] == [0], fake.waits[waits:]
     pool.close()
     assert fake.cancels == [] and fake.shutdowns == 0, "cancel and shutdown would block without a head"
+
+
+def test_a_result_that_reached_the_driver_before_the_head_went_is_kept(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    started(fake, 0, "n2", "node-b1")
+    started(fake, 1, "n3", "node-b2")
+    assert take(pool) == []
+    # The gpu run's reply arrives; the head is gone before the next poll looks at it.
+    fake.finish(
+        fake.submissions[1].ref, {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()}
+    )
+    head.close()
+    done = {d.spec.device: d for d in take(pool)}
+    assert sorted(done) == ["cpu", "gpu:2"] and pool.gone is not None
+    assert done["gpu:2"].result.status == "ok" and done["gpu:2"].machine == "node-b2", "its result, not 'unknown'"
+    assert done["cpu"].result.status == "error" and "stopped answering" in done["cpu"].result.message
+
+
+def test_a_blocked_look_after_the_head_went_is_given_up(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_cluster, "GCS_CALL_S", 0.2)
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    assert take(pool) == []
+    gate = threading.Event()
+    fake.wait = lambda *a, **k: gate.wait(30) or ([], [])  # type: ignore[method-assign]  # Ray blocking for good
+    head.close()
+    t = time.monotonic()
+    [lost] = take(pool)
+    gate.set()
+    assert time.monotonic() - t < 5 and "stopped answering" in lost.result.message
 
 
 def test_a_refusal_then_an_answer_within_one_check_is_not_a_lost_head(
@@ -723,13 +800,13 @@ def test_a_refusal_then_an_answer_within_one_check_is_not_a_lost_head(
 
     monkeypatch.setattr(socket, "create_connection", flaky)
     refusals["left"] = 1
-    assert pool.collect(timeout=0) == [] and pool.gone is None, "one refusal, then the head answers"
+    assert take(pool) == [] and pool.gone is None, "one refusal, then the head answers"
     assert refusals["left"] == 0 and len(fake.waits) == 1, "the poll went on after the check"
     for _ in range(3):  # no count across checks: each may have all but one of its tries refused
         refusals["left"] = ray_cluster.HEAD_CHECKS - 1
-        assert pool.collect(timeout=0) == [] and pool.gone is None and pool.pending == 1
+        assert take(pool) == [] and pool.gone is None and pool.pending == 1
     refusals["left"] = ray_cluster.HEAD_CHECKS
-    pool.collect(timeout=0)
+    take(pool)
     assert pool.gone is not None and pool.pending == 0, "every try of one check refused: gone"
 
 
@@ -763,10 +840,10 @@ def test_a_silent_head_is_gone_only_after_head_silent_s_by_the_pools_clock(
     assert pool._head_answers(), "a pause: not gone yet"
     clock.t += ray_cluster.HEAD_SILENT_S - 1
     assert pool._head_answers(), "silent for less than HEAD_SILENT_S"
-    assert pool.collect(timeout=0) == [] and pool.gone is None and pool.pending == 1
+    assert take(pool) == [] and pool.gone is None and pool.pending == 1
     clock.t += 2
     assert not pool._head_answers(), "silent for HEAD_SILENT_S: gone"
-    [lost] = pool.collect(timeout=0)
+    [lost] = take(pool)
     assert pool.gone is not None and f"{ray_cluster.HEAD_SILENT_S:g} s" in pool.gone, pool.gone
     assert lost.machine == "node-b1" and lost.result.status == "error"
     assert lost.result.message.startswith("outcome unknown:"), lost.result.message
@@ -814,6 +891,8 @@ def test_a_plan_whose_head_goes_away_keeps_what_arrived(tmp_path: Path, head: so
     wait = fake.wait
 
     def scripted_wait(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
+        if timeout == 0 and head.fileno() == -1:  # the look at what reached the driver before the head went
+            return wait(refs, num_returns=num_returns, timeout=timeout)
         polls["n"] += 1
         started(fake, 0, "n2", "node-b1")
         if polls["n"] == 3:
@@ -960,13 +1039,15 @@ def test_without_a_snapshot_after_the_stop_every_task_is_waited_for(
     for spec in specs_of(tmp_path):
         pool.submit(spec)
     a, b = (s.ref for s in fake.submissions)
-    pool.collect(timeout=0)  # an earlier snapshot: nothing started then
+    take(pool)  # an earlier snapshot: nothing started then
     started(fake, 1, "n3", "node-b2")  # b started since; the snapshot after the stop does not come
     fake.snapshot_answers = False
     fake.finish(a, {"machine": "node-b1", "node_id": "n2", "stopped": "asked"})
     assert pool.cancel_all(say=lambda _line: None) == []
-    assert fake.stops == [None] and set(fake.waits[-1]["refs"]) == {a, b}, "not the stale snapshot's none"
+    tasks = [w for w in fake.waits if not str(w["refs"][0].name).startswith("sweep")]
+    assert fake.stops == [None] and set(tasks[-1]["refs"]) == {a, b}, "not the stale snapshot's none"
     assert fake.cancels == [(b, True)], "asked through the board: no polite ray.cancel; the one not ended forced"
+    assert sorted(n for n, _ in fake.sweeps) == ["n1", "n2", "n3"], "every alive node swept after the force"
 
 
 def test_a_task_that_found_the_board_gone_is_an_error_saying_so(
@@ -977,7 +1058,7 @@ def test_a_task_that_found_the_board_gone_is_an_error_saying_so(
     pool.submit(cpu)
     started(fake, 0, "n2", "node-b1")
     fake.finish(fake.submissions[0].ref, {"machine": "node-b1", "node_id": "n2", "stopped": ray_cluster.BOARD_GONE})
-    [done] = pool.collect(timeout=0)
+    [done] = take(pool)
     assert done.result.status == "error" and "board" in done.result.message and "gone" in done.result.message
     assert done.machine == "node-b1"
 
@@ -993,7 +1074,7 @@ def test_the_orchestrators_records_take_the_backend_the_node_said(
     fake.marks[fake.key(0)]["backend"] = "local"  # the node's "ready" mark: it runs points without Docker
     for sub in fake.submissions:
         fake.fail(sub.ref, RayTaskError("Traceback...\nRuntimeError: boom"))
-    said, unsaid = pool.collect(timeout=0)
+    said, unsaid = take(pool)
     assert said.spec == cpu and said.result.run["backend"] == "local"
     assert unsaid.spec == gpu and unsaid.result.run["backend"] == "ray", "no mark: the pool's own name"
 
@@ -1334,6 +1415,7 @@ class StandInPool:
     calls: list[str] = field(default_factory=list)
     outstanding: int = 0
     ended_while_cancelling: list[Finished] = field(default_factory=list)  # what cancel_all hands back
+    held: list[Finished] = field(default_factory=list)  # handed out by collect, not yet saved
 
     def counts_as_done(self, result: RunResult) -> bool:
         return "ray" in result.run
@@ -1358,12 +1440,16 @@ class StandInPool:
         batch = self.batches.pop(0)
         if isinstance(batch, BaseException):
             raise batch
-        self.outstanding -= len(batch)
-        return batch
+        self.held += batch
+        return list(self.held)
+
+    def saved(self, done: Finished) -> None:
+        self.held.remove(done)
+        self.outstanding -= 1
 
     def cancel_all(self, say: Any = print) -> list[Finished]:
         self.calls.append("cancel_all")
-        return list(self.ended_while_cancelling)
+        return [*self.held, *self.ended_while_cancelling]
 
     def close(self) -> None:
         self.calls.append("close")
@@ -1609,7 +1695,8 @@ def test_cli_says_the_cluster_stopped_answering_and_ends_the_process_with_1(
     assert info.value.code == 1 and exits == [1], said
     assert re.search(rf"Ray cluster at {re.escape(address)} stopped answering", said), said
     assert "Traceback" not in said
-    assert fake.submissions and fake.shutdowns == 0 and not fake.waits, "no Ray call once the head is gone"
+    assert fake.submissions and fake.shutdowns == 0, "no shutdown once the head is gone"
+    assert [w["timeout"] for w in fake.waits] == [0], "only a look, without waiting, at what reached the driver"
 
 
 def test_check_shows_which_points_the_cluster_can_place(
@@ -1664,8 +1751,8 @@ def test_a_lost_run_whose_retry_succeeds_does_not_fail_the_plan(tmp_path: Path) 
         batch = pool.batches.pop(0)
         if batch[0].retried:
             pool.outstanding += 1  # the pool submitted the retry
-        pool.outstanding -= len(batch)
-        return batch
+        pool.held += batch
+        return list(pool.held)
 
     pool.collect = collect  # type: ignore[method-assign]
     res = tmp_path / "res"
@@ -1727,3 +1814,224 @@ def test_a_task_given_other_gpus_gets_a_backend_of_its_own(monkeypatch: pytest.M
     second = ray_cluster._node_backend("node-a", job)
     assert second is not first and second.name == "local"
     assert second.suite_provenance() == {"git_revision": "abc"}, "the shipped checkout's identity"
+
+
+# --- nothing that came back is lost; nothing a task started outlives it ---------------------------
+
+
+def test_a_result_handed_out_but_not_saved_comes_back_from_cancel_all(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    fake.finish(
+        fake.submissions[0].ref, {"machine": "node-b1", "node_id": "n2", "result": ok_result(cpu, "node-b1").to_dict()}
+    )
+    [handed] = pool.collect(timeout=0)  # an interrupt comes before the runner saved it
+    assert pool.collect(timeout=0) == [handed], "held until saved"
+    assert pool.pending == 2
+    back = pool.cancel_all(say=lambda _line: None)
+    assert back == [handed] and pool.pending == 0
+
+
+def test_an_interrupt_between_two_saves_keeps_the_second_result(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    pool = StandInPool()
+    pool.batches = [
+        [Finished(cpu, "node-a", ok_result(cpu, "node-a")), Finished(gpu, "node-b", ok_result(gpu, "node-b"))]
+    ]
+    res = tmp_path / "res"
+    real_save = results.save
+    calls = {"n": 0}
+
+    def save_then_interrupt(*args: Any, **kwargs: Any) -> Path:
+        calls["n"] += 1
+        path = real_save(*args, **kwargs)
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # after the first file is written
+        return path
+
+    pool.outstanding = 2
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner.results, "save", save_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"], "the second result reached the disk"
+    assert len(_on_disk(res, "node-a", cpu)) >= 1
+
+
+def test_a_worker_crash_waits_for_rays_verdict_on_its_node_without_holding_the_plan(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, clock = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(replace(cpu, config={**cpu.config, "gpu_model": "B"}))
+    pool.submit(gpu)
+    started(fake, 0, "n2", "node-b1")
+    started(fake, 1, "n3", "node-b2")
+    fake.fail(fake.submissions[0].ref, WorkerCrashedError("the worker died"))
+    t = time.monotonic()
+    assert take(pool) == [] and time.monotonic() - t < 2, "no wait for the health check inside one poll"
+    assert pool.pending == 2
+    fake.finish(
+        fake.submissions[1].ref, {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()}
+    )
+    [other] = take(pool)
+    assert other.result.status == "ok", "the other run is saved meanwhile"
+    fake.node_list[1]["Alive"] = False  # Ray declares node-b1 dead within the wait
+    clock.t += 5
+    [lost] = take(pool)
+    assert "node lost" in lost.result.message and lost.retried and lost.machine == "node-b1"
+    assert len(fake.submissions) == 3 and fake.submissions[2].job["retry_of"] == fake.key(0)
+
+
+def test_a_retry_of_a_run_that_named_no_model_goes_to_the_lost_nodes_model(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)  # no gpu_model: Ray may put it anywhere
+    take(pool)  # the node list as the pool saw it while node-b1 was alive
+    started(fake, 0, "n2", "node-b1")
+    fake.node_list[1]["Alive"] = False
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+    [lost] = take(pool)
+    assert lost.retried
+    retry = fake.submissions[1]
+    assert retry.options["resources"] == {"suite_slot": 1.0, "gpu_model:B": 0.001}, "pinned to node-b1's model"
+    assert retry.job["pin"] == ["gpu_model:B"]
+
+
+def test_a_lost_nodes_model_no_other_node_has_is_not_retried_elsewhere(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    take(pool)
+    started(fake, 0, "n1", "node-a")
+    fake.node_list[0]["Alive"] = False  # the only node of model A
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+    [lost] = take(pool)
+    assert not lost.retried and "not retried" in lost.result.message and "gpu_model:A" in lost.result.message
+    assert len(fake.submissions) == 1
+
+
+def test_rays_memory_monitor_killing_a_task_is_host_oom_and_its_node_is_swept(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    fake.fail(fake.submissions[0].ref, OutOfMemoryError("Task was killed due to the node running low on memory."))
+    [oom] = take(pool)
+    assert oom.result.status == "host_oom" and "memory monitor" in oom.result.message
+    assert oom.machine == "node-b1"
+    assert fake.sweeps == [("n2", (pool.session, fake.key(0)))], "the run's container outlives the killed task"
+    pool.close()
+    assert pool._sweeps == [], "waited for before the pool left"
+
+
+def test_a_task_forced_at_its_deadline_is_swept_on_its_node(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n3", "node-b2", ready=time.time() - cpu.timeout_s - 5 - ray_cluster.DEADLINE_MARGIN_S - 1)
+    take(pool)
+    [attempt] = pool._pending.values()
+    attempt.cancelled_at -= ray_cluster.CANCEL_GRACE_S + 1
+    take(pool)
+    assert fake.cancels == [(fake.submissions[0].ref, True)]
+    assert fake.sweeps == [("n3", (pool.session, fake.key(0)))]
+
+
+def test_a_worker_crash_on_a_live_node_is_swept_there(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_cluster, "LOST_NODE_WAIT_S", 0.0)
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    fake.fail(fake.submissions[0].ref, WorkerCrashedError("SIGSEGV"))
+    [crashed] = take(pool)
+    assert crashed.result.status == "error" and fake.sweeps == [("n2", (pool.session, fake.key(0)))]
+
+
+def test_sweeps_that_do_not_end_are_said_and_not_waited_for_ever(
+    tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool, fake, a, b = two_started(tmp_path, head)
+    fake.sweeps_answer = False
+    said: list[str] = []
+    pool.cancel_all(say=said.append)
+    assert sorted(n for n, _ in fake.sweeps) == ["n1", "n2", "n3"]
+    assert any("forced" in line for line in said) and any("did not sweep" in line for line in said), said
+
+
+def test_a_crashed_run_still_undecided_at_a_cancel_is_recorded(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    fake.fail(fake.submissions[0].ref, WorkerCrashedError("the worker died"))
+    assert take(pool) == [] and pool.pending == 1
+    [crashed] = pool.cancel_all(say=lambda _line: None)
+    assert crashed.result.status == "error" and "crashed" in crashed.result.message and pool.pending == 0
+
+
+def test_a_run_tags_its_backend_with_the_plan_and_the_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu, _ = specs_of(tmp_path)
+    backend = PeakBackend()
+    value = _on_node(monkeypatch, cpu, "n2", backend, None, _job("s1-7"))
+    assert value["result"]["status"] == "ok"
+    assert backend.tags == {"ray_plan": "s1", "ray_attempt": "s1-7"}
+
+
+def test_a_gpu_run_through_an_engine_not_on_the_node_is_an_error_naming_it(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    remote = SimpleNamespace(name="docker", daemon=SimpleNamespace(address="tcp://10.0.0.5:2376"))
+    local = SimpleNamespace(name="docker", daemon=SimpleNamespace(address="unix:///var/run/docker.sock"))
+    problem = ray_cluster._gpu_mapping_problem(remote, gpu, "node-b1", ["5"])
+    assert (
+        problem and "tcp://10.0.0.5:2376" in problem and "(5)" in problem and "SUITE_RAY_NODE_BACKEND=local" in problem
+    )
+    assert ray_cluster._gpu_mapping_problem(local, gpu, "node-b1", ["5"]) is None
+    assert ray_cluster._gpu_mapping_problem(remote, cpu, "node-b1", []) is None, "a CPU run needs no GPU mapping"
+    assert ray_cluster._gpu_mapping_problem(SimpleNamespace(name="local"), gpu, "node-b1", ["5"]) is None
+
+
+def test_an_ok_run_on_file_is_done_whatever_the_clocks_say_of_a_lost_attempt(tmp_path: Path) -> None:
+    cpu, _ = specs_of(tmp_path)
+    res = tmp_path / "res"
+    ok = ok_result(cpu, "node-b2", attempt=2)
+    ok = replace(ok, run={**ok.run, "finished_at": "2026-01-01T10:00:00+00:00"})  # node-b2's clock is behind
+    lost = RunResult(
+        status="error",
+        spec=cpu.to_dict(),
+        message="node lost",
+        run={"backend": "ray", "machine": "node-b1", "finished_at": "2026-01-01T10:02:00+00:00", "ray": {"attempt": 1}},
+    )
+    results.save(ok, res / "node-b2" / cpu.scenario, cpu.run_id)
+    results.save(lost, res / "node-b1" / cpu.scenario, cpu.run_id)
+    previous = runner.pool_previous_runs(res, lambda r: "ray" in r.run)
+    assert previous[(cpu.fingerprint, cpu.repetition)].ok
+
+
+def test_without_ray_the_message_names_the_lock_by_its_full_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(ray_cluster.BackendUnavailable) as info:
+        ray_cluster.import_ray()
+    lock = REPO / "requirements" / "locks" / f"cluster-py{sys.version_info.major}.{sys.version_info.minor}.txt"
+    assert str(lock) in str(info.value) and "--require-hashes" in str(info.value)
+    monkeypatch.setattr(ray_cluster, "REPO_ROOT", REPO / "nowhere")
+    with pytest.raises(ray_cluster.BackendUnavailable) as info:
+        ray_cluster.import_ray()
+    assert "no cluster lock exists" in str(info.value), str(info.value)

@@ -17,11 +17,21 @@ and locks): every result records the identity of the checkout the orchestrator s
 
 Faults: Ray's own retries are off (``max_retries=0``): a run is never repeated behind the plan's
 back. A node that dies mid-run has that run recorded (``error``, "node lost") and retried once on
-another node that can take it (``run.ray.retry_of``). A task still running well past its deadline
-is stopped by the orchestrator and recorded as ``timeout`` (the node's own deadline normally fires
+another node of the same GPU model (``run.ray.retry_of``); a crashed worker's node is watched for
+Ray's verdict over later polls, never inside one. A task still running well past its deadline is
+stopped by the orchestrator and recorded as ``timeout`` (the node's own deadline normally fires
 first). Ctrl-C or SIGTERM stops every started task (each kills and removes its container), forces
 what has not ended after a grace, and leaves the queued ones to end with the job. A cluster whose
-head stops answering ends the plan with a message; results already saved stay.
+head stops answering ends the plan with a message; results already saved stay, and so does one
+that had reached the orchestrator. Every result taken from Ray stays with the pool until the runner
+says it is saved, so an interrupt at any point loses none.
+
+What a task's run starts (a container, a local worker's process group) does not die with the task's
+Ray worker: a task killed by force (after a stop's grace, at its deadline, by Ray's memory monitor,
+or a crash) leaves it running until the worker's own deadline. Its backend tags everything it
+starts with the plan and the attempt (``base.tag_labels``, ``tag_env``), and the orchestrator sends
+``sweep``, pinned to the node, to remove it. A backend closed while its worker is still starting
+stops that worker itself the moment it exists (``RunSkeleton.closed``).
 
 Stopping is asked through the board, not with ``ray.cancel``: each task looks at the board while
 its run goes on and stops its own run. ``ray.cancel`` of a task whose reply is on its way can crash
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -60,7 +71,15 @@ POLL_S = 1.0
 GCS_CALL_S = 5.0  # the longest a call that needs the head may take before the last answer serves
 STEP_S = 0.2  # how often a node's task looks for Ray's interrupt while its run goes on
 ASK_EVERY_S = 1.0  # how often a node's task asks the board whether its run is to stop
-STOP_WAIT_S = 5.0  # after a cancel and close (containers removed), how long the run's thread may tidy up
+# After a stop's close (containers removed), how long the run's thread may take to end before the task
+# says it stopped: a launch under way then stops its own container (RunSkeleton.closed). Below
+# CANCEL_GRACE_S, so the task answers before the orchestrator forces it.
+STOP_WAIT_S = 15.0
+SWEEP_WAIT_S = 30.0  # how long the orchestrator waits for the nodes' sweeps after a Ctrl-C
+SWEEP_SETTLE_S = 2.0  # before a sweep looks: a worker being killed by force is given time to go
+# The tags a node's backend gives its workers (base.tag_labels / tag_env): the plan and the attempt,
+# so a sweep finds what a task killed by force left behind.
+TAG_PLAN, TAG_ATTEMPT = "ray_plan", "ray_attempt"
 HEAD_CHECKS = 5  # GCS connection refusals in a row, HEAD_RETRY_S apart, before the cluster is called gone
 HEAD_RETRY_S = 0.5
 HEAD_SILENT_S = 120.0  # a head that neither answers nor refuses for this long is gone too
@@ -87,11 +106,20 @@ def import_ray() -> Any:
         import ray
     except ImportError as exc:
         xy = f"{sys.version_info.major}.{sys.version_info.minor}"
-        raise BackendUnavailable(
-            f"--backend ray: Ray is not installed in {sys.executable} ({exc}); install the locked cluster "
-            f"environment: `{sys.executable} -m pip install --require-hashes --only-binary :all: "
-            f"-r requirements/locks/cluster-py{xy}.txt`, or let ./run_all.sh --backend ray set the venv up"
-        ) from None
+        lock = REPO_ROOT / "requirements" / "locks" / f"cluster-py{xy}.txt"
+        if lock.is_file():
+            how = (
+                f"install the locked cluster environment: `{sys.executable} -m pip install --require-hashes "
+                f"--only-binary :all: -r {lock}`, or let ./run_all.sh --backend ray set the venv up"
+            )
+        else:
+            have = sorted(p.stem.removeprefix("cluster-py") for p in lock.parent.glob("cluster-py*.txt"))
+            how = (
+                f"no cluster lock exists for Python {xy} ({lock}); the locks are for Python "
+                f"{', '.join(have) or 'none'}: run with one of those "
+                "(./run_all.sh --backend ray with PYTHON=/path/to/python<X.Y>)"
+            )
+        raise BackendUnavailable(f"--backend ray: Ray is not installed in {sys.executable} ({exc}); {how}") from None
     return ray
 
 
@@ -171,6 +199,8 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
     if why:
         return {"machine": machine, "node_id": node_id, "stopped": why}
     backend = _node_backend(machine, job)
+    # What the backend's workers carry, so a sweep finds them if this task is killed by force.
+    backend.tags = {TAG_PLAN: job["session"], TAG_ATTEMPT: job["key"]}
     spec = RunSpec.from_dict(spec_data)
     facts = {
         "node_id": node_id,
@@ -186,6 +216,8 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
     }
     if job.get("retry_of"):
         facts["retry_of"] = job["retry_of"]
+    if job.get("pin"):
+        facts["pinned_to"] = list(job["pin"])  # a retry sent to the lost node's GPU model
     stopping = threading.Event()  # set by a stop: the work's thread starts nothing after it
 
     def stop() -> None:
@@ -209,6 +241,9 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         reason = backend.skip_reason(spec)
         if reason:
             return backend.skipped(spec, reason), []
+        problem = _gpu_mapping_problem(backend, spec, machine, gpu_ids)
+        if problem:
+            return replace(backend.skipped(spec, problem), status="error"), []
         if stopping.is_set():
             raise StopAsked(ASKED)
         result = runner._run_with_peak(spec, backend, peaks)
@@ -404,6 +439,81 @@ def _node_backend(machine: str, job: dict[str, Any]) -> Any:
     return _node_backends[key]
 
 
+def _gpu_mapping_problem(backend: Any, spec: RunSpec, machine: str, gpu_ids: list[str]) -> str | None:
+    """Why a GPU run cannot have the GPUs Ray gave its task, or None. Ray's GPU indices are the node's;
+    an engine reached otherwise than by a socket on the node (tcp://, ssh://) may be another
+    machine's, whose GPUs those indices do not name (the Docker backend then hands out the engine
+    host's first GPUs, which may be another job's)."""
+    if getattr(backend, "name", "") != "docker" or parse_device(spec.device)[0] != "gpu":
+        return None
+    from suite.backends.docker_run import engine_is_local
+
+    address = backend.daemon.address
+    if engine_is_local(address):
+        return None
+    return (
+        f"node {machine}'s Docker engine is reached at {address}, not through a socket on the node: the GPUs "
+        f"Ray gave this task ({', '.join(gpu_ids) or 'none'}) are the node's, and that engine's may be another "
+        f"machine's; give the node its local engine (no DOCKER_HOST in the environment of its `ray start`) "
+        f"or set {NODE_BACKEND_ENV}=local there"
+    )
+
+
+def sweep(session: str, attempt: str | None = None, settle_s: float = SWEEP_SETTLE_S) -> dict[str, Any]:
+    """Remove what a task of plan ``session`` (only attempt ``attempt``, when given) left running on
+    this node: containers on the node's engine, local workers' process groups, found by their tags.
+    Run on the node (a Ray task pinned to it) after a task there was killed by force: its run's
+    container or subprocess outlives it otherwise, until the worker's own deadline."""
+    time.sleep(settle_s)
+    wanted = {TAG_PLAN: session} | ({TAG_ATTEMPT: attempt} if attempt else {})
+    found: dict[str, Any] = {"containers": [], "processes": []}
+    try:
+        import docker
+
+        from suite.backends.base import tag_labels
+        from suite.engine import connect
+
+        client, _ = connect(None, timeout=30)
+        try:
+            filters = {"label": [f"{k}={v}" for k, v in tag_labels(wanted).items()]}
+            for container in client.containers.list(all=True, filters=filters):
+                try:
+                    container.remove(force=True, v=True)
+                except docker.errors.APIError:  # gone, or going: removed by someone else (nodes may share an engine)
+                    continue
+                found["containers"].append(container.short_id)
+        finally:
+            client.close()
+    except Exception as exc:  # noqa: BLE001 - no engine on this node: only processes to look for
+        found["engine"] = f"{type(exc).__name__}: {exc}"
+    found["processes"] = _kill_tagged_processes(wanted)
+    return found
+
+
+def _kill_tagged_processes(wanted: dict[str, str]) -> list[int]:
+    """SIGKILL the process group of every process whose environment carries the tags ``wanted``."""
+    from suite.backends.base import tag_env
+
+    needles = [f"{k}={v}".encode() for k, v in tag_env(wanted).items()]
+    killed = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if all(n in environ for n in needles):
+            try:
+                group = os.getpgid(int(entry.name))
+                if group != os.getpgid(0):  # a local worker leads a group of its own; never this task's
+                    os.killpg(group, signal.SIGKILL)
+                    killed.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed
+
+
 def _backend_key(machine: str, job: dict[str, Any]) -> tuple[str, str, str | None]:
     return machine, job["session"], os.environ.get("CUDA_VISIBLE_DEVICES")
 
@@ -487,6 +597,16 @@ class Attempt:
 
 
 @dataclass
+class _Suspect:
+    """A task whose worker crashed, on a node Ray had not declared dead yet."""
+
+    attempt: Attempt
+    exc: BaseException
+    node_id: str
+    until: float  # the pool's clock: a node still alive then was not lost
+
+
+@dataclass
 class Finished:
     """A result the pool hands the runner to save, with the machine folder it belongs to."""
 
@@ -543,6 +663,15 @@ class RayPool:
         self._last_marks: dict[str, dict[str, Any]] = {}
         self._silent_since: float | None = None
         self._unplaceable_since: dict[str, float] = {}
+        # Results taken from Ray and not yet on file (``saved`` takes them off): an interrupt before
+        # then finds them in what ``cancel_all`` hands back, so no result that came back is lost.
+        self._unsaved: list[Finished] = []
+        # Tasks whose worker crashed on a node not (yet) declared dead: decided on later polls, so
+        # Ray's health check is waited out without holding up the rest of the plan.
+        self._suspects: dict[str, _Suspect] = {}
+        self._node_models: dict[str, list[str]] = {}  # node id -> its gpu_model:NAME resources, as last seen alive
+        self._sweeper: Any = None
+        self._sweeps: list[Any] = []  # sweep tasks still to be waited for before the pool leaves
 
     # -- connection -----------------------------------------------------------------------------
 
@@ -594,6 +723,7 @@ class RayPool:
         board = ray.remote(num_cpus=0, max_restarts=0)(Board)
         self._board = board.options(resources={HEAD_RESOURCE: 0.001}).remote()
         self._remote = ray.remote(_task)
+        self._sweeper = ray.remote(_sweep_task)
 
     def nodes(self, max_age_s: float = 2.0) -> list[dict[str, Any]]:
         """The cluster's nodes as Ray lists them (alive and dead), cached for ``max_age_s``."""
@@ -608,6 +738,10 @@ class RayPool:
                     raise BackendUnavailable(f"--backend ray: {self.where} did not list its nodes in {GCS_CALL_S:g} s")
                 return self._nodes_cache[1]
             self._nodes_cache = (now, list(listed))
+            for n in self._nodes_cache[1]:
+                if n.get("Alive") and n.get("NodeID"):
+                    models = [k for k in n.get("Resources", {}) if k.startswith(MODEL_PREFIX)]
+                    self._node_models[str(n["NodeID"])] = sorted(models)
         return self._nodes_cache[1]
 
     def counts_as_done(self, result: RunResult) -> bool:
@@ -649,14 +783,19 @@ class RayPool:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """Runs whose result is not on file yet: in Ray, being decided (a crashed worker), or held."""
+        return len(self._pending) + len(self._suspects) + len(self._unsaved)
 
-    def submit(self, spec: RunSpec, *, attempt: int = 1, retry_of: str | None = None) -> None:
+    def submit(
+        self, spec: RunSpec, *, attempt: int = 1, retry_of: str | None = None, pin: list[str] | None = None
+    ) -> None:
+        """pin: custom resources the task must also find on its node (a retry's: the lost node's GPU model)."""
         self.connect()
         self._counter += 1
         key = f"{self.session}-{self._counter}"
         need = demand(spec, self.gpu_model)
         custom = {k: v for k, v in need.items() if k not in ("CPU", "GPU")}
+        custom.update({k: MODEL_SHARE for k in pin or []})
         job = {
             "suite": self.identity,
             "session": self.session,
@@ -666,6 +805,7 @@ class RayPool:
             "retry_of": retry_of,
             "gpu_model": self.gpu_model,
             "peaks": self._peaks,
+            "pin": list(pin or []),
         }
         ref = self._remote.options(
             num_cpus=need["CPU"],
@@ -678,10 +818,19 @@ class RayPool:
         self._pending[ref] = Attempt(spec, key, attempt, retry_of, submitted=self.clock())
 
     def collect(self, timeout: float = POLL_S) -> list[Finished]:
-        """Results that arrived within ``timeout`` (each to be saved now), after the plan's checks:
-        deadlines, runs no alive node can take any more, and the head still answering (ClusterGone)."""
-        if not self._pending:
-            return []
+        """Results to save now: those that arrived within ``timeout``, after the plan's checks
+        (deadlines, crashed workers whose node died, runs no alive node can take any more, the head
+        still answering), and those handed out before but not yet ``saved``."""
+        if self._pending or self._suspects:
+            self._poll(timeout)
+        return list(self._unsaved)
+
+    def saved(self, done: Finished) -> None:
+        """``done`` is on file: the pool lets go of it."""
+        self._unsaved = [d for d in self._unsaved if d is not done]
+
+    def _poll(self, timeout: float) -> None:
+        """Take what Ray has for the plan into ``_unsaved``, each result as soon as it is made."""
         # First, and before any call that needs the head: once the head is gone, Ray's calls block,
         # and Ray ends this process on its own within a minute (its raylet or GCS client gives up).
         if not self._head_answers():
@@ -690,17 +839,42 @@ class RayPool:
                 f"not answered for {HEAD_SILENT_S:g} s); "
                 "the plan ends here. Results already saved are kept; rerun the same command to resume."
             )
-            return self._abandon_all(
+            self._salvage()
+            self._unsaved += self._abandon_all(
                 f"outcome unknown: {self.where} stopped answering (its head at {self.gcs_address} is gone) "
                 "while this run was in progress on its node, and its result, if any, could not come back"
             )
+            return
         ray = self.ray
-        done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout)
-        out: list[Finished] = []
+        if self._pending:
+            done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout)
+        else:  # only crashed workers to decide: Ray refuses a wait for nothing
+            time.sleep(timeout)
+            done = []
         for ref in done:
-            out += self._finished(ref, self._pending.pop(ref))
-        out += self._check_deadlines_and_placement()
-        return out
+            taken = self._finished(ref, self._pending[ref])
+            del self._pending[ref]
+            self._unsaved += taken
+        self._unsaved += self._decide_suspects()
+        self._unsaved += self._check_deadlines_and_placement()
+
+    def _salvage(self) -> None:
+        """Results that reached this driver before its head went away (Ray keeps a task's reply with
+        the caller that owns it): taken, each within a short limit, as a call may block for good."""
+        ray = self.ray
+        try:
+            refs = list(self._pending)
+            found = _within(GCS_CALL_S, lambda: ray.wait(refs, num_returns=len(refs), timeout=0))
+        except Exception:  # noqa: BLE001 - nothing can be asked any more
+            return
+        for ref in (found or ([], []))[0]:
+            try:
+                value = _within(GCS_CALL_S, lambda ref=ref: ray.get(ref, timeout=GCS_CALL_S))
+            except Exception:  # noqa: BLE001 - a failed task: its cause is gone with the head
+                continue
+            if isinstance(value, dict) and "result" in value:
+                attempt = self._pending.pop(ref)
+                self._unsaved.append(Finished(attempt.spec, value["machine"], RunResult.from_dict(value["result"])))
 
     def _finished(self, ref: Any, attempt: Attempt) -> list[Finished]:
         ray = self.ray
@@ -714,6 +888,12 @@ class RayPool:
             return [self._recorded(attempt, "error", "the run's Ray task was cancelled")]
         except ray.exceptions.NodeDiedError as exc:
             return self._lost(attempt, exc)
+        except getattr(ray.exceptions, "OutOfMemoryError", ()) as exc:
+            # Ray's memory monitor killed the task's worker for its node's memory use: the run's
+            # container or subprocess lives on without it, so it is swept.
+            self._sweep_attempt(attempt)
+            why = f"out of host memory: Ray's memory monitor killed the run's task on its node: {_first_line(exc)}"
+            return [self._recorded(attempt, "host_oom", why)]
         except ray.exceptions.RayTaskError as exc:
             return [self._recorded(attempt, "error", f"the run's Ray task failed on its node: {_first_line(exc)}")]
         except ray.exceptions.RayError as exc:
@@ -731,37 +911,79 @@ class RayPool:
         return [Finished(attempt.spec, value["machine"], result)]
 
     def _lost(self, attempt: Attempt, exc: BaseException) -> list[Finished]:
-        """A task whose worker or node died: "node lost" when its node is (or soon is) dead, then one
-        retry where a node can still take it; a worker crash on a live node is an error, not retried."""
+        """A task whose worker or node died: "node lost" when its node is dead, then one retry on a
+        node of the same GPU model; a worker crash on a node that stays alive LOST_NODE_WAIT_S (Ray's
+        health check takes a while) is an error, not retried. Until that is known the run waits
+        among the suspects, decided on later polls."""
         mark = self._marks().get(attempt.key, {})
         node_id = mark.get("node_id")
-        dead = self._node_dies(node_id) if node_id else isinstance(exc, self.ray.exceptions.NodeDiedError)
+        if not node_id:
+            if isinstance(exc, self.ray.exceptions.NodeDiedError):
+                return self._node_lost(attempt, None)
+            return [self._crashed(attempt, exc)]
+        self._suspects[attempt.key] = _Suspect(attempt, exc, str(node_id), self.clock() + LOST_NODE_WAIT_S)
+        return self._decide_suspects(max_age_s=0)
+
+    def _decide_suspects(self, max_age_s: float = 1.0) -> list[Finished]:
+        if not self._suspects:
+            return []
+        nodes = {n.get("NodeID"): n for n in self.nodes(max_age_s=max_age_s)}
+        out: list[Finished] = []
+        for key, suspect in list(self._suspects.items()):
+            node = nodes.get(suspect.node_id)
+            if node is None or not node.get("Alive"):
+                del self._suspects[key]
+                out += self._node_lost(suspect.attempt, suspect.node_id)
+            elif self.clock() >= suspect.until:
+                del self._suspects[key]
+                out.append(self._crashed(suspect.attempt, suspect.exc))
+        return out
+
+    def _crashed(self, attempt: Attempt, exc: BaseException) -> Finished:
+        self._sweep_attempt(attempt)  # its run's container or subprocess outlives the worker
+        where = f"node {self._marks().get(attempt.key, {}).get('machine') or '?'}"
+        return self._recorded(attempt, "error", f"the run's Ray worker on {where} crashed: {_first_line(exc)}")
+
+    def _node_lost(self, attempt: Attempt, node_id: str | None) -> list[Finished]:
+        mark = self._marks().get(attempt.key, {})
         where = f"node {mark.get('machine') or node_id or '?'}"
-        if not dead:
-            return [self._recorded(attempt, "error", f"the run's Ray worker on {where} crashed: {_first_line(exc)}")]
         out = [self._recorded(attempt, "error", f"node lost: {where} of {self.where} died during the run")]
         if attempt.attempt >= 2:
             return out
-        problem = placement_problem(demand(attempt.spec, self.gpu_model), self.nodes(max_age_s=0), self.where)
+        # The same GPU model as the lost node: the run's own, else the lost node's gpu_model resources.
+        pin = [] if gpu_model_of(attempt.spec, self.gpu_model) else self._node_models.get(node_id or "", [])
+        need = demand(attempt.spec, self.gpu_model) | {k: MODEL_SHARE for k in pin}
+        problem = placement_problem(need, self.nodes(max_age_s=0), self.where)
         if problem:
             lost = out[0].result
             out[0] = replace(out[0], result=replace(lost, message=f"{lost.message}; not retried: {problem}"))
             return out
-        self.submit(attempt.spec, attempt=2, retry_of=attempt.key)
+        self.submit(attempt.spec, attempt=2, retry_of=attempt.key, pin=pin)
         out[0] = replace(out[0], retried=True)
         return out
 
-    def _node_dies(self, node_id: str) -> bool:
-        """Whether Ray declares ``node_id`` dead within LOST_NODE_WAIT_S (its health check takes a while)."""
-        end = self.clock() + LOST_NODE_WAIT_S
-        while True:
-            nodes = {n.get("NodeID"): n for n in self.nodes(max_age_s=0)}
-            node = nodes.get(node_id)
-            if node is None or not node.get("Alive"):
-                return True
-            if self.clock() >= end:
-                return False
-            time.sleep(1.0)
+    def _sweep_attempt(self, attempt: Attempt) -> None:
+        """Sweep, on the node it ran on, what attempt left (fire and forget; ``close`` waits for it)."""
+        node_id = self._marks().get(attempt.key, {}).get("node_id")
+        if node_id:
+            self._sweep([str(node_id)], attempt.key)
+
+    def _sweep(self, node_ids: list[str], attempt: str | None = None) -> list[Any]:
+        """Submit ``sweep`` to each node (pinned to it, asking for no resource); the refs."""
+        refs = []
+        for node_id in node_ids:
+            try:
+                strategies = self.ray.util.scheduling_strategies
+                strategy = strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+                refs.append(
+                    self._sweeper.options(
+                        num_cpus=0, max_retries=0, scheduling_strategy=strategy, name="suite sweep"
+                    ).remote(self.session, attempt)
+                )
+            except Exception:  # noqa: BLE001 - the worker's own deadline ends its run then
+                pass
+        self._sweeps += refs
+        return refs
 
     def _timeout_text(self, attempt: Attempt) -> str:
         limit = attempt.spec.timeout_s
@@ -790,6 +1012,7 @@ class RayPool:
             if attempt.cancelled_for == "timeout" and now - (attempt.cancelled_at or now) > CANCEL_GRACE_S:
                 self.ray.cancel(ref, force=True)  # it did not stop when asked: its process goes
                 attempt.cancelled_at = now
+                self._sweep_attempt(attempt)  # and what its run started, after it
             elif attempt.cancelled_for is None and (
                 (ready_for is not None and ready_for > limit)
                 or (ready_for is None and started_for is not None and started_for > READY_LIMIT_S + limit)
@@ -901,14 +1124,21 @@ class RayPool:
 
     def cancel_all(self, say: Callable[[str], None] = print) -> list[Finished]:
         """Stop every task: the started ones through the board (each kills and removes its container),
-        forced when one has not ended within CANCEL_GRACE_S or at a second Ctrl-C; the queued ones
-        are left alone (a queued task that starts now sees the stop and runs nothing, and those still
-        queued end with the job when the pool leaves the cluster).
-        Returns the runs that finished with a result meanwhile (to be saved): a stopped one has none."""
-        if not self._pending or not self._connected:
-            return []
+        forced when one has not ended within CANCEL_GRACE_S or at a second Ctrl-C, and then what a
+        forced task's run left on its node is swept; the queued ones are left alone (a queued task
+        that starts now sees the stop and runs nothing, and those still queued end with the job when
+        the pool leaves the cluster).
+        Returns the results to be saved: those taken from Ray and not yet saved, the runs that
+        finished with a result meanwhile (a stopped one has none), and crashed workers' runs."""
+        finished, self._unsaved = list(self._unsaved), []
+        for suspect in self._suspects.values():
+            why = "the run's Ray worker crashed; the plan stopped before Ray said whether its node died"
+            finished.append(self._recorded(suspect.attempt, "error", why))
+        self._suspects.clear()
+        if not self._pending or not self._connected or self.gone is not None:
+            self._pending.clear()
+            return finished
         ray = self.ray
-        finished: list[Finished] = []
         # Until the board says which tasks started, any may have: a second Ctrl-C forces them all.
         running: list[Any] = list(self._pending)
         say(
@@ -945,15 +1175,49 @@ class RayPool:
                     Finished(self._pending[ref].spec, value["machine"], RunResult.from_dict(value["result"]))
                 )
         finally:
-            # What has not ended is forced, also after a second Ctrl-C: its container is then removed
-            # by the worker's own deadline or the next session on that engine (docker_parts reaping).
+            # What has not ended is forced, also after a second Ctrl-C; what its run started on the
+            # node (a container, a worker's process group) outlives it and is swept on every node.
+            forced = 0
             for ref in running:
                 try:
                     ray.cancel(ref, force=True)
+                    forced += 1
                 except Exception:  # noqa: BLE001 - done already, or the cluster is gone
                     pass
             self._pending.clear()
+            if forced:
+                self._sweep_everywhere(forced, say)
         return finished
+
+    def _sweep_everywhere(self, forced: int, say: Callable[[str], None]) -> None:
+        """Sweep every alive node for the plan's containers and workers, waiting up to SWEEP_WAIT_S."""
+        try:
+            alive = [str(n["NodeID"]) for n in self.nodes(max_age_s=0) if n.get("Alive") and n.get("NodeID")]
+        except Exception:  # noqa: BLE001 - the workers' own deadlines end their runs then
+            return
+        say(f"{forced} task(s) forced: removing what their runs left on {len(alive)} node(s)")
+        self._wait_for_sweeps(self._sweep(alive), say)
+
+    def _wait_for_sweeps(self, refs: list[Any], say: Callable[[str], None]) -> None:
+        refs = [r for r in refs if r is not None]
+        if not refs:
+            return
+        try:
+            done, left = self.ray.wait(refs, num_returns=len(refs), timeout=SWEEP_WAIT_S)
+        except Exception:  # noqa: BLE001
+            return
+        self._sweeps = [r for r in self._sweeps if r not in done]
+        removed = []
+        for ref in done:
+            try:
+                found = self.ray.get(ref, timeout=GCS_CALL_S)
+            except Exception:  # noqa: BLE001
+                continue
+            removed += list(found.get("containers", [])) + [f"pid {p}" for p in found.get("processes", [])]
+        if removed:
+            say(f"removed after the forced stop: {', '.join(removed)}")
+        if left:
+            say(f"{len(left)} node(s) did not sweep within {SWEEP_WAIT_S:g} s: their runs end at their own deadline")
 
     def close(self) -> None:
         """Cancel what is left and leave the cluster (stopping the local instance the pool started)."""
@@ -964,6 +1228,8 @@ class RayPool:
             return
         try:
             self.cancel_all(say=lambda _line: None)
+            # The sweeps submitted during the plan end with its job: they are waited for first.
+            self._wait_for_sweeps(list(self._sweeps), say=lambda _line: None)
         finally:
             self._connected = False
             try:
@@ -977,6 +1243,11 @@ def _task(spec_data: dict[str, Any], job: dict[str, Any], board: Any) -> dict[st
     import ray
 
     return run_point(spec_data, job, ray, board)
+
+
+def _sweep_task(session: str, attempt: str | None) -> dict[str, Any]:
+    """The Ray task that runs ``sweep`` on the node it is pinned to."""
+    return sweep(session, attempt)
 
 
 def _gcs_address(info: Any, address: str | None) -> str | None:
