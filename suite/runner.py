@@ -258,18 +258,19 @@ def run_plan_pool(
                 for done in pool.collect():
                     head = heads[(done.spec.fingerprint, done.spec.repetition)]
                     retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
-                    _save_pool(done, results_dir, head, summary, progress, retry)
-                    pool.saved(done)  # until now an interrupt finds it in what cancel_all hands back
+                    _save_pool(done, results_dir, head, summary, progress, retry, pool=pool)
         summary.stopped = getattr(pool, "gone", None)
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
         try:
-            # Runs that ended with a result while the others were being cancelled are kept.
-            for done in pool.cancel_all(say=progress.line) or []:
+            pool.cancel_all(say=progress.line)
+        finally:
+            # What the pool holds is saved, also after another Ctrl-C during the cancel: the results
+            # taken before and not saved yet, and the runs that ended while the others were cancelled.
+            for done in pool.held():
                 head = heads.get((done.spec.fingerprint, done.spec.repetition), done.spec.run_id)
                 retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
-                _save_pool(done, results_dir, head, summary, progress, retry)
-        finally:
-            raise
+                _save_pool(done, results_dir, head, summary, progress, retry, pool=pool)
+        raise
     finally:
         progress.close()
         signal.signal(signal.SIGTERM, old_handler)
@@ -284,11 +285,16 @@ class _PoolRecord:
     result: results.RunResult
 
 
-def _save_pool(done: Any, results_dir: Path, head: str, summary: Summary, progress: Progress, retry: bool) -> None:
+def _save_pool(
+    done: Any, results_dir: Path, head: str, summary: Summary, progress: Progress, retry: bool, pool: Any = None
+) -> None:
     """Save one result of a pool where it belongs; a lost run that is being retried is counted apart
-    (its retry's own result is the run's last word, and counts)."""
+    (its retry's own result is the run's last word, and counts). ``pool``: the pool holding the
+    result until it is on file, told so the moment it is (before anything that can fail or wait)."""
     result, spec, machine = done.result, done.spec, done.machine
     path = results.save(result, machine_dir(results_dir, machine) / spec.scenario, spec.run_id)
+    if pool is not None:
+        pool.saved(done)
     if getattr(done, "retried", False):
         summary.counts[f"{result.status}, retried"] += 1
     else:

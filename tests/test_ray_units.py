@@ -1000,8 +1000,10 @@ def test_cancel_all_returns_the_runs_that_ended_with_a_result_meanwhile(
     assert isinstance(kept, Finished) and kept.spec == gpu and kept.machine == "node-b2"
     assert kept.result.status == "ok" and kept.result.run["machine"] == "node-b2"
     assert fake.cancels == [(running, True)], "only the one that did not end is forced"
-    assert pool.pending == 0
-    assert pool.cancel_all(say=lambda _line: None) == [], "nothing left"
+    assert pool.pending == 1, "held until saved"
+    assert pool.cancel_all(say=lambda _line: None) == [kept], "still held: a second stop hands it out again"
+    pool.saved(kept)
+    assert pool.pending == 0 and pool.cancel_all(say=lambda _line: None) == [], "nothing left"
 
 
 def test_a_second_interrupt_during_the_wait_forces_every_started_task(
@@ -1045,8 +1047,8 @@ def test_without_a_snapshot_after_the_stop_every_task_is_waited_for(
     fake.snapshot_answers = False
     fake.finish(a, {"machine": "node-b1", "node_id": "n2", "stopped": "asked"})
     assert pool.cancel_all(say=lambda _line: None) == []
-    tasks = [w for w in fake.waits if not str(w["refs"][0].name).startswith("sweep")]
-    assert fake.stops == [None] and set(tasks[-1]["refs"]) == {a, b}, "not the stale snapshot's none"
+    [grace] = [w for w in fake.waits if w["timeout"] == ray_cluster.CANCEL_GRACE_S]
+    assert fake.stops == [None] and set(grace["refs"]) == {a, b}, "not the stale snapshot's none"
     assert fake.cancels == [(b, True)], "asked through the board: no polite ray.cancel; the one not ended forced"
     assert sorted(n for n, _ in fake.sweeps) == ["n1", "n2", "n3"], "every alive node swept after the force"
 
@@ -1416,7 +1418,8 @@ class StandInPool:
     calls: list[str] = field(default_factory=list)
     outstanding: int = 0
     ended_while_cancelling: list[Finished] = field(default_factory=list)  # what cancel_all hands back
-    held: list[Finished] = field(default_factory=list)  # handed out by collect, not yet saved
+    holding: list[Finished] = field(default_factory=list)  # handed out by collect, not yet saved
+    cancel_raises: BaseException | None = None  # raised by cancel_all after it took what ended (a second Ctrl-C)
 
     def counts_as_done(self, result: RunResult) -> bool:
         return "ray" in result.run
@@ -1441,16 +1444,24 @@ class StandInPool:
         batch = self.batches.pop(0)
         if isinstance(batch, BaseException):
             raise batch
-        self.held += batch
-        return list(self.held)
+        self.holding += batch
+        return list(self.holding)
 
     def saved(self, done: Finished) -> None:
-        self.held.remove(done)
+        self.holding.remove(done)
         self.outstanding -= 1
 
     def cancel_all(self, say: Any = print) -> list[Finished]:
         self.calls.append("cancel_all")
-        return [*self.held, *self.ended_while_cancelling]
+        self.holding += self.ended_while_cancelling
+        self.outstanding += len(self.ended_while_cancelling)
+        self.ended_while_cancelling = []
+        if self.cancel_raises is not None:
+            raise self.cancel_raises
+        return list(self.holding)
+
+    def held(self) -> list[Finished]:
+        return list(self.holding)
 
     def close(self) -> None:
         self.calls.append("close")
@@ -1752,8 +1763,8 @@ def test_a_lost_run_whose_retry_succeeds_does_not_fail_the_plan(tmp_path: Path) 
         batch = pool.batches.pop(0)
         if batch[0].retried:
             pool.outstanding += 1  # the pool submitted the retry
-        pool.held += batch
-        return list(pool.held)
+        pool.holding += batch
+        return list(pool.holding)
 
     pool.collect = collect  # type: ignore[method-assign]
     res = tmp_path / "res"
@@ -1834,33 +1845,45 @@ def test_a_result_handed_out_but_not_saved_comes_back_from_cancel_all(
     assert pool.collect(timeout=0) == [handed], "held until saved"
     assert pool.pending == 2
     back = pool.cancel_all(say=lambda _line: None)
-    assert back == [handed] and pool.pending == 0
+    assert back == [handed] and pool.pending == 1, "still held until it is saved"
+    pool.saved(handed)
+    assert pool.pending == 0
 
 
-def test_an_interrupt_between_two_saves_keeps_the_second_result(tmp_path: Path) -> None:
+def test_an_interrupt_between_two_saves_keeps_the_second_result_and_saves_the_first_once(tmp_path: Path) -> None:
     cpu, gpu = specs_of(tmp_path)
-    pool = StandInPool()
+    pool = StandInPool(outstanding=2)
     pool.batches = [
         [Finished(cpu, "node-a", ok_result(cpu, "node-a")), Finished(gpu, "node-b", ok_result(gpu, "node-b"))]
     ]
     res = tmp_path / "res"
-    real_save = results.save
-    calls = {"n": 0}
+    interrupted = []
 
-    def save_then_interrupt(*args: Any, **kwargs: Any) -> Path:
-        calls["n"] += 1
-        path = real_save(*args, **kwargs)
-        if calls["n"] == 1:
-            raise KeyboardInterrupt  # after the first file is written
-        return path
+    def say(line: str) -> None:
+        if " on node-a: ok" in line and not interrupted:  # the line after the first save: Ctrl-C there
+            interrupted.append(line)
+            raise KeyboardInterrupt
 
-    pool.outstanding = 2
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner.results, "save", save_then_interrupt)
-        with pytest.raises(KeyboardInterrupt):
-            runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_plan_pool([cpu, gpu], pool, res, say=say)
+    assert interrupted
     assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"], "the second result reached the disk"
-    assert len(_on_disk(res, "node-a", cpu)) >= 1
+    assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"], "the first once, not again"
+
+
+def test_a_second_interrupt_during_the_cancel_still_saves_what_the_pool_holds(tmp_path: Path) -> None:
+    cpu, gpu = specs_of(tmp_path)
+    pool = StandInPool(outstanding=2)
+    pool.batches = [KeyboardInterrupt()]
+    pool.holding = [Finished(cpu, "node-a", ok_result(cpu, "node-a"))]  # taken from Ray, not saved yet
+    pool.ended_while_cancelling = [Finished(gpu, "node-b", ok_result(gpu, "node-b"))]
+    pool.cancel_raises = KeyboardInterrupt()  # Ctrl-C again during the cancel's wait
+    res = tmp_path / "res"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"]
+    assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"]
+    assert pool.calls == ["cancel_all", "close"]
 
 
 def test_a_worker_crash_waits_for_rays_verdict_on_its_node_without_holding_the_plan(
@@ -1972,7 +1995,10 @@ def test_a_crashed_run_still_undecided_at_a_cancel_is_recorded(
     fake.fail(fake.submissions[0].ref, WorkerCrashedError("the worker died"))
     assert take(pool) == [] and pool.pending == 1
     [crashed] = pool.cancel_all(say=lambda _line: None)
-    assert crashed.result.status == "error" and "crashed" in crashed.result.message and pool.pending == 0
+    assert crashed.result.status == "error" and "crashed" in crashed.result.message
+    assert fake.sweeps == [("n2", (pool.session, fake.key(0)))], "its node is swept, as for a decided crash"
+    pool.saved(crashed)
+    assert pool.pending == 0
 
 
 def test_a_run_tags_its_backend_with_the_plan_and_the_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -2023,3 +2049,140 @@ def test_without_ray_the_message_names_the_lock_by_its_full_path(monkeypatch: py
     with pytest.raises(ray_cluster.BackendUnavailable) as info:
         ray_cluster.import_ray()
     assert "no cluster lock exists" in str(info.value), str(info.value)
+
+
+def test_a_second_interrupt_in_the_grace_keeps_what_was_held_and_what_ended_by_then(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, a, b = two_started(tmp_path, head)
+    cpu, gpu = specs_of(tmp_path)
+    held = ok_result(cpu, "node-b1")
+    fake.finish(a, {"machine": "node-b1", "node_id": "n2", "result": held.to_dict()})
+    [taken] = pool.collect(timeout=0)  # handed out, not saved: the interrupt comes first
+    wait = fake.wait
+
+    def second_ctrl_c(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
+        if timeout == ray_cluster.CANCEL_GRACE_S:
+            fake.finish(b, {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()})
+            raise KeyboardInterrupt
+        return wait(refs, num_returns=num_returns, timeout=timeout)
+
+    fake.wait = second_ctrl_c  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        pool.cancel_all(say=lambda _line: None)
+    kept = pool.held()
+    assert kept[0] is taken and [d.machine for d in kept] == ["node-b1", "node-b2"], kept
+    assert fake.cancels == [], "b had ended by the look after the interrupt: nothing to force"
+
+
+def test_a_crashed_worker_undecided_when_the_head_goes_is_recorded_and_the_plan_ends(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n2", "node-b1")
+    fake.fail(fake.submissions[0].ref, WorkerCrashedError("the worker died"))
+    assert take(pool) == [] and pool.pending == 1
+    head.close()
+    [crashed] = take(pool)
+    assert pool.gone and crashed.result.status == "error" and "stopped answering" in crashed.result.message
+    assert pool.pending == 0, "the plan ends: nothing left to wait for"
+    assert fake.sweeps == [], "no call to a cluster that is gone"
+
+
+def test_a_pinned_retry_whose_model_is_gone_is_an_error_after_the_grace(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, clock = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    take(pool)
+    started(fake, 0, "n2", "node-b1")
+    fake.node_list[1]["Alive"] = False
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+    [lost] = take(pool)
+    assert lost.retried and fake.submissions[1].job["pin"] == ["gpu_model:B"]
+    fake.node_list[2]["Alive"] = False  # the last B node goes while the retry is queued; node-a stays
+    clock.t += 10
+    assert take(pool) == []
+    clock.t += ray_cluster.LOST_NODE_WAIT_S + 1
+    [gone] = take(pool)
+    assert gone.result.status == "error" and "gpu_model:B" in gone.result.message, gone.result.message
+    assert gone.result.run["ray"]["pinned_to"] == ["gpu_model:B"] and pool.pending == 0
+
+
+def test_a_lost_node_never_seen_alive_is_not_retried_on_a_guessed_model(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    started(fake, 0, "n9", "node-late")  # a node that joined after the last node list, and died
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+    [lost] = take(pool)
+    assert not lost.retried and "GPU model is not known" in lost.result.message
+    assert len(fake.submissions) == 1
+
+
+def test_a_task_on_a_node_first_seen_on_the_board_makes_the_pool_list_the_nodes(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, clock = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    take(pool)
+    fake.node_list.append(node("n9", "node-late", suite_slot=1, GPU=2, **{"gpu_model:C": 2}))
+    fake.node_list.append(node("n10", "node-late2", suite_slot=1, GPU=2, **{"gpu_model:C": 2}))
+    started(fake, 0, "n9", "node-late")
+    take(pool)  # the board shows n9: the node list is asked again, with n9 alive in it
+    fake.node_list[-2]["Alive"] = False
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))
+    [lost] = take(pool)
+    assert lost.retried and fake.submissions[1].options["resources"]["gpu_model:C"] == 0.001
+
+
+def test_node_died_is_node_lost_even_when_the_last_node_list_shows_it_alive(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, _ = make_pool(head)
+    cpu, _ = specs_of(tmp_path)
+    pool.submit(cpu)
+    take(pool)
+    started(fake, 0, "n2", "node-b1")
+    fake.fail(fake.submissions[0].ref, NodeDiedError("the node died"))  # Ray knows; its list is behind
+    [lost] = take(pool)
+    assert "node lost" in lost.result.message and lost.retried and pool._suspects == {}
+
+
+def test_the_orchestrator_waits_for_the_sweeps_no_longer_than_sweep_wait_s(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    pool, fake, a, b = two_started(tmp_path, head)
+    fake.board_answers = False
+    pool.cancel_all(say=lambda _line: None)
+    sweeps = [w for w in fake.waits if str(w["refs"][0].name).startswith("sweep")]
+    assert [w["timeout"] for w in sweeps] == [ray_cluster.SWEEP_WAIT_S], fake.waits
+
+
+class RemoteEngineBackend(PeakBackend):
+    """A node's Docker backend whose engine is reached over tcp://."""
+
+    def __init__(self) -> None:
+        super().__init__(name="docker")
+        self.daemon = SimpleNamespace(address="tcp://10.0.0.5:2376")
+
+    def skipped(self, spec: plan.RunSpec, reason: str) -> RunResult:
+        now = ray_cluster.now_iso()
+        run = {"backend": "docker", "machine": "node", "started_at": now, "finished_at": now}
+        return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run=run)
+
+
+def test_a_gpu_run_on_a_node_with_a_remote_engine_is_recorded_as_an_error_before_any_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, gpu = specs_of(tmp_path)
+    monkeypatch.setattr(ray_cluster, "_ensure_image", lambda *_a: pytest.fail("no image for a run that cannot run"))
+    value = _on_node(monkeypatch, gpu, "n2", RemoteEngineBackend(), None, _job("s1-1"))
+    result = value["result"]
+    assert result["status"] == "error" and "tcp://10.0.0.5:2376" in result["message"], result

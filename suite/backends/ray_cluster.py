@@ -77,6 +77,7 @@ ASK_EVERY_S = 1.0  # how often a node's task asks the board whether its run is t
 STOP_WAIT_S = 15.0
 SWEEP_WAIT_S = 30.0  # how long the orchestrator waits for the nodes' sweeps after a Ctrl-C
 SWEEP_SETTLE_S = 2.0  # before a sweep looks: a worker being killed by force is given time to go
+SWEEP_ENGINE_S = 8.0  # the limit of each of a sweep's calls to its node's engine
 # The tags a node's backend gives its workers (base.tag_labels / tag_env): the plan and the attempt,
 # so a sweep finds what a task killed by force left behind.
 TAG_PLAN, TAG_ATTEMPT = "ray_plan", "ray_attempt"
@@ -225,6 +226,9 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         backend.close()
 
     def work() -> tuple[RunResult, list]:
+        problem = _gpu_mapping_problem(backend, spec, machine, gpu_ids)  # before an image is made for nothing
+        if problem:
+            return replace(backend.skipped(spec, problem), status="error"), []
         _ensure_image(backend, spec)  # may take minutes: the board is asked meanwhile too
         if stopping.is_set():
             raise StopAsked(ASKED)
@@ -241,9 +245,6 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         reason = backend.skip_reason(spec)
         if reason:
             return backend.skipped(spec, reason), []
-        problem = _gpu_mapping_problem(backend, spec, machine, gpu_ids)
-        if problem:
-            return replace(backend.skipped(spec, problem), status="error"), []
         if stopping.is_set():
             raise StopAsked(ASKED)
         result = runner._run_with_peak(spec, backend, peaks)
@@ -466,14 +467,16 @@ def sweep(session: str, attempt: str | None = None, settle_s: float = SWEEP_SETT
     container or subprocess outlives it otherwise, until the worker's own deadline."""
     time.sleep(settle_s)
     wanted = {TAG_PLAN: session} | ({TAG_ATTEMPT: attempt} if attempt else {})
-    found: dict[str, Any] = {"containers": [], "processes": []}
+    # Processes first (no call that can hang), then the engine, each of its calls bounded, so the
+    # whole sweep ends within the orchestrator's wait for it (SWEEP_WAIT_S).
+    found: dict[str, Any] = {"containers": [], "processes": _kill_tagged_processes(wanted)}
     try:
         import docker
 
         from suite.backends.base import tag_labels
         from suite.engine import connect
 
-        client, _ = connect(None, timeout=30)
+        client, _ = connect(None, timeout=SWEEP_ENGINE_S)
         try:
             filters = {"label": [f"{k}={v}" for k, v in tag_labels(wanted).items()]}
             for container in client.containers.list(all=True, filters=filters):
@@ -486,7 +489,6 @@ def sweep(session: str, attempt: str | None = None, settle_s: float = SWEEP_SETT
             client.close()
     except Exception as exc:  # noqa: BLE001 - no engine on this node: only processes to look for
         found["engine"] = f"{type(exc).__name__}: {exc}"
-    found["processes"] = _kill_tagged_processes(wanted)
     return found
 
 
@@ -594,6 +596,7 @@ class Attempt:
     submitted: float = field(default_factory=time.time)
     cancelled_for: str | None = None  # "timeout" once the orchestrator stopped it at its deadline
     cancelled_at: float | None = None
+    pin: list[str] = field(default_factory=list)  # custom resources it must also find (a retry's GPU model)
 
 
 @dataclass
@@ -614,6 +617,7 @@ class Finished:
     machine: str
     result: RunResult
     retried: bool = False  # a lost run another attempt was submitted for: not the run's last word
+    key: str | None = None  # the attempt it records (None: a record not made from an attempt)
 
 
 class RayPool:
@@ -815,19 +819,24 @@ class RayPool:
             retry_exceptions=False,
             name=f"suite {spec.scenario} [{spec.point_label}] rep {spec.repetition}",
         ).remote(spec.to_dict(), job, self._board)
-        self._pending[ref] = Attempt(spec, key, attempt, retry_of, submitted=self.clock())
+        self._pending[ref] = Attempt(spec, key, attempt, retry_of, submitted=self.clock(), pin=list(pin or []))
 
     def collect(self, timeout: float = POLL_S) -> list[Finished]:
         """Results to save now: those that arrived within ``timeout``, after the plan's checks
         (deadlines, crashed workers whose node died, runs no alive node can take any more, the head
         still answering), and those handed out before but not yet ``saved``."""
-        if self._pending or self._suspects:
+        if (self._pending or self._suspects) and self.gone is None:
             self._poll(timeout)
         return list(self._unsaved)
 
     def saved(self, done: Finished) -> None:
         """``done`` is on file: the pool lets go of it."""
         self._unsaved = [d for d in self._unsaved if d is not done]
+
+    def held(self) -> list[Finished]:
+        """The results taken from Ray and not yet saved (what ``cancel_all`` returns, also when a
+        second Ctrl-C ended it early)."""
+        return list(self._unsaved)
 
     def _poll(self, timeout: float) -> None:
         """Take what Ray has for the plan into ``_unsaved``, each result as soon as it is made."""
@@ -840,7 +849,7 @@ class RayPool:
                 "the plan ends here. Results already saved are kept; rerun the same command to resume."
             )
             self._salvage()
-            self._unsaved += self._abandon_all(
+            self._abandon_all(
                 f"outcome unknown: {self.where} stopped answering (its head at {self.gcs_address} is gone) "
                 "while this run was in progress on its node, and its result, if any, could not come back"
             )
@@ -848,15 +857,32 @@ class RayPool:
         ray = self.ray
         if self._pending:
             done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout)
-        else:  # only crashed workers to decide: Ray refuses a wait for nothing
+        else:  # only crashed workers to decide
             time.sleep(timeout)
             done = []
+        # Each record is held before its attempt is let go: an interrupt in between finds it twice at
+        # most (cancel_all skips an attempt already held), never nowhere.
         for ref in done:
-            taken = self._finished(ref, self._pending[ref])
+            self._hold(self._finished(ref, self._pending[ref]))
             del self._pending[ref]
-            self._unsaved += taken
-        self._unsaved += self._decide_suspects()
-        self._unsaved += self._check_deadlines_and_placement()
+        self._decide_suspects()
+        self._check_deadlines_and_placement()
+        self._note_new_nodes()
+
+    def _hold(self, records: list[Finished]) -> None:
+        self._unsaved += records
+
+    def _held_keys(self) -> set[str]:
+        return {d.key for d in self._unsaved if d.key}
+
+    def _note_new_nodes(self) -> None:
+        """List the nodes again when a task started on a node the pool has not seen alive: a retry of
+        a run lost there goes to that node's GPU model, which only the node list tells."""
+        if any(m.get("node_id") and m["node_id"] not in self._node_models for m in self._last_marks.values()):
+            try:
+                self.nodes(max_age_s=0)
+            except BackendUnavailable:
+                pass
 
     def _salvage(self) -> None:
         """Results that reached this driver before its head went away (Ray keeps a task's reply with
@@ -873,8 +899,9 @@ class RayPool:
             except Exception:  # noqa: BLE001 - a failed task: its cause is gone with the head
                 continue
             if isinstance(value, dict) and "result" in value:
-                attempt = self._pending.pop(ref)
-                self._unsaved.append(Finished(attempt.spec, value["machine"], RunResult.from_dict(value["result"])))
+                attempt = self._pending[ref]
+                self._hold([_result_of(attempt, value)])
+                del self._pending[ref]
 
     def _finished(self, ref: Any, attempt: Attempt) -> list[Finished]:
         ray = self.ray
@@ -907,37 +934,37 @@ class RayPool:
             return [self._recorded(attempt, "error", "the run was stopped before it ended (the plan was stopping)")]
         for key, peak in value.get("peaks") or []:
             self._peaks.setdefault(value["node_id"], []).append([key, peak])
-        result = RunResult.from_dict(value["result"])
-        return [Finished(attempt.spec, value["machine"], result)]
+        return [_result_of(attempt, value)]
 
     def _lost(self, attempt: Attempt, exc: BaseException) -> list[Finished]:
-        """A task whose worker or node died: "node lost" when its node is dead, then one retry on a
-        node of the same GPU model; a worker crash on a node that stays alive LOST_NODE_WAIT_S (Ray's
-        health check takes a while) is an error, not retried. Until that is known the run waits
-        among the suspects, decided on later polls."""
+        """A task whose worker or node died: "node lost" when its node is dead (Ray said so, or lists
+        it dead), then one retry on a node of the same GPU model; a worker crash on a node that stays
+        alive LOST_NODE_WAIT_S (Ray's health check takes a while) is an error, not retried. Until
+        that is known the run waits among the suspects, decided on later polls."""
         mark = self._marks().get(attempt.key, {})
         node_id = mark.get("node_id")
+        if isinstance(exc, self.ray.exceptions.NodeDiedError):
+            return self._node_lost(attempt, str(node_id) if node_id else None)
         if not node_id:
-            if isinstance(exc, self.ray.exceptions.NodeDiedError):
-                return self._node_lost(attempt, None)
             return [self._crashed(attempt, exc)]
         self._suspects[attempt.key] = _Suspect(attempt, exc, str(node_id), self.clock() + LOST_NODE_WAIT_S)
-        return self._decide_suspects(max_age_s=0)
+        self._decide_suspects(max_age_s=0)
+        return []
 
-    def _decide_suspects(self, max_age_s: float = 1.0) -> list[Finished]:
+    def _decide_suspects(self, max_age_s: float = 1.0) -> None:
+        """Hold the record of every suspect whose node Ray now lists dead, or that outlived the wait."""
         if not self._suspects:
-            return []
+            return
         nodes = {n.get("NodeID"): n for n in self.nodes(max_age_s=max_age_s)}
-        out: list[Finished] = []
         for key, suspect in list(self._suspects.items()):
             node = nodes.get(suspect.node_id)
             if node is None or not node.get("Alive"):
-                del self._suspects[key]
-                out += self._node_lost(suspect.attempt, suspect.node_id)
+                self._hold(self._node_lost(suspect.attempt, suspect.node_id))
             elif self.clock() >= suspect.until:
-                del self._suspects[key]
-                out.append(self._crashed(suspect.attempt, suspect.exc))
-        return out
+                self._hold([self._crashed(suspect.attempt, suspect.exc)])
+            else:
+                continue
+            del self._suspects[key]
 
     def _crashed(self, attempt: Attempt, exc: BaseException) -> Finished:
         self._sweep_attempt(attempt)  # its run's container or subprocess outlives the worker
@@ -951,9 +978,15 @@ class RayPool:
         if attempt.attempt >= 2:
             return out
         # The same GPU model as the lost node: the run's own, else the lost node's gpu_model resources.
-        pin = [] if gpu_model_of(attempt.spec, self.gpu_model) else self._node_models.get(node_id or "", [])
+        problem = None
+        pin: list[str] = []
+        if not gpu_model_of(attempt.spec, self.gpu_model):
+            if node_id is None or node_id not in self._node_models:
+                problem = "the lost node's GPU model is not known (the node list never showed it alive)"
+            else:
+                pin = self._node_models[node_id]
         need = demand(attempt.spec, self.gpu_model) | {k: MODEL_SHARE for k in pin}
-        problem = placement_problem(need, self.nodes(max_age_s=0), self.where)
+        problem = problem or placement_problem(need, self.nodes(max_age_s=0), self.where)
         if problem:
             lost = out[0].result
             out[0] = replace(out[0], result=replace(lost, message=f"{lost.message}; not retried: {problem}"))
@@ -997,10 +1030,9 @@ class RayPool:
             "image was ready; cancelled by the orchestrator (the node's own deadline did not end it)"
         )
 
-    def _check_deadlines_and_placement(self) -> list[Finished]:
-        out: list[Finished] = []
+    def _check_deadlines_and_placement(self) -> None:
         if not self._pending:
-            return out
+            return
         marks = self._marks()
         now = self.clock()
         nodes = None
@@ -1022,17 +1054,17 @@ class RayPool:
             elif started_for is None and attempt.cancelled_for is None:
                 # Queued: can any alive node still take it? (Its nodes may all have died.)
                 nodes = nodes if nodes is not None else self.nodes()
-                problem = placement_problem(demand(attempt.spec, self.gpu_model), nodes, self.where)
+                need = demand(attempt.spec, self.gpu_model) | {k: MODEL_SHARE for k in attempt.pin}
+                problem = placement_problem(need, nodes, self.where)
                 since = self._unplaceable_since.setdefault(attempt.key, now) if problem else None
                 if problem is None:
                     self._unplaceable_since.pop(attempt.key, None)
                 elif since is not None and now - since >= LOST_NODE_WAIT_S:  # a node may be rejoining (a pod replaced)
                     attempt.cancelled_for = "unplaceable"
                     self.ray.cancel(ref, force=True)
-                    self._pending.pop(ref)
                     text = f"no alive node can take this run any more: {problem}"
-                    out.append(self._recorded(attempt, "error", text))
-        return out
+                    self._hold([self._recorded(attempt, "error", text)])
+                    self._pending.pop(ref)
 
     def _ask_stop(self, keys: list[str] | None) -> bool:
         """Ask the board to stop ``keys`` (None: every attempt); whether it said so in time."""
@@ -1096,6 +1128,8 @@ class RayPool:
         }
         if attempt.retry_of:
             facts["retry_of"] = attempt.retry_of
+        if attempt.pin:
+            facts["pinned_to"] = list(attempt.pin)
         run = {
             # The node's backend when its task said (it returned no result); else this pool's name.
             "backend": mark.get("backend") or self.name,
@@ -1106,19 +1140,24 @@ class RayPool:
         }
         spec = attempt.spec.to_dict()
         result = RunResult(status=status, spec=spec, message=message, run=run, provenance=self._stamp())
-        return Finished(attempt.spec, machine, result)
+        return Finished(attempt.spec, machine, result, key=attempt.key)
 
-    def _abandon_all(self, why: str) -> list[Finished]:
-        """The runs in flight when the cluster went away: the started ones recorded, the queued ones
-        left for the next run (they never ran)."""
+    def _abandon_all(self, why: str) -> None:
+        """The runs in flight when the cluster went away: the started ones and the crashed workers'
+        recorded (held), the queued ones left for the next run (they never ran)."""
         marks = self._marks()
-        out = [
-            self._recorded(a, "error", why)
-            for a in self._pending.values()
-            if marks.get(a.key, {}).get("started_for_s") is not None
-        ]
+        started = [a for a in self._pending.values() if marks.get(a.key, {}).get("started_for_s") is not None]
+        self._hold([self._recorded(a, "error", why) for a in started])
         self._pending.clear()
-        return out
+        self._hold_suspects(why)
+
+    def _hold_suspects(self, why: str) -> None:
+        """Record every undecided crashed worker's run with ``why`` (its node is swept, as for a crash)."""
+        for key, suspect in list(self._suspects.items()):
+            if self.gone is None:
+                self._sweep_attempt(suspect.attempt)
+            self._hold([self._recorded(suspect.attempt, "error", why)])
+            del self._suspects[key]
 
     # -- stopping ---------------------------------------------------------------------------------
 
@@ -1128,16 +1167,16 @@ class RayPool:
         forced task's run left on its node is swept; the queued ones are left alone (a queued task
         that starts now sees the stop and runs nothing, and those still queued end with the job when
         the pool leaves the cluster).
-        Returns the results to be saved: those taken from Ray and not yet saved, the runs that
-        finished with a result meanwhile (a stopped one has none), and crashed workers' runs."""
-        finished, self._unsaved = list(self._unsaved), []
-        for suspect in self._suspects.values():
-            why = "the run's Ray worker crashed; the plan stopped before Ray said whether its node died"
-            finished.append(self._recorded(suspect.attempt, "error", why))
-        self._suspects.clear()
+        Returns the results to be saved, all held until ``saved`` (a second Ctrl-C loses none): those
+        taken from Ray before, the runs that ended meanwhile (a stopped one has none), and crashed
+        workers' runs."""
+        self._hold_suspects("the run's Ray worker crashed; the plan stopped before Ray said whether its node died")
+        held = self._held_keys()  # attempts already recorded (an interrupt came as one was let go)
+        for ref in [r for r, a in self._pending.items() if a.key in held]:
+            del self._pending[ref]
         if not self._pending or not self._connected or self.gone is not None:
             self._pending.clear()
-            return finished
+            return list(self._unsaved)
         ray = self.ray
         # Until the board says which tasks started, any may have: a second Ctrl-C forces them all.
         running: list[Any] = list(self._pending)
@@ -1159,24 +1198,19 @@ class RayPool:
                         ray.cancel(ref, force=False)
                     except Exception:  # noqa: BLE001
                         pass
-            try:  # (Ray refuses a wait for nothing)
+            try:
                 done = ray.wait(running, num_returns=len(running), timeout=CANCEL_GRACE_S)[0] if running else []
             except Exception:  # noqa: BLE001
                 done = []
-            for ref in done:
-                running.remove(ref)
-                try:
-                    value = ray.get(ref, timeout=GCS_CALL_S)
-                except Exception:  # noqa: BLE001 - cancelled, or failed: no result to keep
-                    continue
-                if value.get("stopped"):
-                    continue
-                finished.append(
-                    Finished(self._pending[ref].spec, value["machine"], RunResult.from_dict(value["result"]))
-                )
+            self._take_ended(done, running)
         finally:
-            # What has not ended is forced, also after a second Ctrl-C; what its run started on the
-            # node (a container, a worker's process group) outlives it and is swept on every node.
+            # Also after a second Ctrl-C: what ended by now is taken, what has not is forced, and what
+            # a forced task's run started on the node (a container, a worker's process group)
+            # outlives it and is swept on every node.
+            try:
+                self._take_ended(ray.wait(running, num_returns=len(running), timeout=0)[0] if running else [], running)
+            except BaseException:  # noqa: BLE001 - Ray refuses, or Ctrl-C once more: the rest is forced all the same
+                pass
             forced = 0
             for ref in running:
                 try:
@@ -1187,7 +1221,26 @@ class RayPool:
             self._pending.clear()
             if forced:
                 self._sweep_everywhere(forced, say)
-        return finished
+        return list(self._unsaved)
+
+    def _take_ended(self, done: list[Any], running: list[Any]) -> None:
+        """Hold the result of each task in ``done`` that ended with one (a run stopped by the board has
+        none); a task Ray's memory monitor killed, or whose worker crashed, has its attempt swept."""
+        ray = self.ray
+        for ref in done:  # each leaves ``running`` (the tasks to force) once it is dealt with
+            attempt = self._pending[ref]
+            try:
+                value = ray.get(ref, timeout=GCS_CALL_S)
+            except Exception as exc:  # noqa: BLE001 - cancelled, or failed: no result to keep
+                killed = [getattr(ray.exceptions, n, None) for n in ("OutOfMemoryError", "WorkerCrashedError")]
+                if any(c is not None and isinstance(exc, c) for c in killed):
+                    self._sweep_attempt(attempt)
+                running.remove(ref)
+                continue
+            if isinstance(value, dict) and "result" in value:
+                self._hold([_result_of(attempt, value)])
+                del self._pending[ref]
+            running.remove(ref)
 
     def _sweep_everywhere(self, forced: int, say: Callable[[str], None]) -> None:
         """Sweep every alive node for the plan's containers and workers, waiting up to SWEEP_WAIT_S."""
@@ -1243,6 +1296,11 @@ def _task(spec_data: dict[str, Any], job: dict[str, Any], board: Any) -> dict[st
     import ray
 
     return run_point(spec_data, job, ray, board)
+
+
+def _result_of(attempt: Attempt, value: dict[str, Any]) -> Finished:
+    """The result a task sent back, to be saved under the machine it ran on."""
+    return Finished(attempt.spec, value["machine"], RunResult.from_dict(value["result"]), key=attempt.key)
 
 
 def _sweep_task(session: str, attempt: str | None) -> dict[str, Any]:
