@@ -38,6 +38,18 @@ NO_LOCK = "not installed from a lock"
 MAX_DIRTY_PATHS = 50
 # The folders, relative to the checkout's top, whose untracked files are code a run can import.
 CODE_DIRS = ("suite",)
+# The folders, relative to the checkout's top, that hold what the suite writes: `report` rewrites
+# the tracked pages there, `run` adds results, and publishing is committing them. Their content
+# cannot change a measurement, so it is output, not code: a changed page neither makes the tree
+# "modified" nor a commit that only publishes pages another code (``code_tree``). Counting them
+# would make every result taken after the first report look like it ran uncommitted code, and
+# ``reproduce`` refuse a user's own results.
+OUTPUT_DIRS = ("reports",)
+# The pathspec of everything but OUTPUT_DIRS, for git status and git diff, with the variables that
+# keep its magic working whatever the caller's environment (GIT_LITERAL_PATHSPECS would read
+# ":(top,exclude)reports" as a file name; the index copy sets it for the paths it names itself).
+CODE_PATHSPEC = (":(top)", *(f":(top,exclude){d}" for d in OUTPUT_DIRS))
+PATHSPEC_ENV = {"GIT_LITERAL_PATHSPECS": "0", "GIT_ICASE_PATHSPECS": "0"}
 UNTRACKED = " (untracked)"  # after an untracked file's path in ``dirty_paths``
 # A section's key for the suite block at the end of a local run whose checkout changed while it ran
 # (``RunSkeleton.stamp``); the "suite" block is the checkout at its launch.
@@ -85,6 +97,7 @@ DIFF_ARGS = (
     "-O/dev/null",  # no diff.orderFile
     "HEAD",
     "--",
+    *CODE_PATHSPEC,
 )
 # Untracked files under CODE_DIRS that the tracked .gitignore files do not ignore. Only the
 # per-directory .gitignore files count: --exclude-standard would also honour .git/info/exclude and
@@ -112,8 +125,8 @@ def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
     checkout has no commit; ``git_dirty`` then is null too.
 
     ``dirty_paths``, sorted, at most MAX_DIRTY_PATHS: every tracked file that differs from HEAD,
-    staged or not, anywhere in the checkout (a README edit is named too, so a reader can tell it
-    from a code change), and every untracked, not ignored file under CODE_DIRS (``suite/``), named
+    staged or not, anywhere in the checkout but the output folders (OUTPUT_DIRS: ``reports/``; a
+    README edit is named too, so a reader can tell it from a code change), and every untracked, not ignored file under CODE_DIRS (``suite/``), named
     ``"suite/x.py (untracked)"``. Untracked files under ``suite/`` are code a run can import: a
     local worker imports the package from this checkout, and the Docker backend ships every
     ``suite/**/*.py`` into its containers, tracked or not. Untracked files elsewhere (results under
@@ -129,7 +142,12 @@ def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
     the index: the checkout's own index is not touched): the diff of the tracked changes, with each
     such file as a "new file" diff of its full content. It thus covers the content of every
     modified tracked file, and the path and content of every untracked file under ``suite/``; with
-    no untracked file there it is exactly the hash of ``git diff --full-index HEAD``.
+    no untracked file there it is exactly the hash of ``git diff --full-index HEAD -- . ':!reports'``.
+
+    ``code_tree`` (null without a commit): sha256 of HEAD's top-level tree listing (``git ls-tree
+    -z HEAD``) less the entries of OUTPUT_DIRS. The listing names each folder's tree object, so it
+    covers the content of every committed file outside the outputs: two revisions with the same
+    ``code_tree`` ran the same committed code, as when one commit only published pages and results.
     """
     return _identity(root, _git_dirs(root))
 
@@ -141,10 +159,12 @@ def _identity(root: Path, dirs: _GitDirs | None) -> dict[str, Any]:
         "git_dirty": None,
         "dirty_paths": [],
         "diff_sha256": None,
+        "code_tree": None,
     }
     if dirs is None:
         return block
     block["git_revision"] = dirs.revision
+    block["code_tree"] = _code_tree(root, dirs.revision)
     untracked = _git(root, *UNTRACKED_ARGS, "--", *CODE_DIRS)
     tagged = _git(root, "ls-files", "-z", "-v")
     if untracked is None or tagged is None:
@@ -157,7 +177,8 @@ def _identity(root: Path, dirs: _GitDirs | None) -> dict[str, Any]:
             env = _index_copy(root, dirs, Path(tmp) / "index", hidden)
             if env is None:
                 return block
-        status = _git(root, "status", "--porcelain", "-z", "--untracked-files=no", env=env)
+        code_env = {**(env or {}), **PATHSPEC_ENV}
+        status = _git(root, "status", "--porcelain", "-z", "--untracked-files=no", "--", *CODE_PATHSPEC, env=code_env)
         if status is None:
             return block
         paths = sorted([*_porcelain_paths(status), *(f"{p}{UNTRACKED}" for p in new_files)])
@@ -167,9 +188,20 @@ def _identity(root: Path, dirs: _GitDirs | None) -> dict[str, Any]:
             # --force: a personal ignore file that matches one of them must not make git refuse it.
             if new_files and _git(root, "add", "--force", "--intent-to-add", "--", *new_files, env=env) is None:
                 return block
-            diff = _git(root, *DIFF_ARGS, env=env)
+            diff = _git(root, *DIFF_ARGS, env=code_env)
             block["diff_sha256"] = hashlib.sha256(diff).hexdigest() if diff is not None else None
     return block
+
+
+def _code_tree(root: Path, revision: str) -> str | None:
+    """``code_tree`` of ``suite_identity``: the hash of the revision's top-level entries but the outputs."""
+    listing = _git(root, "ls-tree", "-z", "--full-tree", revision)
+    if listing is None:
+        return None
+    entries = [
+        e for e in listing.split(b"\0") if e and e.split(b"\t", 1)[-1].decode("utf-8", "replace") not in OUTPUT_DIRS
+    ]
+    return hashlib.sha256(b"\0".join(entries)).hexdigest()
 
 
 def _hidden_from_git(root: Path, tagged: bytes) -> list[str]:
@@ -612,7 +644,8 @@ def _tree_text(suite: dict[str, Any]) -> str:
 def describe_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """What differs between a result's provenance and another (here: what would run now), in words.
 
-    Empty when code, lock and image are the same. A block one side lacks (a record made before
+    Empty when code, lock and image are the same: two revisions whose committed code outside the
+    output folders is the same (``code_tree``) count as one. A block one side lacks (a record made before
     provenance was recorded) is said once, not compared field by field.
     """
     lines: list[str] = []
@@ -622,7 +655,8 @@ def describe_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
             lines.append(f"suite revision: result {suite_text(rs)}, here {suite_text(cs)}")
     else:
         rr, cr = rs.get("git_revision"), cs.get("git_revision")
-        if rr != cr:
+        same_code = rs.get("code_tree") is not None and rs.get("code_tree") == cs.get("code_tree")
+        if rr != cr and not same_code:  # a commit that only published outputs is the same code
             lines.append(
                 f"suite revision: result {short(rr) if rr else 'unknown'}, here {short(cr) if cr else 'unknown'}"
             )

@@ -69,7 +69,10 @@ def test_a_clean_checkout_is_its_head(repo: Path) -> None:
         "git_dirty": False,
         "dirty_paths": [],
         "diff_sha256": None,
+        "code_tree": block["code_tree"],
     }
+    listing = subprocess.run(["git", "-C", str(repo), "ls-tree", "-z", "HEAD"], capture_output=True, check=True)
+    assert block["code_tree"] == hashlib.sha256(listing.stdout.rstrip(b"\0")).hexdigest()
 
 
 @needs_git
@@ -276,7 +279,14 @@ def test_dirty_paths_stop_at_fifty(repo: Path) -> None:
 def test_no_checkout_gives_nulls(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "1.0"\n')
     block = provenance.suite_identity(tmp_path)
-    assert block == {"version": "1.0", "git_revision": None, "git_dirty": None, "dirty_paths": [], "diff_sha256": None}
+    assert block == {
+        "version": "1.0",
+        "git_revision": None,
+        "git_dirty": None,
+        "dirty_paths": [],
+        "diff_sha256": None,
+        "code_tree": None,
+    }
 
 
 @needs_git
@@ -312,7 +322,7 @@ def test_the_cached_identity_asks_git_again_only_when_the_checkout_changed(
     asked = len(calls)
     for _ in range(100):
         assert provenance.current_suite_identity(repo) == first
-    assert len(calls) == asked <= 5, "a plan over an unchanged tree asks git once"
+    assert len(calls) == asked <= 6, "a plan over an unchanged tree asks git once"
     (repo / "b.py").write_text("two = 'edited mid-plan'\n")
     edited = provenance.current_suite_identity(repo)
     assert edited["dirty_paths"] == ["b.py"] and edited["diff_sha256"] == plain_diff_sha(repo)
@@ -812,3 +822,33 @@ def test_a_container_run_names_its_image_its_recipe_and_the_checkout(backend, cl
     skipped = docker_backend.skipped(spec, "a reason")
     assert skipped.provenance["suite"] == result.provenance["suite"], "the session's code, read once"
     assert skipped.provenance["image"] is None
+
+
+@needs_git
+def test_the_output_folders_are_not_code(repo: Path) -> None:
+    """A page the suite rewrote under reports/ is output: the tree stays clean, and a commit that
+    only publishes pages has the same code_tree as its parent (but another revision)."""
+    (repo / "reports").mkdir()
+    (repo / "reports" / "README.md").write_text("# Reports\n")
+    git(repo, "add", "reports")
+    git(repo, "commit", "-q", "-m", "pages")
+    before = provenance.suite_identity(repo)
+    (repo / "reports" / "README.md").write_text("# Reports\n\nnew page\n")
+    (repo / "reports" / "new.md").write_text("x\n")
+    rewritten = provenance.suite_identity(repo)
+    assert rewritten["git_dirty"] is False and rewritten["dirty_paths"] == [] and rewritten["diff_sha256"] is None
+    git(repo, "add", "reports")
+    git(repo, "commit", "-q", "-m", "publish")
+    published = provenance.suite_identity(repo)
+    assert published["git_revision"] != before["git_revision"]
+    assert published["code_tree"] == before["code_tree"] and len(published["code_tree"]) == 64
+    recorded = {"suite": before, "environment": {}, "image": None}
+    assert provenance.describe_differences(recorded, {**recorded, "suite": published}) == []
+    (repo / "a.py").write_text("one = 'edited'\n")
+    (repo / "reports" / "README.md").write_text("# again\n")
+    edited = provenance.suite_identity(repo)
+    assert edited["dirty_paths"] == ["a.py"], "the code still counts, the page does not"
+    git(repo, "commit", "-q", "-am", "code")
+    moved = provenance.suite_identity(repo)
+    assert moved["code_tree"] != before["code_tree"]
+    assert provenance.describe_differences(recorded, {**recorded, "suite": moved})[0].startswith("suite revision")
