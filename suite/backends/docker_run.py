@@ -7,6 +7,7 @@ transport error (socket, ssh, TLS) after the start is a lost engine (``RunLost``
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -103,12 +104,18 @@ class ContainerRun:
     def telemetry_sources(self) -> list[telemetry.Sampler]:
         """Container stats from the engine; the container's GPUs through NVML when the engine runs on
         this machine, else through nvidia-smi in a helper container of its own (``GpuPoller``), so
-        the poller's CPU and memory are not counted in the run container's stats."""
+        the poller's CPU and memory are not counted in the run container's stats. The machine's
+        load (processes outside the container's cgroup) only where the engine runs on this
+        machine: this /proc is not a remote engine's."""
         stats = telemetry.DockerStatsSampler(self.backend.stream_client, self.container.id)
         samplers: list[telemetry.Sampler] = [stats]
         uuids = [u for r in self.facts.get("engine_device_requests") or [] for u in r.get("DeviceIDs") or []]
+        local = engine_is_local(self.backend.daemon.address)
+        if local:
+            own = telemetry.Ownership(singles=[os.getpid()], cgroup=self.container.id)
+            samplers.append(telemetry.LoadSampler(own, gpus=uuids))
         if uuids:
-            if engine_is_local(self.backend.daemon.address):
+            if local:
                 samplers.append(telemetry.NvmlSampler(uuids))
             else:
                 image = (self.container.attrs or {}).get("Image") or self.container.image.id

@@ -134,12 +134,17 @@ class _Process:
         self.facts: dict[str, Any] = {}
 
     def telemetry_sources(self) -> list[telemetry.Sampler]:
-        """The worker's process tree from /proc; NVML for the GPUs it was given, by their UUIDs."""
+        """The worker's process tree from /proc; NVML for the GPUs it was given, by their UUIDs; the
+        machine's load beside it (what processes other than this one and the worker's tree used)."""
         samplers: list[telemetry.Sampler] = [telemetry.ProcSampler(self.proc.pid)]
         given = [i for i in str(self.facts.get("cuda_visible_devices") or "").split(",") if i]
+        uuids: list[str] = []
         if given:
             by_index = {str(g.get("index")): g.get("uuid") for g in self.owner.inventory().get("gpus", [])}
-            samplers.append(telemetry.NvmlSampler([by_index.get(i) or i for i in given]))
+            uuids = [by_index.get(i) or i for i in given]
+            samplers.append(telemetry.NvmlSampler(uuids))
+        own = telemetry.Ownership(singles=[os.getpid()], trees=[self.proc.pid])
+        samplers.append(telemetry.LoadSampler(own, gpus=uuids))
         return samplers
 
     def lines(self) -> Iterator[str]:

@@ -31,6 +31,12 @@ Samplers, each a thread started by ``Recorder`` once the worker is launched (``R
   memory are not in the run container's stats); the rows of one tick (one per GPU, one timestamp)
   are one sample, timed by nvidia-smi's timestamp.
 
+- ``LoadSampler`` (local backend, or a Docker engine on this host): the machine's load around the
+  run, from ``/proc`` once a second: CPU used by processes that are not the run's own, CPU steal,
+  the load average at the start and the end, and other compute processes on the run's GPUs (NVML).
+  ``suite.telemetry.load``'s docstring says exactly what is counted; ``suite.results.load_note``
+  says when a result was measured under load.
+
 Sampling never fails a run: a sampler that cannot start or breaks records its error in the section.
 
 The ``telemetry`` section of a result (``Recorder.section``)::
@@ -40,7 +46,8 @@ The ``telemetry`` section of a result (``Recorder.section``)::
      "sources": [{"name", "method", "samples", "rate_hz", "error"}],
      "metrics": [{"name", "device", "unit", "source",
                   "summary": {"run"|"fit"|"steady": {"mean", "p95", "max", "n"}},
-                  "series": {"t": [...], "v": [...], "decimated_from": N}}]}
+                  "series": {"t": [...], "v": [...], "decimated_from": N}}],
+     "load": {...}}   # LoadSampler's block (suite.telemetry.load), where it ran
 
 ``fit`` is the timed ``model.fit`` (from the worker's "fit" phase line to its "evaluate" line, as the
 host received them), ``steady`` the part after the first epoch. The clock-event-reasons metric has
@@ -53,6 +60,7 @@ from suite.telemetry.core import (
     CLOCK_REASONS,
     CONTAINER_MAX_USAGE_BYTES,
     CPU_PERCENT,
+    CPU_STEAL_PERCENT,
     GPU_CLOCK_REASONS,
     GPU_MEMORY_BYTES,
     GPU_POWER_W,
@@ -62,6 +70,7 @@ from suite.telemetry.core import (
     INTERVAL_S,
     MAX_CONSECUTIVE_ERRORS,
     MEMORY_BYTES,
+    OTHER_CPU_PERCENT,
     PROCESS_HWM_BYTES,
     SERIES_POINTS,
     STOP_JOIN_S,
@@ -100,12 +109,22 @@ from suite.telemetry.host import (
     docker_sample,
     ended_stats,
 )
+from suite.telemetry.load import (
+    LOAD_INTERVAL_S,
+    LoadSampler,
+    LoadTracker,
+    Ownership,
+    parse_cpu_line,
+    read_process,
+    sample_machine,
+)
 
 __all__ = [
     "CLK_TCK",
     "CLOCK_REASONS",
     "CONTAINER_MAX_USAGE_BYTES",
     "CPU_PERCENT",
+    "CPU_STEAL_PERCENT",
     "DockerStatsSampler",
     "Ended",
     "GPU_CLOCK_REASONS",
@@ -116,9 +135,14 @@ __all__ = [
     "GPU_UTIL_PERCENT",
     "INTERVAL_S",
     "Key",
+    "LOAD_INTERVAL_S",
+    "LoadSampler",
+    "LoadTracker",
     "MAX_CONSECUTIVE_ERRORS",
     "MEMORY_BYTES",
     "NvmlSampler",
+    "OTHER_CPU_PERCENT",
+    "Ownership",
     "PAGE_SIZE",
     "PROCESS_HWM_BYTES",
     "PolledSampler",
@@ -137,11 +161,14 @@ __all__ = [
     "docker_sample",
     "ended_stats",
     "metric_entries",
+    "parse_cpu_line",
     "parse_smi_header",
     "parse_smi_line",
     "percentile",
     "rate_hz",
+    "read_process",
     "reason_shares",
+    "sample_machine",
     "smi_command",
     "smi_metrics",
     "smi_time",

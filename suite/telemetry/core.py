@@ -27,6 +27,8 @@ GPU_SM_CLOCK_MHZ = "gpu_sm_clock_mhz"
 GPU_POWER_W = "gpu_power_w"
 GPU_TEMPERATURE_C = "gpu_temperature_c"
 GPU_CLOCK_REASONS = "gpu_clock_event_reasons"
+OTHER_CPU_PERCENT = "other_cpu_percent"  # processes not the run's own (suite.telemetry.load)
+CPU_STEAL_PERCENT = "cpu_steal_percent"  # CPU time a hypervisor gave to other guests
 
 UNITS = {
     CPU_PERCENT: "% of one core",
@@ -39,6 +41,8 @@ UNITS = {
     GPU_POWER_W: "W",
     GPU_TEMPERATURE_C: "C",
     GPU_CLOCK_REASONS: "bitmask",
+    OTHER_CPU_PERCENT: "% of one core",
+    CPU_STEAL_PERCENT: "% of CPU time",
 }
 
 # NVML's clock event (formerly "throttle") reasons, nvml.h / pynvml nvmlClocksThrottleReason*.
@@ -148,6 +152,11 @@ class Sampler:
 
     def run(self, clock: Callable[[], float], stop: threading.Event, interval_s: float) -> None:
         """Sample until ``stop`` is set or the source ends; the base class samples nothing."""
+
+    def extras(self, windows: dict[str, list[float]]) -> dict[str, Any]:
+        """Blocks this sampler adds to the section beside ``metrics`` (``load``); none by default.
+        Called when the section is built, with the fit windows the recorder marked."""
+        return {}
 
 
 class Ended(Exception):
@@ -291,12 +300,21 @@ class Recorder:
             )
             for (name, device), pts in sorted(points.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
                 metrics.append(_metric(name, device, sampler.name, pts, windows))
-        return {
+        section: dict[str, Any] = {
             "interval_s": self.interval_s,
             "windows": {k: [round(a, 3), round(b, 3)] for k, (a, b) in windows.items()},
             "sources": sources,
             "metrics": metrics,
         }
+        for sampler in self.samplers:
+            try:
+                section.update(sampler.extras(windows))
+            except Exception as exc:  # noqa: BLE001 - a broken block is said in its source, never fails a run
+                sampler.error = sampler.error or f"{type(exc).__name__}: {exc}"
+                for src in sources:
+                    if src["name"] == sampler.name and not src["error"]:
+                        src["error"] = sampler.error
+        return section
 
 
 def _metric(

@@ -23,16 +23,28 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _proc_stat(pid: int, proc: str = "/proc") -> tuple[int, int, float, int] | None:
-    """(ppid, session, cpu seconds incl. reaped children, rss pages) of one process, None when gone."""
+def proc_stat_fields(pid: int, proc: str = "/proc") -> tuple[str, list[str]] | None:
+    """(command name, fields from field 3 on) of ``/proc/PID/stat``, None when the process is gone.
+
+    The command name (field 2) is in parentheses and may hold spaces or parentheses itself, so the
+    fields start after the last ")". ``fields[0]`` is field 3 (state), so field N (proc(5)'s
+    numbering) is ``fields[N - 3]``: ppid 4, session 6, utime 14, stime 15, cutime 16, cstime 17,
+    starttime 22, rss 24."""
     try:
         with open(f"{proc}/{pid}/stat", "rb") as fh:
             data = fh.read().decode("ascii", "replace")
     except OSError:
         return None
-    # The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
-    fields = data[data.rfind(")") + 2 :].split()
-    # fields[0] is field 3 (state): ppid 4, session 6, utime 14, stime 15, cutime 16, cstime 17, rss 24.
+    close = data.rfind(")")
+    return data[data.find("(") + 1 : close], data[close + 2 :].split()
+
+
+def _proc_stat(pid: int, proc: str = "/proc") -> tuple[int, int, float, int] | None:
+    """(ppid, session, cpu seconds incl. reaped children, rss pages) of one process, None when gone."""
+    read = proc_stat_fields(pid, proc)
+    if read is None:
+        return None
+    fields = read[1]
     ppid, session = int(fields[1]), int(fields[3])
     ticks = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
     return ppid, session, ticks / CLK_TCK, int(fields[21])
