@@ -51,6 +51,8 @@ def render(path: Path, result: RunResult) -> str:
         "work:         " + _pairs(_work(result)),
         "telemetry:",
         *_telemetry(result.telemetry),
+        "load:",
+        *_load(result),
         "environment:  " + _pairs(_environment(result)),
         "provenance:",
         *_provenance(result),
@@ -152,6 +154,45 @@ def _telemetry(section: dict[str, Any]) -> list[str]:
     for src in section.get("sources") or []:
         lines.append("  source " + _pairs({k: src.get(k) for k in ("name", "method", "samples", "rate_hz", "error")}))
     return lines or ["  no samples"]
+
+
+def _load(result: RunResult) -> list[str]:
+    """The machine's load around the run (``results.load_of``), and the warning when it was busy."""
+    block, load = results.LOAD.of(result), results.load_of(result)
+    if load is None or not isinstance(block, dict):
+        return ["  not recorded (a remote engine's run, or a result made before the suite recorded it)"]
+    window = "over the timed fit" if load.window == "fit" else "over the whole run"
+
+    def avg(values: list[float] | None) -> str:
+        return "?" if not values else f"{values[0]:.2f}"
+
+    lines = [
+        "  other processes: "
+        + ("not measured" if load.other_cores is None else f"{results.cores_text(load.other_cores)} {window}")
+        + (f" ({results.cores_text(block['other_cores'])} over the whole run)" if load.window == "fit" else "")
+        + "; steal: "
+        + ("?" if load.steal_share is None else f"{load.steal_share:.1%}"),
+        f"  load average (1 min): {avg(load.loadavg_start)} at the start, {avg(load.loadavg_end)} at the end, "
+        f"on {load.cores or '?'} cores; everything that ran (the run included): "
+        + ("?" if block.get("machine_busy_cores") is None else results.cores_text(block["machine_busy_cores"])),
+    ]
+    top = block.get("top_others") or []
+    if top:
+        named = [f"{p.get('name')} (pid {p.get('pid')}) {results.cores_text(p['cores'])}" for p in top]
+        lines.append("  most: " + "; ".join(named))
+    if load.gpu_checked:
+        gpus = [
+            f"{p.get('name') or '?'} (pid {p.get('pid')})"
+            + (f" {p['used_memory_bytes'] / 2**30:.2f} GiB" if p.get("used_memory_bytes") else "")
+            for p in load.gpu_others
+        ]
+        lines.append("  other processes on its GPUs: " + ("; ".join(gpus) or "none"))
+    lines.append(f"  own: {block.get('own')}, {block.get('scans')} scans over {_value(block.get('window_s'))} s")
+    if block.get("error"):
+        lines.append(f"  error: {block['error']}")
+    note = results.load_note(result)
+    lines.append(f"  {note}" if note else "  quiet: no other load above the thresholds")
+    return lines
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
