@@ -270,7 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--timeout", type=float, default=datasets.TIMEOUT_S, help="fetch: seconds without progress")
     d.set_defaults(func=cmd_data)
 
-    e = sub.add_parser("env", help="what this machine offers: Python, TensorFlow, GPUs, Docker engine")
+    e = sub.add_parser("env", help="what this machine offers (Python, GPUs, Docker); is it quiet enough to benchmark")
     e.add_argument("--docker-host", help=DOCKER_HOST_HELP)
     e.add_argument("--json", action="store_true", help="the same facts as JSON")
     e.set_defaults(func=cmd_env)

@@ -1,14 +1,16 @@
-"""``python -m suite env``: what this machine offers, so a user sees before a long run what will be skipped."""
+"""``python -m suite env``: what this machine offers, so a user sees before a long run what will be
+skipped, and whether it is quiet enough to benchmark now (as ``pyperf system check`` asks)."""
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import os
 import platform
 import sys
 from typing import Any
 
-from suite import hostinfo
+from suite import hostinfo, results, telemetry
 from suite.worker.facts import collect_host
 
 PACKAGES = ("tensorflow", "tensorflow-cpu", "keras", "jax", "torch", "numpy", "docker", "nvidia-ml-py")
@@ -25,6 +27,7 @@ def collect(docker_host: str | None = None) -> dict[str, Any]:
         "gpus": gpus,
         "gpu_note": note,
         "pool": pool,
+        "load": quietness(gpus),
     }
     try:
         from suite.backends.docker import engine_facts
@@ -35,6 +38,80 @@ def collect(docker_host: str | None = None) -> dict[str, Any]:
         if "error" not in facts["docker"]:
             facts["engine_gpus"] = _engine_gpus(docker_host)
     return facts
+
+
+QUIET_SAMPLE_S = 1.0  # long enough for a busy program to show, short enough to wait for
+GOVERNORS = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"
+
+
+def quietness(gpus: list[dict[str, Any]] | None = None, seconds: float = QUIET_SAMPLE_S) -> dict[str, Any]:
+    """Whether this machine is quiet enough to benchmark now: a short sample of the load (what
+    other processes use, steal, other compute processes on this host's GPUs), the load average
+    against the logical cores, and the CPU frequency governors. ``quiet`` False when other
+    processes use at least ``results.OTHERS_BUSY_CORES``, steal reaches
+    ``results.STEAL_BUSY_SHARE`` (the thresholds a result's ``load_note`` uses), any other process
+    computes on a GPU, or the last minute's load average reaches the core count (the sample may
+    have fallen in a lull of a busy minute). A governor other than ``performance`` is advice, not
+    busy: clocks that follow the load add noise, but a laptop cannot always change it."""
+    uuids = [str(g["uuid"]) for g in gpus or [] if g.get("uuid")]
+    try:
+        block = telemetry.sample_machine(seconds, gpus=uuids)
+    except OSError as exc:
+        return {"quiet": None, "verdict": f"not checked: no /proc here ({exc})", "governors": _governors()}
+    cores = block.get("cores") or 1
+    load1 = (block.get("loadavg") or [None])[0]
+    others, steal = block.get("other_cores"), block.get("steal_share")
+    gpu_users = [p for procs in (block.get("gpu_others") or {}).values() for p in procs]
+    busy = []
+    if load1 is not None and load1 >= cores:
+        busy.append(f"load {load1:.1f} on {cores} cores")
+    if others is not None and others >= results.OTHERS_BUSY_CORES:
+        top = (block.get("top_others") or [{}])[0]
+        most = f", most {top['name']} (pid {top['pid']})" if top.get("name") else ""
+        busy.append(f"other processes use {results.cores_text(others)}{most}")
+    if steal is not None and steal >= results.STEAL_BUSY_SHARE:
+        busy.append(f"the hypervisor takes {steal:.0%} of the CPU time (steal)")
+    if gpu_users:
+        busy.append(f"{len(gpu_users)} other process{'es' if len(gpu_users) > 1 else ''} compute on the GPUs")
+    figures = [
+        "load ?" if load1 is None else f"load {load1:.2f} on {cores} cores",
+        "other processes " + ("?" if others is None else results.cores_text(others)),
+        "steal " + ("?" if steal is None else f"{steal:.1%}"),
+    ]
+    if busy:
+        verdict = "busy: " + "; ".join(busy) + " (results will be noisy)"
+    else:
+        verdict = "quiet enough to benchmark (" + ", ".join(figures) + f", over {block.get('window_s') or 0:.1f} s)"
+    return {**block, "quiet": not busy, "verdict": verdict, "governors": _governors()}
+
+
+def _governors() -> dict[str, int]:
+    """CPU frequency governor -> how many CPUs use it; empty where cpufreq is not exposed (most VMs)."""
+    counts: dict[str, int] = {}
+    for path in sorted(glob.glob(GOVERNORS)):
+        try:
+            with open(path, encoding="ascii") as fh:
+                name = fh.read().strip()
+        except OSError:
+            continue
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _load_lines(load: dict[str, Any]) -> list[str]:
+    lines = [f"load:     {load.get('verdict')}"]
+    governors = load.get("governors") or {}
+    slow = {g: n for g, n in governors.items() if g != "performance"}
+    if slow:
+        total = sum(governors.values())
+        named = ", ".join(f"{g} on {n} of {total} CPUs" for g, n in sorted(slow.items()))
+        lines.append(
+            f"  CPU frequency governor: {named}; clocks follow the load "
+            "('sudo cpupower frequency-set -g performance' holds them)"
+        )
+    elif governors:
+        lines.append("  CPU frequency governor: performance")
+    return lines
 
 
 def _pool(gpus: list[dict[str, Any]]) -> dict[str, Any]:
@@ -104,6 +181,8 @@ def render(facts: dict[str, Any]) -> str:
             )
     else:
         lines.append(f"gpus:     none ({facts['gpu_note']}); every GPU point will be recorded as skipped")
+    if facts.get("load"):
+        lines += _load_lines(facts["load"])
     docker = facts.get("docker") or {}
     if "error" in docker:
         lines.append(f"docker:   {docker['error']}")
