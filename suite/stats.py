@@ -62,12 +62,31 @@ def first_is_outlier(values: list[float]) -> bool:
     return bool(abs(values[0] - rest) > SPREAD_LIMIT * rest and not min(values[1:]) <= values[0] <= max(values[1:]))
 
 
+FASTER, SLOWER, AS_FAST = "faster", "slower", "as fast"
+
+
+def direction(value: float) -> str:
+    """The word for a ratio of times, numerator over denominator, said of the denominator's side:
+    above 1 the denominator took less time ("faster"), below 1 more ("slower")."""
+    return FASTER if value > 1.0 else SLOWER if value < 1.0 else AS_FAST
+
+
 @dataclass(frozen=True)
 class Ratio:
+    """A ratio of times, geometric mean of the numerator's over the denominator's.
+
+    Every ratio in the suite divides times this way round so that one wording serves them all:
+    ``text`` speaks of the denominator's side against the numerator's ("the point is 2.70x faster
+    than the baseline" for the baseline's time over the point's). The figure printed is always 1 or
+    more and the word carries the direction: a value of 0.37 reads "2.70x slower", its interval
+    inverted with it (1/high-1/low). ``inverse`` turns a ratio round to speak of the other side.
+    """
+
     value: float  # geometric mean of the numerator over that of the denominator
-    low: float | None  # Welch interval at LEVEL; None below MIN_RUNS_FOR_INTERVAL on either side
+    low: float | None  # Welch interval at ``level``; None below MIN_RUNS_FOR_INTERVAL on either side
     high: float | None
-    runs: tuple[int, int] = (0, 0)  # repetitions on each side
+    runs: tuple[int, int] = (0, 0)  # repetitions on each side: numerator, denominator
+    level: float = LEVEL
 
     @property
     def significant(self) -> bool | None:
@@ -81,13 +100,68 @@ class Ratio:
         """Measurably above 1: the only case any sentence may call a gain, a win or a speedup."""
         return self.significant is True and self.value > 1.0
 
-    def text(self, unit: str = "x") -> str:
-        base = f"{self.value:.2f}{unit}"
+    @property
+    def slower(self) -> bool:
+        """Measurably below 1: the only case any sentence may call a loss or a slowdown."""
+        return self.significant is True and self.value < 1.0
+
+    @property
+    def direction(self) -> str:
+        """ "faster", "slower" or "as fast": the denominator's side against the numerator's."""
+        return direction(self.value)
+
+    @property
+    def factor(self) -> float:
+        """The ratio as printed, 1 or more: the value, or its inverse where the side is slower."""
+        return 1.0 / self.value if self.value < 1.0 else self.value
+
+    @property
+    def factor_interval(self) -> tuple[float, float] | None:
+        """The interval of ``factor``: the value's, inverted (1/high, 1/low) where the side is slower."""
         if self.low is None or self.high is None:
+            return None
+        return (1.0 / self.high, 1.0 / self.low) if self.value < 1.0 else (self.low, self.high)
+
+    def inverse(self) -> Ratio:
+        """The same comparison the other way round: denominator over numerator."""
+        low, high = (
+            (1.0 / self.high, 1.0 / self.low) if self.low is not None and self.high is not None else (None, None)
+        )
+        return Ratio(1.0 / self.value, low, high, (self.runs[1], self.runs[0]), self.level)
+
+    def interval_text(self) -> str | None:
+        """ "95% CI 2.41-3.02", of ``factor``; None without an interval."""
+        bounds = self.factor_interval
+        if bounds is None:
+            return None
+        return f"{self.level:.0%} CI {bound(bounds[0])}-{bound(bounds[1])}"
+
+    def words(self, subject: str | None = None, than: str | None = None) -> str:
+        """ "2.70x faster", or with names "the rerun is 2.70x faster than the original": the
+        denominator's side is the subject, the numerator's the one it is compared with."""
+        said = f"{self.factor:.2f}x {self.direction}"
+        if than:
+            said += f" as {than}" if self.direction == AS_FAST else f" than {than}"
+        return f"{subject} is {said}" if subject else said
+
+    def text(self, subject: str | None = None, than: str | None = None) -> str:
+        """The ratio in words with its interval, the one wording every page and command prints:
+
+        - "2.70x faster (95% CI 2.41-3.02)", "1.35x slower (95% CI 1.20-1.52)": the interval
+          excludes 1, a measured difference;
+        - "1.03x faster, not significant (95% CI 0.97-1.10)": the interval holds 1, so no
+          difference is measured; the word is the estimate's direction only;
+        - "1.20x faster (2 runs a side: no interval, 3 needed)": below MIN_RUNS_FOR_INTERVAL
+          runs on a side nothing is measured either.
+        """
+        said = self.words(subject, than)
+        interval = self.interval_text()
+        if interval is None:
             few = min(self.runs)
-            return f"{base} ({few} run{'s' if few != 1 else ''} on a side: no interval, {MIN_RUNS_FOR_INTERVAL} needed)"
+            where = "a side" if self.runs[0] == self.runs[1] else "on one side"
+            return f"{said} ({few} run{'s' if few != 1 else ''} {where}: no interval, {MIN_RUNS_FOR_INTERVAL} needed)"
         tail = "" if self.significant else ", not significant"
-        return f"{base} ({LEVEL:.0%} CI {bound(self.low)}-{bound(self.high)}{tail})"
+        return f"{said}{tail} ({interval})"
 
 
 def bound(x: float) -> str:
@@ -130,6 +204,6 @@ def ratio(numerator: list[float], denominator: list[float], level: float = LEVEL
     runs = (len(num), len(den))
     value = float(np.exp(num.mean() - den.mean()))  # geometric_mean(numerator) / geometric_mean(denominator)
     if min(runs) < MIN_RUNS_FOR_INTERVAL:
-        return Ratio(value, None, None, runs)
+        return Ratio(value, None, None, runs, level)
     _, low, high = welch_log_interval(num, den, level)
-    return Ratio(value, float(np.exp(low)), float(np.exp(high)), runs)
+    return Ratio(value, float(np.exp(low)), float(np.exp(high)), runs, level)

@@ -71,12 +71,13 @@ def test_interval_matches_scipys_welch_test() -> None:
 
 def test_interval_containing_one_is_not_significant() -> None:
     r = stats.ratio([1.00, 1.05, 0.97, 1.02], [1.01, 0.99, 1.04, 0.98])
-    assert r.low < 1 < r.high and r.significant is False and not r.faster
+    assert r.low < 1 < r.high and r.significant is False and not r.faster and not r.slower
     assert "not significant" in r.text()
     clear = stats.ratio([2.0, 2.1, 1.9, 2.05], [1.0, 1.02, 0.98, 1.01])
     assert clear.significant is True and clear.faster and "not significant" not in clear.text()
     slower = stats.ratio([1.0, 1.02, 0.98], [2.0, 2.1, 1.9])
-    assert slower.significant is True and not slower.faster
+    assert slower.significant is True and not slower.faster and slower.slower
+    assert slower.text().startswith("2.00x slower (95% CI") and clear.text().startswith("2.01x faster (95% CI")
 
 
 def test_no_spread_at_all_gives_a_point_interval() -> None:
@@ -86,5 +87,63 @@ def test_no_spread_at_all_gives_a_point_interval() -> None:
 
 def test_a_bound_that_excludes_one_never_prints_as_one() -> None:
     r = stats.Ratio(1.2, 1.0004, 1.44, (3, 3))
-    assert r.significant and r.text() == "1.20x (95% CI 1.0004-1.44)"
-    assert stats.Ratio(1.0, 0.9, 1.0, (3, 3)).text() == "1.00x (95% CI 0.90-1.00, not significant)"
+    assert r.significant and r.text() == "1.20x faster (95% CI 1.0004-1.44)"
+    slower = stats.Ratio(1 / 1.2, 1 / 1.44, 1 / 1.0004, (3, 3))
+    assert slower.significant and slower.text() == "1.20x slower (95% CI 1.0004-1.44)"
+    assert stats.Ratio(1.0, 0.9, 1.0, (3, 3)).text() == "1.00x as fast, not significant (95% CI 0.90-1.00)"
+
+
+# -- one wording for every ratio: the figure is 1 or more, the word carries the direction ---------
+
+
+def test_a_measured_ratio_says_faster_or_slower_with_its_interval_mapped() -> None:
+    # The baseline's times over the point's: 2.7 times the point's, so the point is 2.70x faster.
+    faster = stats.Ratio(2.7, 2.41, 3.02, (5, 5))
+    assert faster.text() == "2.70x faster (95% CI 2.41-3.02)"
+    assert (faster.direction, faster.factor, faster.factor_interval) == ("faster", 2.7, (2.41, 3.02))
+    # 1/1.35 of the other's time: 1.35x slower, the interval inverted (1/high-1/low).
+    slower = stats.Ratio(1 / 1.35, 1 / 1.52, 1 / 1.20, (5, 5))
+    assert slower.text() == "1.35x slower (95% CI 1.20-1.52)"
+    assert slower.direction == "slower" and slower.factor == pytest.approx(1.35) and slower.slower
+    assert slower.factor_interval == pytest.approx((1.20, 1.52))
+
+
+def test_the_words_name_what_is_compared_with_what() -> None:
+    # The rerun's time over the original's is 1.10: the original is faster, the rerun slower.
+    r = stats.Ratio(1.10, 1.05, 1.16, (5, 5))
+    assert r.text("the original", "the rerun") == "the original is 1.10x faster than the rerun (95% CI 1.05-1.16)"
+    assert r.inverse().text("the rerun", "the original") == (
+        "the rerun is 1.10x slower than the original (95% CI 1.05-1.16)"
+    )
+    back = r.inverse().inverse()
+    assert back.runs == r.runs and (back.value, back.low, back.high) == pytest.approx((r.value, r.low, r.high))
+    assert stats.Ratio(1.0, None, None, (2, 2)).words("B", "A") == "B is 1.00x as fast as A"
+
+
+def test_a_ratio_whose_interval_holds_one_is_said_not_significant_in_the_estimates_direction() -> None:
+    r = stats.Ratio(1.03, 0.97, 1.10, (3, 3))
+    assert r.text() == "1.03x faster, not significant (95% CI 0.97-1.10)" and not r.faster
+    s = stats.Ratio(1 / 1.03, 1 / 1.10, 1 / 0.97, (3, 3))
+    assert s.text() == "1.03x slower, not significant (95% CI 0.97-1.10)" and not s.slower
+
+
+def test_below_three_runs_the_words_say_there_is_no_interval() -> None:
+    assert stats.Ratio(1.2, None, None, (2, 2)).text() == "1.20x faster (2 runs a side: no interval, 3 needed)"
+    assert stats.Ratio(1 / 1.2, None, None, (5, 1)).text() == "1.20x slower (1 run on one side: no interval, 3 needed)"
+
+
+def test_every_ratio_printed_is_one_or_more_and_agrees_with_the_geometric_means() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        a = list(np.exp(rng.normal(rng.normal(0, 0.5), 0.05, int(rng.integers(1, 6)))))
+        b = list(np.exp(rng.normal(rng.normal(0, 0.5), 0.05, int(rng.integers(1, 6)))))
+        r = stats.ratio(a, b)
+        ga, gb = stats.geometric_mean(a), stats.geometric_mean(b)
+        words = r.text("b", "a")
+        factor = float(words.split("x ", 1)[0].removeprefix("b is "))
+        assert factor >= 1.0 and factor == pytest.approx(max(ga, gb) / min(ga, gb), abs=0.006), words
+        assert f" {'faster' if gb < ga else 'slower'} than a" in words, words
+        assert ("not significant" in words) == (r.significant is False), words
+        if r.significant is not None:
+            low, high = (float(x) for x in words.split("CI ")[1].rstrip(")").split("-"))
+            assert low <= factor <= high or abs(factor - low) < 0.006 or abs(factor - high) < 0.006, words
