@@ -115,6 +115,13 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
 
 FORMAT = "keras-speed-suite/compare"
 VERSION = 1
+# Which way ``speedup_vs_reference`` divides, in words, for whoever reads the JSON without the docs.
+RATIO_DIRECTION = (
+    "speedup_vs_reference is the reference's geometric mean fit time over this machine's: above 1, this "
+    "machine is faster; speedup_text says it as the table does, a factor of 1 or more and the word faster or "
+    "slower (the interval inverted with it)"
+)
+THAN = "the reference"
 
 
 def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str, Any]:
@@ -145,6 +152,7 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
         "reference": ref,
         "machines": machines,
         "interval": {"level": stats.LEVEL, "method": stats.METHOD, "min_runs": stats.MIN_RUNS_FOR_INTERVAL},
+        "ratio_direction": RATIO_DIRECTION,
         "scenarios": scenarios,
         "not_compared": alone,
         "facts": facts,
@@ -169,7 +177,7 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
         for m in machines:
             p = found[m]
             fit = p.values(FIT_S) if p else []
-            r = stats.ratio(base_fit, fit) if fit and base_fit and m != ref else None
+            r = stats.ratio(base_fit, fit) if fit and base_fit and m != ref else None  # reference time over this one's
             cells[m] = {
                 "status": p.status if p else "not run",
                 "runs_ok": len(p.ok_runs) if p else 0,
@@ -181,6 +189,7 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
                 "speedup_runs_reference": r.runs[0] if r else None,
                 "speedup_runs_machine": r.runs[1] if r else None,
                 "speedup_significant": r.significant if r else None,
+                "speedup_text": r.text(than=THAN) if r else None,
             }
         points.append({"point": label, "machines": cells})
     smoke = [m for m in machines if m in per_machine and per_machine[m].smoke]
@@ -197,8 +206,10 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
         f"# {title}",
         "",
         f"Machines: {', '.join(code(m) for m in machines)}. Reference: {code(ref)}. Each cell is the "
-        "geometric mean of the total `fit` times in seconds (the mean the ratio divides); beside it, the "
-        f"reference's time over this machine's (above 1: this machine is faster): the {stats.METHOD}.",
+        "geometric mean of the total `fit` times in seconds (the mean the ratio divides); beside it, how much "
+        'faster or slower than the reference this machine is, by the ratio of those means ("2.50x slower than '
+        "the reference\": its time is 2.5 times the reference's; a factor is never below 1, the word says which "
+        f"way): the {stats.METHOD}.",
     ]
     for s in data["scenarios"]:
         lines += ["", f"## {cell(s['scenario'])}", "", _table(s, machines)]
@@ -220,9 +231,7 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
             elif c["speedup_vs_reference"] is None:
                 row.append(f"{c['fit_s_geomean']:.2f}")
             else:
-                runs = (c["speedup_runs_reference"], c["speedup_runs_machine"])
-                r = stats.Ratio(c["speedup_vs_reference"], c["speedup_ci_low"], c["speedup_ci_high"], runs)
-                row.append(f"{c['fit_s_geomean']:.2f} ({r.text()})")
+                row.append(f"{c['fit_s_geomean']:.2f}, {c['speedup_text']}")
         rows.append(row)
     smoke = scenario["smoke_on"]
     table = tabulate(rows, headers=["point", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)

@@ -1,0 +1,80 @@
+"""``python -m suite compare``: which folder is faster, said in words, by the factor its result files give."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+from conftest import REPO, suite_cli
+
+FIXTURE = REPO / "tests" / "fixtures" / "results" / "fixture-local" / "fx_width"
+SCALES = (2.4, 2.5, 2.7)  # B's fit times over A's, by repetition: B is about 2.5 times slower
+
+
+def _folder(tmp_path: Path, name: str, scales: tuple[float, ...]) -> Path:
+    """A copy of the fixture's fx_width results with each ok run's fit time times its repetition's scale."""
+    target = tmp_path / name / "fx_width"
+    shutil.copytree(FIXTURE, target)
+    for path in target.glob("*.json"):
+        data = json.loads(path.read_text())
+        if data["status"] == "ok":
+            data["timing"]["fit_s"] *= scales[data["spec"]["repetition"]]
+        path.write_text(json.dumps(data))
+    return tmp_path / name
+
+
+def _fit_times(folder: Path) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {}
+    for path in sorted(folder.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if data["status"] == "ok":
+            times.setdefault(data["spec"]["point_label"], []).append(data["timing"]["fit_s"])
+    return times
+
+
+def _geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
+
+
+def _cell(out: str, point: str, column: int) -> str:
+    row = next(line for line in out.splitlines() if line.startswith(f"| {point} "))
+    return [c.strip() for c in row.strip("|").split("|")][column]
+
+
+def test_compare_says_the_slower_folder_is_slower_by_the_ratio_of_geometric_means(tmp_path: Path) -> None:
+    a, b = _folder(tmp_path, "A", (1.0, 1.0, 1.0)), _folder(tmp_path, "B", SCALES)
+    times_a, times_b = _fit_times(a), _fit_times(b)
+    assert times_a.keys() == times_b.keys() and len(times_a) == 2
+    proc = suite_cli("compare", a, b)
+    assert proc.returncode == 0, proc.stderr
+    assert f"Reference: `{a}`" in proc.stdout
+    for point in times_a:
+        slower = _geomean(times_b[point]) / _geomean(times_a[point])  # B's time over A's: above 1, B is slower
+        assert slower > 2
+        cell = _cell(proc.stdout, point, 2)
+        said = f"{_geomean(times_b[point]):.2f}, {slower:.2f}x slower than the reference (95% CI "
+        assert cell.startswith(said), cell
+        assert "faster" not in cell
+
+    # The other way round, A against B as the reference: A is faster by the same factor.
+    back = suite_cli("compare", b, a)
+    assert back.returncode == 0, back.stderr
+    for point in times_a:
+        faster = _geomean(times_b[point]) / _geomean(times_a[point])
+        cell = _cell(back.stdout, point, 2)
+        assert f"{faster:.2f}x faster than the reference (95% CI " in cell and "slower" not in cell, cell
+
+    # The JSON keeps its numbers (the reference's time over this folder's) and says which way they divide.
+    doc = json.loads(suite_cli("compare", a, b, "--json").stdout)
+    assert "reference's geometric mean fit time over this machine's" in doc["ratio_direction"]
+    for point in doc["scenarios"][0]["points"]:
+        other = point["machines"][str(b)]
+        if other["fit_s_geomean"] is None:
+            continue
+        times = times_a[point["point"]], times_b[point["point"]]
+        assert np.isclose(other["speedup_vs_reference"], _geomean(times[0]) / _geomean(times[1]))
+        assert other["speedup_text"] == _cell(proc.stdout, point["point"], 2).split(", ", 1)[1]
+        assert re.fullmatch(r"\d\.\d\dx slower than the reference \(95% CI [\d.]+-[\d.]+\)", other["speedup_text"])
