@@ -18,7 +18,7 @@ import pytest
 from conftest import suite_cli
 from markdown_it import MarkdownIt
 
-from suite import export, results
+from suite import export, results, stats
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "export.md"
@@ -161,16 +161,20 @@ def _check_telemetry(p: dict[str, Any], row: dict[str, str]) -> None:
 
 def _check_speedup(p: dict[str, Any], row: dict[str, str]) -> None:
     text = row["speedup vs baseline"]
+    # The cell says the ratio as a factor of 1 or more with its word, the interval inverted with it.
+    runs = (p["speedup_runs_baseline"], p["speedup_runs_point"])
+    r = None if p["speedup"] is None else stats.Ratio(p["speedup"], p["speedup_ci_low"], p["speedup_ci_high"], runs)
     if p["is_baseline"]:
         assert text == "baseline"
-    elif p["speedup"] is None:
+    elif r is None:
         assert text == "-"
     elif p["speedup_ci_low"] is None:
-        few = min(p["speedup_runs_baseline"], p["speedup_runs_point"])
-        assert _agrees(text, [p["speedup"], few, 3]) and "no interval" in text, text
+        assert _agrees(text, [r.factor, min(runs), 3]) and "no interval" in text, text
+        assert text.startswith(f"{r.factor:.2f}x {r.direction}"), text
     else:
-        bounds = [p["speedup"], 95, p["speedup_ci_low"], p["speedup_ci_high"]]
+        bounds = [r.factor, 95, *r.factor_interval]
         assert _agrees(text, bounds), (text, bounds)
+        assert text.startswith(f"{r.factor:.2f}x {r.direction}"), text
         assert ("not significant" in text) == (p["speedup_significant"] is False)
 
 
@@ -370,9 +374,12 @@ def test_compare_json_holds_the_numbers_the_text_shows() -> None:
             assert row[1] == ref["status"] and row[2] == other["status"]
             continue
         assert _agrees(row[1], [ref["fit_s_geomean"]])
-        expected = [other["fit_s_geomean"], other["speedup_vs_reference"], 95]
-        expected += [other["speedup_ci_low"], other["speedup_ci_high"]]
+        # The cell shows the ratio as a factor of 1 or more with its word, the interval inverted with it.
+        runs = (other["speedup_runs_reference"], other["speedup_runs_machine"])
+        r = stats.Ratio(other["speedup_vs_reference"], other["speedup_ci_low"], other["speedup_ci_high"], runs)
+        expected = [other["fit_s_geomean"], r.factor, 95, *r.factor_interval]
         assert _agrees(row[2], expected), (row[2], expected)
+        assert row[2].endswith(other["speedup_text"]) and f"x {r.direction} than the reference" in row[2]
         compared += 1
     assert compared == 2
     facts_a, facts_b = doc["facts"][str(a)], doc["facts"][str(b)]
