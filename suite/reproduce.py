@@ -15,8 +15,10 @@ refuses with one line per difference and what to do (``--anyway`` runs regardles
 above the verdict).
 
 The comparison is on the fit time, the figure the reports' speedups and ``compare`` divide: the
-ratio rerun/original of geometric means with Welch intervals on log times (``stats.ratio``). The
-verdict (``decision``):
+ratio rerun/original of geometric means with Welch intervals on log times (``stats.ratio``). Every
+line says it as the reports do (``stats.Ratio.text``), of the rerun against the original: "the
+rerun is 1.10x slower than the original (95% CI 1.05-1.16)", a factor of 1 or more whose word
+says which way. The verdict (``decision``) is taken on rerun/original itself:
 
 - ``reproduced within X%``: the 90% interval lies within +-tolerance of 1: two one-sided tests at
   5% each, the conventional test of equivalence (X is that interval's largest distance from 1,
@@ -71,6 +73,12 @@ DEFAULT_TOLERANCE_PCT = 10.0
 REPEATS_CAP = 50  # the most reruns an "inconclusive" verdict suggests; beyond, it says "more repetitions"
 
 REPRODUCED, DIFFERS, INCONCLUSIVE, NOT_REPRODUCED = "reproduced", "differs", "inconclusive", "not reproduced"
+RERUN, ORIGINAL = "the rerun", "the original"
+# Which way the JSON's ratio divides, in words, for whoever reads it without the docs.
+RATIO_DIRECTION = (
+    "rerun_over_original is the rerun's geometric mean fit time over the original's: above 1, the rerun is "
+    "slower; text says it as the output does, a factor of 1 or more and the word faster or slower"
+)
 HARDWARE_FACTS = ("GPU model", "GPU driver", "CPU", "CPU cores")
 
 
@@ -699,8 +707,7 @@ def verdict(
             return Verdict(
                 INCONCLUSIVE,
                 f"inconclusive: the original has {len(original)} run(s), and an interval needs "
-                f"{stats.MIN_RUNS_FOR_INTERVAL} on each side; more reruns cannot make up for it "
-                f"(rerun/original {r.value:.2f}x)",
+                f"{stats.MIN_RUNS_FOR_INTERVAL} on each side; more reruns cannot make up for it: {said(r)}",
                 r,
                 equivalence=eq,
             )
@@ -710,36 +717,20 @@ def verdict(
             if needed
             else f"rerun with --repeats {stats.MIN_RUNS_FOR_INTERVAL} or more"
         )
-        return Verdict(
-            INCONCLUSIVE,
-            f"inconclusive: {len(rerun)} rerun(s) give no interval ({stats.MIN_RUNS_FOR_INTERVAL} needed on "
-            f"each side; rerun/original {r.value:.2f}x); {how}",
-            r,
-            needed,
-            eq,
-        )
+        return Verdict(INCONCLUSIVE, f"inconclusive: {said(r)}; {how}", r, needed, eq)
     low, high = 1.0 - tolerance, 1.0 + tolerance
     kind = decision(r.low, r.high, eq.low, eq.high, tolerance)
     if kind == REPRODUCED:
+        # X: the largest distance from 1 of rerun/original's 90% interval, the time's shift at most.
         within = math.ceil(round(max(abs(eq.low - 1.0), abs(eq.high - 1.0)) * 100, 9))
-        return Verdict(
-            REPRODUCED,
-            f"reproduced within {within}% (rerun/original {r.value:.2f}x, "
-            f"{_level(EQUIVALENCE_LEVEL)} interval {stats.bound(eq.low)}-{stats.bound(eq.high)})",
-            r,
-            equivalence=eq,
-        )
-    interval95 = f"{_level(stats.LEVEL)} interval {stats.bound(r.low)}-{stats.bound(r.high)}"
+        return Verdict(REPRODUCED, f"reproduced within {within}%: {said(eq)}", r, equivalence=eq)
     if kind == DIFFERS:
-        how = f"{r.value:.2f}x slower" if r.value > 1 else f"{1 / r.value:.2f}x faster"
-        return Verdict(DIFFERS, f"differs: rerun {how} (rerun/original {r.value:.2f}x, {interval95})", r, None, eq)
+        return Verdict(DIFFERS, f"differs: {said(r)}, the whole interval outside +-{pct}", r, None, eq)
     # Undecided. Shown is the interval that would decide it: the 90% one where the ratio lies
     # inside the band (it could yet be called reproduced), the 95% one where it lies outside.
     inside = low <= r.value <= high
-    lo_, hi_ = (eq.low, eq.high) if inside else (r.low, r.high)
-    level = EQUIVALENCE_LEVEL if inside else stats.LEVEL
-    interval = f"{_level(level)} interval {stats.bound(lo_)}-{stats.bound(hi_)}"
-    width = "is wider than" if hi_ - lo_ > high - low else "straddles"
+    shown = eq if inside else r
+    width = "is wider than" if shown.high - shown.low > high - low else "straddles"
     needed = repeats_needed(original, rerun, tolerance)
     if needed is not None:
         how = f"rerun with --repeats {needed} (an estimate from the spread observed)"
@@ -750,13 +741,13 @@ def verdict(
         )
     else:
         how = "rerun with more repetitions (the observed ratio sits too close to a bound to say how many)"
-    return Verdict(
-        INCONCLUSIVE,
-        f"inconclusive: the {interval} (rerun/original {r.value:.2f}x) {width} +-{pct}; {how}",
-        r,
-        needed,
-        eq,
-    )
+    return Verdict(INCONCLUSIVE, f"inconclusive: {said(shown)}: the interval {width} +-{pct}; {how}", r, needed, eq)
+
+
+def said(r: stats.Ratio) -> str:
+    """rerun/original in the one wording of ratios, of the rerun against the original:
+    "the rerun is 1.10x slower than the original (95% CI 1.05-1.16)"."""
+    return r.inverse().text(RERUN, ORIGINAL)
 
 
 def decision(low95: float, high95: float, low90: float, high90: float, tolerance: float) -> str:
@@ -770,10 +761,6 @@ def decision(low95: float, high95: float, low90: float, high90: float, tolerance
     if low95 > high or high95 < low:
         return DIFFERS
     return INCONCLUSIVE
-
-
-def _level(level: float) -> str:
-    return f"{level:.0%}"
 
 
 def _pct(tolerance: float) -> str:
@@ -935,6 +922,8 @@ def compare_point(
         if r is None
         else {
             "rerun_over_original": r.value,
+            "direction": RATIO_DIRECTION,
+            "text": said(r),
             "ci_low": r.low,
             "ci_high": r.high,
             "ci90_low": eq.low if eq is not None else None,
@@ -1024,8 +1013,7 @@ def render(data: dict[str, Any]) -> str:
         lines += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)]
         if p["ratio"] is not None:
             q = p["ratio"]
-            ratio = stats.Ratio(q["rerun_over_original"], q["ci_low"], q["ci_high"], tuple(q["runs"]))
-            lines.append(f"rerun/original fit time: {ratio.text()}")
+            lines.append(f"fit time: {q['text']}")
         lines += [f"  failed: {f}" for f in p["rerun"]["failures"]]
         lines += [f"  below the accuracy gate: {f}" for f in p["rerun"]["below_gate"]]
         own = [_located(d, p) for d in p["differences"] if d not in shared]
@@ -1040,7 +1028,7 @@ def render(data: dict[str, Any]) -> str:
     done = sum(p["verdict"]["kind"] == REPRODUCED for p in points)
     lines.append(
         f"{done} of {len(points)} point(s) reproduced within +-{_pct(data['tolerance'])} "
-        f"(fit time, rerun/original: {stats.METHOD})"
+        f"(fit time of the rerun against the original's: {stats.METHOD})"
     )
     if data.get("left_out"):
         lines.append(f"{len(data['left_out'])} point(s) of the given folders left out, no ok run to compare with:")

@@ -50,8 +50,8 @@ def test_within_tolerance_is_reproduced_and_says_how_close() -> None:
     low, high = _scipy_interval(original, rerun, 0.90)
     assert v.kind == REPRODUCED and 0.9 < low < high < 1.1
     within = math.ceil(max(1 - low, high - 1) * 100)
-    assert v.text.startswith(f"reproduced within {within}% ")
-    assert f"90% interval {low:.2f}-{high:.2f}" in v.text
+    assert v.text.startswith(f"reproduced within {within}%: the rerun is 1.03x slower than the original")
+    assert f"(90% CI {low:.2f}-{high:.2f})" in v.text  # the rerun is slower: its factor is rerun/original
 
 
 def test_reproduced_is_two_one_sided_tests_the_90_percent_interval_inside_the_band() -> None:
@@ -78,7 +78,7 @@ def test_differs_needs_the_95_percent_interval_wholly_outside_the_band() -> None
     else:
         pytest.fail("no ratio between the two rules found")
     v = verdict(original, rerun, TOL)
-    assert v.kind == INCONCLUSIVE and f"95% interval {lo95:.2f}" in v.text and "straddles +-10%" in v.text
+    assert v.kind == INCONCLUSIVE and f"(95% CI {lo95:.2f}" in v.text and "straddles +-10%" in v.text
 
 
 def test_verdict_rates_by_simulation_match_the_stated_rule() -> None:
@@ -108,10 +108,12 @@ def test_interval_wholly_outside_the_tolerance_differs() -> None:
     v = verdict(original, rerun, TOL)
     low, high = _scipy_interval(original, rerun)
     assert low > 1.1
-    assert v.kind == DIFFERS and v.text.startswith("differs: rerun 1.80x slower")
-    assert f"95% interval {low:.2f}-{high:.2f}" in v.text
+    assert v.kind == DIFFERS and v.text.startswith("differs: the rerun is 1.80x slower than the original")
+    assert f"(95% CI {low:.2f}-{high:.2f})" in v.text
     faster = verdict(original, _samples(0.5, 0.03, 5), TOL)
-    assert faster.kind == DIFFERS and faster.text.startswith("differs: rerun 2.00x faster")
+    low, high = _scipy_interval(original, _samples(0.5, 0.03, 5))
+    assert faster.kind == DIFFERS and faster.text.startswith("differs: the rerun is 2.00x faster than the original")
+    assert f"(95% CI {1 / high:.2f}-{1 / low:.2f})" in faster.text, "the interval inverted with the factor"
 
 
 def test_wide_interval_is_inconclusive_with_the_reruns_that_would_settle_it() -> None:
@@ -119,7 +121,7 @@ def test_wide_interval_is_inconclusive_with_the_reruns_that_would_settle_it() ->
     v = verdict(original, rerun, TOL)
     low, high = _scipy_interval(original, rerun)
     assert low < 0.9 or high > 1.1
-    assert v.kind == INCONCLUSIVE and "is wider than +-10%" in v.text and "90% interval" in v.text
+    assert v.kind == INCONCLUSIVE and "is wider than +-10%" in v.text and "(90% CI" in v.text
     n = v.repeats_needed
     assert n is not None and f"rerun with --repeats {n}" in v.text
     # With the same spread and ratio, n reruns settle it and n - 1 do not (scipy's 90% interval:
@@ -150,6 +152,26 @@ def test_a_failed_rerun_makes_the_point_not_reproduced() -> None:
     v = verdict(_samples(1.0, 0.01, 3), _samples(1.0, 0.01, 2), TOL, ["rep 2: timeout: killed after 600 s"])
     assert v.kind == NOT_REPRODUCED
     assert v.text == "not reproduced: 1 of 3 reruns did not run ok (rep 2: timeout: killed after 600 s)"
+
+
+@pytest.mark.parametrize(
+    ("center", "spread", "n"), [(0.5, 0.03, 5), (1.8, 0.03, 5), (0.97, 0.02, 5), (1.03, 0.05, 5), (1.02, 0.15, 3)]
+)
+def test_every_verdict_says_the_rerun_against_the_original_by_the_ratio_of_geometric_means(
+    center: float, spread: float, n: int
+) -> None:
+    """One wording whatever the verdict: "the rerun is F.FFx slower/faster than the original", F of 1
+    or more from the geometric means, the word from which took longer."""
+    original, rerun = _samples(1.0, 0.02, 5), _samples(center, spread, n)
+    v = verdict(original, rerun, TOL)
+    time_ratio = float(np.exp(np.mean(np.log(rerun)) - np.mean(np.log(original))))  # rerun's over the original's
+    word, factor = ("slower", time_ratio) if time_ratio > 1 else ("faster", 1 / time_ratio)
+    assert f"the rerun is {factor:.2f}x {word} than the original" in v.text, (v.kind, v.text)
+    assert "rerun/original" not in v.text and "x faster" not in v.text.replace(f"{factor:.2f}x faster", "")
+    for level, interval in (("95%", _scipy_interval(original, rerun)), ("90%", _scipy_interval(original, rerun, 0.9))):
+        if f"({level} CI" in v.text:  # the interval printed is the factor's: inverted where the rerun is faster
+            low, high = interval if word == "slower" else (1 / interval[1], 1 / interval[0])
+            assert f"{level} CI {low:.2f}-{high:.2f}" in v.text, v.text
 
 
 def test_hardware_that_differs_is_listed_above_the_verdict(tmp_path: Path) -> None:
@@ -566,7 +588,10 @@ class FakeBackend:
 
 @pytest.mark.parametrize(
     ("rerun_center", "code", "said"),
-    [(1.02, 0, "\nverdict: reproduced within "), (1.5, 1, "\nverdict: differs: rerun 1.50x slower")],
+    [
+        (1.02, 0, "\nverdict: reproduced within "),
+        (1.5, 1, "\nverdict: differs: the rerun is 1.50x slower than the original"),
+    ],
 )
 def test_reproduce_end_to_end_with_controlled_times(
     tmp_path: Path,
@@ -609,6 +634,7 @@ def test_reproduce_end_to_end_with_controlled_times(
     assert reproduce.reproduce(opts, say=lines.append) == code
     out = capsys.readouterr().out
     assert said in out, out
+    assert f"\nfit time: the rerun is {rerun_center:.2f}x slower than the original (95% CI " in out, out
     assert "| original | 5/5 ok" in out and "| rerun    | 5/5 ok" in out
     assert f"{1 - code} of 1 point(s) reproduced within +-10%" in out
     assert len(made) == 1 and made[0].closed
@@ -617,6 +643,71 @@ def test_reproduce_end_to_end_with_controlled_times(
 
 def _options(inputs: list[Path], out: Path, anyway: bool = False) -> reproduce.Options:
     return reproduce.Options(inputs, None, None, out, None, TOL, anyway, False)
+
+
+def _fit_geomean(files: list[Path]) -> float:
+    """The geometric mean of the ok runs' fit times, read from the result files themselves."""
+    times = [d["timing"]["fit_s"] for d in (json.loads(p.read_text()) for p in files) if d["status"] == "ok"]
+    return float(np.exp(np.mean(np.log(times))))
+
+
+def test_reproduce_through_the_cli_says_the_rerun_is_faster_by_the_factor_the_files_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m suite reproduce DIR`` (its own entry point, with a backend whose reruns take 0.4
+    of the original's time): the table and the verdict say the rerun is faster, by the original's
+    geometric mean over the rerun's as read back from both folders' files; the JSON keeps
+    rerun_over_original and says which way it divides."""
+    base, here = _spec(tmp_path), _here()
+    original = _samples(1.0, 0.01, 5)
+    for i in range(5):
+        spec = plan.RunSpec(**{**base.__dict__, "repetition": i})
+        record = _record(spec, provenance=here)
+        record.timing["fit_s"] = original[i]
+        results.save(record, tmp_path / "res" / "m", spec.run_id)
+    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(
+        reproduce,
+        "_make_backend",
+        lambda name, opts, machine, say: ("local", FakeBackend(machine, _samples(0.4, 0.01, 5), here)),
+    )
+    code, out = _main(capsys, tmp_path / "res", "--results", tmp_path / "out")
+    assert code == 1, out
+    faster = _fit_geomean(_files(tmp_path / "res")) / _fit_geomean(_files(tmp_path / "out"))
+    assert faster > 2
+    assert f"\nfit time: the rerun is {faster:.2f}x faster than the original (95% CI " in out, out
+    assert f"\nverdict: differs: the rerun is {faster:.2f}x faster than the original (95% CI " in out, out
+    assert "slower" not in out and "rerun/original" not in out
+
+    assert cli.main(["reproduce", str(tmp_path / "res"), "--results", str(tmp_path / "out2"), "--json"]) == 1
+    (point,) = json.loads(capsys.readouterr().out)["points"]
+    ratio = point["ratio"]
+    assert math.isclose(ratio["rerun_over_original"], 1 / faster, rel_tol=1e-9)  # the number keeps its meaning
+    assert ratio["direction"].startswith("rerun_over_original is the rerun's geometric mean fit time over")
+    assert ratio["text"].startswith(f"the rerun is {faster:.2f}x faster than the original (95% CI ")
+    assert point["verdict"]["text"].startswith(f"differs: {ratio['text']}")
+
+
+@pytest.mark.slow
+def test_reproduce_of_real_runs_says_which_way_by_the_factor_the_files_give(original: Path, tmp_path: Path) -> None:
+    """Real reruns on the local backend against originals whose recorded fit times were made ten
+    times longer: the command says the rerun is faster, by the ratio of the two folders' geometric
+    means (two runs a side: no interval, and says so)."""
+    files = _files(original)
+    _unchanged_checkout(files)
+    doctored = tmp_path / "slow-originals"
+    for path in files:
+        data = json.loads(path.read_text())
+        data["timing"]["fit_s"] *= 10
+        target = doctored / path.relative_to(original)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(data), encoding="utf-8")
+    proc = suite_cli("reproduce", doctored, "--results", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    faster = _fit_geomean(_files(doctored)) / _fit_geomean(_files(tmp_path / "out"))
+    said = f"the rerun is {faster:.2f}x faster than the original (2 runs a side: no interval, 3 needed)"
+    assert faster > 1 and f"\nfit time: {said}\n" in proc.stdout, proc.stdout
+    assert f"more reruns cannot make up for it: {said}\n" in proc.stdout, proc.stdout
 
 
 def test_anyway_pools_runs_made_different_ways_and_says_so(
