@@ -286,9 +286,9 @@ def report(one: dict[str, Any], two: list[dict[str, Any]], args: argparse.Namesp
     if tasks:
         print(f"{'ray: submit -> task start (s)':34s}{med(tasks):10.3f}{'':24s}   {min(tasks):.3f}-{max(tasks):.3f}")
     ratio = stats.ratio(of("ray", "to_worker_start"), of("docker", "to_worker_start"))
-    print(f"submit -> worker start, ray / docker: {ratio.text()}")
+    print(f"submit -> worker start: {ratio.inverse().text('ray', 'direct docker')}")
     wall_ratio = stats.ratio(of("ray", "wall"), of("docker", "wall"))
-    print(f"run wall, ray / docker: {wall_ratio.text()}")
+    print(f"run wall: {wall_ratio.inverse().text('ray', 'direct docker')}")
     first = one["first"]
     print(
         f"fresh cluster, first run: connect {first['connect_s']:.2f} s, then submit->worker start "
@@ -300,7 +300,7 @@ def report(one: dict[str, Any], two: list[dict[str, Any]], args: argparse.Namesp
     speed = stats.ratio(walls[1], walls[2])
     print(
         f"plan wall ({args.points} points): one node {med(walls[1]):.2f} s, two nodes {med(walls[2]):.2f} s; "
-        f"one / two: {speed.text()}"
+        f"{speed.text('the plan on two nodes', 'on one')}"
     )
     print(f"benchmark wall time: {total_s:.1f} s")
     return {
@@ -315,10 +315,14 @@ def report(one: dict[str, Any], two: list[dict[str, Any]], args: argparse.Namesp
             },
             "samples": [vars(s) for s in samples],
             "medians": {k: {"ray": v["ray_median"], "docker": v["docker_median"]} for k, v in rows.items()},
-            "ratio_worker_start": _ratio_dict(ratio),
-            "ratio_wall": _ratio_dict(wall_ratio),
+            "ratio_worker_start": _ratio_dict(ratio, "ray", "direct docker"),
+            "ratio_wall": _ratio_dict(wall_ratio, "ray", "direct docker"),
         },
-        "part2": {"points": args.points, "runs": two, "ratio_one_over_two": _ratio_dict(speed)},
+        "part2": {
+            "points": args.points,
+            "runs": two,
+            "ratio_one_over_two": _ratio_dict(speed, "one node", "two nodes"),
+        },
         "benchmark_wall_s": total_s,
         "stats_method": stats.METHOD,
     }
@@ -331,8 +335,16 @@ def _pairs(samples: list[Sample]) -> list[tuple[Sample, Sample]]:
     return [(r["ray"], r["docker"]) for r in by_round.values() if "ray" in r and "docker" in r]
 
 
-def _ratio_dict(r: stats.Ratio) -> dict[str, Any]:
-    return {"value": r.value, "low": r.low, "high": r.high, "runs": list(r.runs), "text": r.text()}
+def _ratio_dict(r: stats.Ratio, numerator: str, denominator: str) -> dict[str, Any]:
+    """``value``: the numerator's geometric mean time over the denominator's; ``text`` says it of the numerator."""
+    return {
+        "value": r.value,
+        "low": r.low,
+        "high": r.high,
+        "runs": list(r.runs),
+        "direction": f"{numerator} time over {denominator} time: above 1, {numerator} is slower",
+        "text": r.inverse().text(numerator, denominator),
+    }
 
 
 def main() -> int:
