@@ -13,12 +13,11 @@ import re
 import statistics
 import sys
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from suite import backends, datasets, hostinfo, plan, results, runner, select
-from suite.progress import duration_text
+from suite.progress import NORMAL, QUIET, VERBOSE, duration_text
 from suite.scenario import (
     Override,
     ScenarioError,
@@ -124,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-synthetic",
         action="store_true",
         help="let a full-size run train on synthetic digits where MNIST is not cached (smoke runs may anyway)",
+    )
+    loud = r.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true", help="print only errors and the closing summary")
+    loud.add_argument(
+        "-v", "--verbose", action="store_true", help="a line per run, skipped and done ones too, with its result file"
     )
     r.set_defaults(func=cmd_run)
 
@@ -407,7 +411,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         else:
             on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
         done = {} if args.fresh else results.latest_by_run(on_file)
-        walls = _wall_times(on_file)
+        walls = runner.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         for s in specs:
             points.setdefault((s.scenario, s.point_label), []).append(s)
@@ -453,21 +457,6 @@ def _check_backend(args: argparse.Namespace) -> tuple[Any, str]:
         name, why = backends.choose(opts)
         why = f"auto: {why}"
     return backends.make(name, opts), f"{name} ({why})"
-
-
-def _wall_times(on_file: list[results.RunResult]) -> dict[str, list[float]]:
-    """Fingerprint -> wall seconds (start to end, as the host saw them) of every ok run on file."""
-    out: dict[str, list[float]] = {}
-    for r in on_file:
-        started, finished = r.run.get("started_at"), r.run.get(results.FINISHED_AT.key)
-        if not (r.ok and started and finished):
-            continue
-        try:
-            seconds = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
-        except (TypeError, ValueError):
-            continue
-        out.setdefault(r.fingerprint, []).append(seconds)
-    return out
 
 
 @dataclass
@@ -569,21 +558,26 @@ def _check_ray_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--{flag.replace('_', '-')} is for --backend ray (given: --backend {args.backend})")
 
 
-def make_backend(name: str, args: argparse.Namespace) -> Any:
-    """The backend ``--backend`` names, ``auto`` resolved; raises BackendUnavailable when it cannot work here."""
+def make_backend(name: str, args: argparse.Namespace, say: Any = print) -> Any:
+    """The backend ``--backend`` names, ``auto`` resolved (and said); raises BackendUnavailable when it
+    cannot work here."""
     opts = _backend_options(args)
     if name == backends.AUTO:
         name, why = backends.choose(opts)
-        print(f"backend: {name} ({why})")
+        say(f"backend: {name} ({why})")
     return backends.make(name, opts)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Console: the plan and the results folder once, skips grouped by reason, a line per run that
+    fits 120 columns, and at the end the answer per scenario. No colour is used (so NO_COLOR holds)."""
+    level = QUIET if args.quiet else VERBOSE if args.verbose else NORMAL
+    say = print if level > QUIET else (lambda _line: None)
     made = _make_plan(args)
     specs = made.specs
     if args.select is not None or made.overrides:  # otherwise the plan's size is said below, with the backend
         for line in made.lines(args.select):
-            print(line)
+            say(line)
     _check_ray_args(args)
     if args.hosts is not None:
         _refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
@@ -591,21 +585,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     machine = args.machine or hostinfo.machine_name()
     folder = runner.machine_dir(args.results, machine)
     _check_writable(folder)
+    live = sys.stdout.isatty() and level > QUIET
     with runner.hold_folder(folder, wait=args.wait):
-        backend = make_backend(args.backend, args)
+        backend = make_backend(args.backend, args, say)
         try:  # runs this backend skips (a GPU point without a GPU) need no data
             _refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
         except UsageError:
             backend.close()
             raise
         if getattr(backend, "where", None) is not None:  # a pool of nodes: results per node
-            print(f"{_runs(len(specs))} on backend {backend.name} ({backend.where}), results in {args.results}")
-            summary = runner.run_plan_pool(specs, backend, args.results, fresh=args.fresh, live=sys.stdout.isatty())
+            say(f"{_runs(len(specs))} on backend {backend.name} ({backend.where}), results in {args.results}")
+            summary = runner.run_plan_pool(specs, backend, args.results, fresh=args.fresh, live=live, level=level)
+            folders = runner.result_folders(args.results)
         else:
-            print(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
-            summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=sys.stdout.isatty())
-    for line in summary.lines():
+            say(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
+            summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level)
+            folders = [folder]
+    for line in runner.closing_lines(args.results, folders, specs) + summary.lines():
         print(line)
+    print(f"pages: python -m suite report --results {_display_path(args.results)}")
     if summary.stopped:
         # A pool whose cluster went away: every result is saved (fsync'ed), and what is left of the
         # Ray client only blocks until Ray ends the process itself, a minute on, without a word.

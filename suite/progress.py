@@ -1,30 +1,45 @@
 """What the terminal shows while a plan runs: the run in flight, its epoch, elapsed time, the plan's ETA.
 
 On a terminal one status line is rewritten in place; elsewhere (CI logs, pipes) only the plain
-line each finished run prints, so logs stay one line per run. The ETA is arithmetic on the runs
-already done here: a run of a point that ran before is expected to take that point's mean, any
-other run the mean of every run so far. Runs skipped or already on file cost nothing.
+line each finished run prints, so logs stay one line per run. Lines fit ``WIDTH`` columns: the
+details are in the result file (``suite show``), and ``-v`` prints them as before.
+
+The ETA follows the rule ``suite check`` states: a run of a point with known runs (earlier results
+of the same fingerprint on file, or runs done here) is expected to take that point's median; any
+other run the median of every run known; before any run is known, its ``timeout_s``, an upper
+bound ("at most"). Runs skipped or already on file cost nothing.
 """
 
 from __future__ import annotations
 
 import shutil
+import statistics
+import textwrap
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
 CLEAR_LINE = "\r\x1b[K"
+WIDTH = 120  # columns every plain line fits, whatever the terminal
+
+# How much the console says: -q only errors and the closing summary, -v every run with its result file.
+QUIET, NORMAL, VERBOSE = -1, 0, 1
 
 
-def eta_s(durations: dict[str, list[float]], remaining: list[str]) -> float | None:
+def eta_s(
+    durations: dict[str, list[float]], remaining: list[str], bounds: dict[str, float] | None = None
+) -> float | None:
     """Seconds left for the runs whose point keys are ``remaining``, from ``durations`` (key -> seconds
-    of its finished runs); None before any run finished."""
+    of its known runs); before any run is known, the sum of their ``bounds`` (key -> timeout_s), or
+    None where a run has none."""
     every = [d for ds in durations.values() for d in ds]
     if not every:
-        return None
-    overall = sum(every) / len(every)
-    return sum(sum(durations[k]) / len(durations[k]) if durations.get(k) else overall for k in remaining)
+        if bounds is None or any(k not in bounds for k in remaining):
+            return None
+        return sum(bounds[k] for k in remaining)
+    overall = statistics.median(every)
+    return sum(statistics.median(durations[k]) if durations.get(k) else overall for k in remaining)
 
 
 def duration_text(seconds: float | None) -> str:
@@ -39,11 +54,42 @@ def duration_text(seconds: float | None) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with '...'."""
+    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
+
+
+LABEL_FLOOR = 24  # a point label is not cut shorter than this to make a line fit
+
+
+def fits(before: str, label: str, after: str, width: int = WIDTH) -> bool:
+    """Whether ``before[label]after`` fits ``width`` columns with the label cut to LABEL_FLOOR at most."""
+    return len(before) + min(len(label), LABEL_FLOOR) + 2 + len(after) <= width
+
+
+def fit_line(before: str, label: str, after: str, width: int = WIDTH) -> str:
+    """``before[label]after`` in ``width`` columns: the point label gives way first (to LABEL_FLOOR
+    characters), then the line's end (where a failure's message stands)."""
+    over = len(before) + len(label) + 2 + len(after) - width
+    if over > 0:
+        label = shorten(label, max(LABEL_FLOOR, len(label) - over))
+    return shorten(f"{before}[{label}]{after}", width)
+
+
+def wrapped(text: str, first: str, indent: str, lines: int = 3, width: int = WIDTH) -> list[str]:
+    """``text`` after ``first`` in at most ``lines`` lines of ``width`` columns, the rest cut with '...'."""
+    return textwrap.wrap(
+        text, width=width, initial_indent=first, subsequent_indent=indent, max_lines=lines, placeholder=" ..."
+    )
+
+
 class Progress:
     """Told when a run starts, what its worker reports (``on_event``), and when it ends.
 
     ``stream``: the terminal to keep a status line on, or None for plain lines only. ``on_event``
-    may be called from a backend's log thread, hence the lock.
+    may be called from a backend's log thread, hence the lock. ``earlier``: point key -> seconds of
+    its runs on file, so the ETA is known from the start. ``level``: QUIET, NORMAL or VERBOSE; a
+    line is printed when its own level is at most this.
     """
 
     def __init__(
@@ -51,22 +97,28 @@ class Progress:
         say: Callable[[str], None] = print,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        earlier: dict[str, list[float]] | None = None,
+        level: int = NORMAL,
     ):
-        self.say, self.stream, self.clock = say, stream, clock
-        self.durations: dict[str, list[float]] = {}
+        self.say, self.stream, self.clock, self.level = say, stream, clock, level
+        self.durations: dict[str, list[float]] = {k: list(v) for k, v in (earlier or {}).items() if v}
         self.remaining: list[str] = []  # point keys of the runs not yet finished that will run
+        self.bounds: dict[str, float] = {}  # point key -> its timeout_s
         self._lock = threading.Lock()
         self._head = ""
         self._phase = ""
+        self._key: str | None = None
         self._started: float | None = None
 
-    def plan(self, to_run: list[str]) -> None:
-        """The point keys (fingerprints) of every run the backend will be asked for, in plan order."""
+    def plan(self, to_run: list[str], bounds: dict[str, float] | None = None) -> None:
+        """The point keys (fingerprints) of every run the backend will be asked for, in plan order,
+        and each key's timeout_s: the ETA before any run of the plan is known."""
         self.remaining = list(to_run)
+        self.bounds = dict(bounds or {})
 
-    def start(self, head: str) -> None:
+    def start(self, head: str, key: str | None = None) -> None:
         with self._lock:
-            self._head, self._phase, self._started = head, "starting", self.clock()
+            self._head, self._phase, self._key, self._started = head, "starting", key, self.clock()
             self._draw()
 
     def on_event(self, event: dict[str, Any]) -> None:
@@ -92,14 +144,44 @@ class Progress:
                 self.durations.setdefault(key, []).append(seconds)
                 if key in self.remaining:
                     self.remaining.remove(key)
-            self._started = None
+            self._started, self._key = None, None
             return seconds
 
     def eta(self) -> float | None:
-        return eta_s(self.durations, self.remaining)
+        return eta_s(self.durations, self.remaining, self.bounds)
 
-    def line(self, text: str) -> None:
-        """A permanent line (one per run); the status line is cleared first and redrawn after."""
+    def eta_text(self, elapsed: float = 0.0) -> str:
+        """'ETA 2 min 5 s'; 'ETA at most 2 h 0 min' while no run is known (the runs' timeout_s).
+
+        ``elapsed``: seconds the run in flight has gone, taken off its own share, so the ETA counts
+        down while it runs (never below the other runs' share when it takes longer than expected).
+        """
+        seconds = self.eta()
+        if seconds is None:
+            return "ETA ?"
+        if self._key is not None:
+            seconds -= min(elapsed, eta_s(self.durations, [self._key], self.bounds) or 0.0)
+        known = any(self.durations.values())
+        return f"ETA {duration_text(seconds)}" if known else f"ETA at most {duration_text(seconds)}"
+
+    def eta_basis(self) -> str:
+        """Where the ETA comes from, said once when the plan starts."""
+        if not self.remaining:
+            return ""
+        measured = sum(1 for k in self.remaining if self.durations.get(k))
+        if measured == len(self.remaining):
+            return "from earlier runs of the same points"
+        if measured:
+            return f"{measured} of {len(self.remaining)} from earlier runs of the same points, the others at the median"
+        if any(self.durations.values()):
+            return "the median of earlier runs of other points"
+        return "the runs' timeout_s: no earlier result to go by"
+
+    def line(self, text: str, level: int = NORMAL) -> None:
+        """A permanent line, printed when ``level`` is at most the console's; the status line is
+        cleared first and redrawn after."""
+        if level > self.level:
+            return
         with self._lock:
             if self.stream is not None:
                 self.stream.write(CLEAR_LINE)
@@ -122,7 +204,7 @@ class Progress:
         if self._started is None:
             return ""
         elapsed = self.clock() - self._started
-        return f"{self._head}: {self._phase}, {duration_text(elapsed)}; plan ETA {duration_text(self.eta())}"
+        return f"{self._head}: {self._phase}, {duration_text(elapsed)}; {self.eta_text(elapsed)}"
 
     def _draw(self) -> None:
         if self.stream is None:
@@ -130,8 +212,8 @@ class Progress:
         text = self.status()
         if text:
             # A line longer than the terminal wraps, and "\r" then rewrites only its last row.
-            width = shutil.get_terminal_size(fallback=(120, 24)).columns - 1
-            self.stream.write(CLEAR_LINE + (text if len(text) <= width else text[: width - 3] + "..."))
+            width = shutil.get_terminal_size(fallback=(WIDTH, 24)).columns - 1
+            self.stream.write(CLEAR_LINE + shorten(text, width))
             self.stream.flush()
 
 

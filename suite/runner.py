@@ -24,17 +24,40 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suite import results
+from suite import results, verdicts, views
 from suite.backends.base import Backend
 from suite.plan import RunSpec, parse_device
-from suite.progress import Progress, Ticker, duration_text
-from suite.results import FAILED, FIT_S, PEAK, STATUS_SKIPPED, TEST_ACCURACY
+from suite.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
+from suite.results import FAILED, FIT_S, PEAK, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 
 LOCK_NAME = ".suite-run.lock"  # a dot name: never read as a result
 
 
 class FolderBusy(Exception):
     """Another ``suite run`` holds the results folder; the message names it."""
+
+
+# A run that ended ok but trained below the accuracy gate: counted apart from ok, as the pages do.
+BELOW_GATE = "below the accuracy gate"
+ALREADY_DONE = "already done"
+_COUNT_ORDER = (STATUS_OK, BELOW_GATE, *FAILED, STATUS_SKIPPED, ALREADY_DONE)
+
+
+def count_key(result: results.RunResult) -> str:
+    """What a result counts as in a summary: its status, or BELOW_GATE for an ok run under the gate."""
+    return BELOW_GATE if result.ok and _below_gate(TEST_ACCURACY.of(result)) else result.status
+
+
+def _below_gate(accuracy: float | None) -> bool:
+    """A test accuracy recorded and under the gate (a worker records one for every ok run)."""
+    return accuracy is not None and accuracy < views.ACCURACY_GATE
+
+
+def counts_text(counts: Counter) -> str:
+    """'2 ok, 1 below the accuracy gate, 37 skipped': ok first, then the others, "already done" last."""
+    order = {k: i for i, k in enumerate(_COUNT_ORDER)}
+    keys = sorted(counts, key=lambda k: (order.get(k.split(",")[0], len(order)), k))
+    return ", ".join(f"{counts[k]} {k}" for k in keys if counts[k]) or "none"
 
 
 @dataclass
@@ -48,8 +71,7 @@ class Summary:
         return bool(self.stopped) or any(self.counts[s] for s in FAILED)
 
     def lines(self) -> list[str]:
-        parts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
-        out = [f"runs: {parts or 'none'}"]
+        out = [f"runs: {counts_text(self.counts)}"]
         if any(self.counts[s] for s in FAILED):
             out.append("some runs failed; they are recorded with their status and shown in the report:")
             out += [f"  {f}" for f in self.failures]
@@ -106,6 +128,22 @@ def _holder(path: Path) -> str:
         return "another `suite run`"  # it holds the lock but has not written its name yet
 
 
+def wall_times(on_file: list[results.RunResult]) -> dict[str, list[float]]:
+    """Fingerprint -> wall seconds (start to end, as the host saw them) of every ok run on file: what
+    ``suite check`` estimates a point's runs from, and what a run's ETA starts from."""
+    out: dict[str, list[float]] = {}
+    for r in on_file:
+        started, finished = r.run.get("started_at"), r.run.get(results.FINISHED_AT.key)
+        if not (r.ok and started and finished):
+            continue
+        try:
+            seconds = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+        except (TypeError, ValueError):
+            continue
+        out.setdefault(r.fingerprint, []).append(seconds)
+    return out
+
+
 @dataclass
 class _Step:
     """One spec and what the plan does with it, decided before the first run so the ETA knows the work."""
@@ -113,21 +151,100 @@ class _Step:
     spec: RunSpec
     action: str  # "done" (ok on file), "skip-again" (same skip on file), "skip", "run"
     reason: str | None = None
+    number: int = 0  # among the runs that run, from 1 (0: not one of them)
+    of: int = 0  # how many runs run
+    reps: int = 1  # repetitions of the point in the plan
+
+    def head(self) -> str:
+        """'[3/8] scenario [point] run 2 of 3': runs and repetitions both counted from 1."""
+        return self.line("")[: -len(": ")]
+
+    def line(self, tail: str, width: int | None = WIDTH, note: str = "") -> str:
+        """The step's head, ``note`` after it (" on node-a"), then ``tail``; in ``width`` columns,
+        or whole where ``width`` is None."""
+        before, after = self._parts(tail, note)
+        if width is None:
+            return f"{before}[{self.spec.point_label}]{after}"
+        return fit_line(before, self.spec.point_label, after, width)
+
+    def fitting(self, tails: list[str], note: str = "") -> str:
+        """The line of the first of ``tails`` that fits WIDTH without cutting the point label below
+        its floor; the last one, cut to fit, where none does."""
+        for tail in tails:
+            before, after = self._parts(tail, note)
+            if fits(before, self.spec.point_label, after):
+                return fit_line(before, self.spec.point_label, after)
+        return self.line(tails[-1], WIDTH, note)
+
+    def _parts(self, tail: str, note: str) -> tuple[str, str]:
+        before = (f"[{self.number}/{self.of}] " if self.number else "") + f"{self.spec.scenario} "
+        return before, f" run {self.spec.repetition + 1} of {self.reps}{note}: {tail}"
 
 
 def _steps(specs: list[RunSpec], backend: Backend, previous: dict) -> list[_Step]:
+    reps: Counter = Counter()
+    for spec in specs:
+        reps[spec.fingerprint] = max(reps[spec.fingerprint], spec.repetition + 1)
     steps = []
     for spec in specs:
         before = previous.get((spec.fingerprint, spec.repetition))
         if before is not None and before.ok:
-            steps.append(_Step(spec, "done"))
+            steps.append(_Step(spec, "done", reps=reps[spec.fingerprint]))
             continue
         reason = backend.skip_reason(spec)
         if reason and before is not None and before.status == STATUS_SKIPPED and before.message == reason:
-            steps.append(_Step(spec, "skip-again", reason))
+            steps.append(_Step(spec, "skip-again", reason, reps=reps[spec.fingerprint]))
         else:
-            steps.append(_Step(spec, "skip" if reason else "run", reason))
+            steps.append(_Step(spec, "skip" if reason else "run", reason, reps=reps[spec.fingerprint]))
+    to_run = [s for s in steps if s.action == "run"]
+    for i, step in enumerate(to_run, 1):
+        step.number, step.of = i, len(to_run)
     return steps
+
+
+def _start_plan(progress: Progress, steps: list[_Step], eta: bool = True) -> None:
+    """Tell ``progress`` the work, and say once what the plan does: the skips grouped by reason, the
+    runs already done, how many run and when the plan should end."""
+    to_run = [s.spec for s in steps if s.action == "run"]
+    if eta:
+        progress.plan([s.fingerprint for s in to_run], {s.fingerprint: s.timeout_s for s in to_run})
+    for text in _skip_lines(steps):
+        progress.line(text)
+    done = sum(1 for s in steps if s.action == "done")
+    if done:
+        progress.line(f"{_runs(done)} already done (ok result on file; --fresh reruns)")
+    if not to_run:
+        progress.line("nothing to run")
+    elif eta:  # a pool says instead how many runs it submitted
+        progress.line(f"{_runs(len(to_run))} to run; {progress.eta_text()} ({progress.eta_basis()})")
+
+
+def _skip_lines(steps: list[_Step]) -> list[str]:
+    """One line per skip reason, in its short form (the full reason is in each result file):
+    "6 GPU points skipped: needs 1 GPU(s); this machine has no GPU"."""
+    groups: dict[str, list[_Step]] = {}
+    for step in steps:
+        if step.action in ("skip", "skip-again") and step.reason:
+            groups.setdefault(verdicts.short_reason(step.reason), []).append(step)
+    return [
+        _skip_line([s.spec for s in group], reason, again=all(s.action == "skip-again" for s in group))
+        for reason, group in groups.items()
+    ]
+
+
+def _skip_line(specs: list[RunSpec], reason: str, again: bool) -> str:
+    points = len({(s.scenario, s.point_label) for s in specs})
+    kinds = {parse_device(s.device)[0] for s in specs}
+    kind = f"{kinds.pop().upper()} " if len(kinds) == 1 else ""
+    runs = f" ({len(specs)} runs)" if len(specs) != points else ""
+    head = f"{points} {kind}point{'' if points == 1 else 's'}{runs} skipped{', as recorded before' if again else ''}: "
+    if len(head) + len(reason) > WIDTH:
+        reason = reason.split("; ")[0]  # its first clause
+    return shorten(head + reason, WIDTH)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def run_plan(
@@ -140,52 +257,96 @@ def run_plan(
     say: Callable[[str], None] = print,
     live: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    level: int = NORMAL,
 ) -> Summary:
     """Run every spec in order and save each result as it comes.
 
     live: keep a status line (run, epoch, elapsed, plan ETA) on stdout, a terminal; otherwise only
         the line each run prints when it ends.
+    level: QUIET (failures only), NORMAL (a line per run that runs), VERBOSE (a line per spec, with
+        its result file).
     """
     summary = Summary()
     folder = machine_dir(results_dir, machine)
-    previous = {} if fresh else previous_runs(folder)
+    on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+    previous = {} if fresh else results.latest_by_run(on_file)
     peaks: dict[tuple, dict] = {}
-    progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock)
+    stream = sys.stdout if live else None
+    progress = Progress(say=say, stream=stream, clock=clock, earlier=wall_times(on_file), level=level)
     old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         steps = _steps(specs, backend, previous)
-        progress.plan([s.spec.fingerprint for s in steps if s.action == "run"])
+        _start_plan(progress, steps)
         events = _accepts_on_event(backend)
         with Ticker(progress):
-            for i, step in enumerate(steps, 1):
+            for step in steps:
                 spec = step.spec
-                head = f"[{i}/{len(specs)}] {spec.scenario} [{spec.point_label}] rep {spec.repetition}"
                 if step.action == "done":
-                    summary.counts["already done"] += 1
-                    progress.line(f"{head}: already done (ok result on file; --fresh reruns)")
+                    summary.counts[ALREADY_DONE] += 1
+                    progress.line(step.line("already done (ok result on file; --fresh reruns)", None), VERBOSE)
                     continue
                 if step.action == "skip-again":
                     summary.counts[STATUS_SKIPPED] += 1
-                    progress.line(f"{head}: skipped, as recorded before: {step.reason}")
+                    progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
                     continue
-                progress.start(head)
                 if step.reason:
-                    result = backend.skipped(spec, step.reason)
-                else:
-                    result = _run_with_peak(spec, backend, peaks, progress.on_event if events else None)
-                seconds = progress.finish(spec.fingerprint if step.action == "run" else None)
+                    path = results.save(backend.skipped(spec, step.reason), folder / spec.scenario, spec.run_id)
+                    summary.counts[STATUS_SKIPPED] += 1
+                    progress.line(step.line(f"skipped: {step.reason} -> {path}", None), VERBOSE)
+                    continue
+                progress.start(step.head(), spec.fingerprint)
+                result = _run_with_peak(spec, backend, peaks, progress.on_event if events else None)
+                seconds = progress.finish(spec.fingerprint)
                 path = results.save(result, folder / spec.scenario, spec.run_id)
-                summary.counts[result.status] += 1
-                if result.status in FAILED:
-                    summary.failures.append(
-                        f"{head}: {result.status}: {result.message.splitlines()[0] if result.message else ''}"
-                    )
-                progress.line(f"{head}: {result.status}{_detail(result)} ({seconds:.1f} s{_eta(progress)}) -> {path}")
+                _count(summary, step, result)
+                _say_result(progress, step, result, f"{seconds:.1f} s", path)
     finally:
         progress.close()
         signal.signal(signal.SIGTERM, old_handler)
         backend.close()
     return summary
+
+
+def _count(summary: Summary, step: _Step, result: results.RunResult, key: str | None = None) -> None:
+    summary.counts[key or count_key(result)] += 1
+    if result.status in FAILED:
+        first = result.message.splitlines()[0] if result.message else ""
+        summary.failures.append(shorten(f"{step.head()}: {result.status}: {first}", WIDTH - 2))
+
+
+def _say_result(
+    progress: Progress, step: _Step, result: results.RunResult, took: str, path: Path, note: str = ""
+) -> None:
+    """The run's line: its outcome, how long it took and the plan's ETA after it; a failure's first
+    line of message at the end (cut to fit; whole, with the result file, under -v)."""
+    eta = progress.eta_text() if progress.remaining else ""
+    what, message = _outcome(result)
+    if progress.level >= VERBOSE:
+        progress.line(step.line(f"{_tail(what, message[:200], took, eta)} -> {path}", None, note), VERBOSE)
+        return
+    # What gives way when the line is too long: the ETA, then the run's time (the next line and the
+    # result file have them), never the outcome.
+    tails = [_tail(what, message, took, eta)]
+    if not message:  # a failure's message stands last and is cut instead
+        tails += [_tail(what, "", took, ""), what]
+    progress.line(step.fitting(tails, note), QUIET if result.status in FAILED else NORMAL)
+
+
+def _tail(what: str, message: str, took: str, eta: str) -> str:
+    times = "; ".join(t for t in (took, eta) if t)
+    return what + (f" ({times})" if times else "") + (f": {message}" if message else "")
+
+
+def _outcome(result: results.RunResult) -> tuple[str, str]:
+    """(what became of the run, its message's first line for one that did not end ok)."""
+    if not result.ok:
+        return result.status, result.message.splitlines()[0] if result.message else ""
+    accuracy, fit = TEST_ACCURACY.of(result), FIT_S.of(result)
+    if _below_gate(accuracy):
+        return views.gate_text(accuracy), ""
+    if fit is None or accuracy is None:
+        return STATUS_OK, ""
+    return f"ok, fit {fit:.2f} s, test accuracy {accuracy:.3f}", ""
 
 
 def pool_previous_runs(
@@ -219,6 +380,7 @@ def run_plan_pool(
     say: Callable[[str], None] = print,
     live: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    level: int = NORMAL,
 ) -> Summary:
     """Run a plan on a pool of nodes (``backends.ray_cluster.RayPool``): every run submitted at once,
     in the plan's interleaved order, each result saved the moment it comes back, under the machine
@@ -229,26 +391,25 @@ def run_plan_pool(
     container) after the results that already arrived are saved.
     """
     summary = Summary()
-    progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock)
+    progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock, level=level)
     old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    heads: dict[tuple[str, int], str] = {}
+    by_run: dict[tuple[str, int], _Step] = {}
     try:
         previous = {} if fresh else pool_previous_runs(results_dir, pool.counts_as_done)
         steps = _steps(specs, pool, previous)
-        total = len(specs)
-        for i, step in enumerate(steps, 1):
+        _start_plan(progress, steps, eta=False)  # the runs go at once, on several nodes: no ETA
+        for step in steps:
             spec = step.spec
-            head = f"[{i}/{total}] {spec.scenario} [{spec.point_label}] rep {spec.repetition}"
-            heads[(spec.fingerprint, spec.repetition)] = head
+            by_run[(spec.fingerprint, spec.repetition)] = step
             if step.action == "done":
-                summary.counts["already done"] += 1
-                progress.line(f"{head}: already done (ok result on file; --fresh reruns)")
+                summary.counts[ALREADY_DONE] += 1
+                progress.line(step.line("already done (ok result on file; --fresh reruns)", None), VERBOSE)
             elif step.action == "skip-again":
                 summary.counts[STATUS_SKIPPED] += 1
-                progress.line(f"{head}: skipped, as recorded before: {step.reason}")
+                progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
             elif step.reason:
                 skipped = _PoolRecord(spec, pool.machine, pool.skipped(spec, step.reason))
-                _save_pool(skipped, results_dir, head, summary, progress, retry=False)
+                _save_pool(skipped, results_dir, step, summary, progress, retry=False)
             else:
                 pool.submit(spec)
         if pool.pending:
@@ -256,9 +417,9 @@ def run_plan_pool(
         with Ticker(progress):
             while pool.pending:
                 for done in pool.collect():
-                    head = heads[(done.spec.fingerprint, done.spec.repetition)]
+                    step = by_run[(done.spec.fingerprint, done.spec.repetition)]
                     retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
-                    _save_pool(done, results_dir, head, summary, progress, retry, pool=pool)
+                    _save_pool(done, results_dir, step, summary, progress, retry, pool=pool)
         summary.stopped = getattr(pool, "gone", None)
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
         try:
@@ -267,9 +428,9 @@ def run_plan_pool(
             # What the pool holds is saved, also after another Ctrl-C during the cancel: the results
             # taken before and not saved yet, and the runs that ended while the others were cancelled.
             for done in pool.held():
-                head = heads.get((done.spec.fingerprint, done.spec.repetition), done.spec.run_id)
+                step = by_run.get((done.spec.fingerprint, done.spec.repetition)) or _Step(done.spec, "run")
                 retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
-                _save_pool(done, results_dir, head, summary, progress, retry, pool=pool)
+                _save_pool(done, results_dir, step, summary, progress, retry, pool=pool)
         raise
     finally:
         progress.close()
@@ -286,7 +447,7 @@ class _PoolRecord:
 
 
 def _save_pool(
-    done: Any, results_dir: Path, head: str, summary: Summary, progress: Progress, retry: bool, pool: Any = None
+    done: Any, results_dir: Path, step: _Step, summary: Summary, progress: Progress, retry: bool, pool: Any = None
 ) -> None:
     """Save one result of a pool where it belongs; a lost run that is being retried is counted apart
     (its retry's own result is the run's last word, and counts). ``pool``: the pool holding the
@@ -296,16 +457,15 @@ def _save_pool(
     if pool is not None:
         pool.saved(done)
     if getattr(done, "retried", False):
-        summary.counts[f"{result.status}, retried"] += 1
+        summary.counts[f"{count_key(result)}, retried"] += 1
     else:
-        summary.counts[result.status] += 1
-        if result.status in FAILED:
-            first = result.message.splitlines()[0] if result.message else ""
-            summary.failures.append(f"{head}: {result.status}: {first}")
-    again = " (retry)" if retry else ""
+        _count(summary, step, result)
+    if result.status == STATUS_SKIPPED and step.action == "skip":  # said once, grouped, when the plan started
+        progress.line(step.line(f"skipped: {result.message} -> {path}", None, f" on {machine}"), VERBOSE)
+        return
     wall = _wall_s(result)
-    took = f" ({wall:.1f} s)" if wall is not None else ""
-    progress.line(f"{head}{again} on {machine}: {result.status}{_detail(result)}{took} -> {path}")
+    note = (" (retry)" if retry else "") + f" on {machine}"
+    _say_result(progress, step, result, f"{wall:.1f} s" if wall is not None else "", path, note)
 
 
 def _wall_s(result: results.RunResult) -> float | None:
@@ -314,10 +474,6 @@ def _wall_s(result: results.RunResult) -> float | None:
         return (datetime.fromisoformat(str(result.run["finished_at"])) - started).total_seconds()
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def _eta(progress: Progress) -> str:
-    return f", plan ETA {duration_text(progress.eta())}" if progress.remaining else ""
 
 
 def _accepts_on_event(backend: Backend) -> bool:
@@ -370,12 +526,42 @@ def _run_with_peak(
     return dataclasses.replace(result, work={**result.work, PEAK.key: {**cached, "source": "cached"}})
 
 
-def _detail(result: results.RunResult) -> str:
-    if result.ok:
-        fit = FIT_S.of(result)
-        acc = TEST_ACCURACY.of(result)
-        return f", fit {fit:.2f} s, test accuracy {acc:.3f}" if fit is not None and acc is not None else ""
-    return f": {result.message.splitlines()[0][:200]}" if result.message else ""
+def closing_lines(results_dir: Path, folders: list[Path], specs: list[RunSpec]) -> list[str]:
+    """The answer a run ends with, per scenario of the plan: its verdict, its fastest and slowest
+    point, its runs counted by status. Drawn from the result files of the plan's runs in ``folders``
+    (those done before included), grouped as the report groups them."""
+    wanted = {(s.fingerprint, s.repetition) for s in specs}
+    loaded = [
+        (p, r)
+        for f in folders
+        if f.is_dir()
+        for p, r in results.load_folder(f)
+        if (r.fingerprint, int(r.spec.get("repetition", 0))) in wanted
+    ]
+    shown = views.group_views(results_dir, loaded)
+    machines = len({v.machine for v in shown}) > 1
+    return [line for v in shown for line in _scenario_lines(v, machines)]
+
+
+def _scenario_lines(view: views.ScenarioView, machine: bool) -> list[str]:
+    runs = [r for p in view.points for r in p.runs]
+    name = view.scenario + (f" on {view.machine}" if machine else "")
+    points = f"{len(view.points)} point{'' if len(view.points) == 1 else 's'}"
+    out = [shorten(f"{name}, {points}: {counts_text(Counter(count_key(r) for r in runs))}", WIDTH)]
+    out += wrapped(verdicts.verdict(view), "  verdict: ", "    ")
+    timed = [(p, fit) for p in view.points if p.passes_gate and (fit := p.summary(FIT_S)) is not None]
+    if not timed:
+        return [*out, "  no point ran ok above the accuracy gate: no fit time to show"]
+    timed.sort(key=lambda pf: pf[1].median)
+    if len(timed) == 1:
+        return [*out, _fit_line("only point timed", *timed[0])]
+    return [*out, _fit_line("fastest", *timed[0]), _fit_line("slowest", *timed[-1])]
+
+
+def _fit_line(what: str, point: views.Point, fit: Any) -> str:
+    """'  fastest: [width=100, device=cpu] fit 0.41 s (median of 3 runs, 0.39-0.44 s)'."""
+    spread = f"median of {fit.n} runs, {fit.low:.2f}-{fit.high:.2f} s" if fit.n > 1 else "1 run"
+    return fit_line(f"  {what}: ", point.label, f" fit {fit.median:.2f} s ({spread})")
 
 
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:

@@ -83,8 +83,8 @@ def test_rerun_skips_done_runs_and_report_is_byte_identical(smoke_run, tmp_path:
         "--machine", "testbox",
     )
     assert again.returncode == 0
-    assert again.stdout.count(": already done (") == 6
-    assert again.stdout.count("skipped, as recorded before") == 6, "an unchanged skip is not written again"
+    assert "6 runs already done (ok result on file; --fresh reruns)" in again.stdout.splitlines()
+    assert "6 GPU points skipped, as recorded before: " in again.stdout, "an unchanged skip is not written again"
     rep = suite_cli("report", "--results", res, "--out", tmp_path)
     assert rep.returncode == 0
     for page in out.glob("*.md"):

@@ -141,7 +141,8 @@ def test_runs_in_plan_order_every_point_once_before_any_twice(tmp_path: Path) ->
     assert reps == sorted(reps) and reps.count(0) == 4, "interleaved: the 4 points once, then again"
     assert [s.order for s in backend.ran] == list(range(8))
     assert summary.counts == {STATUS_OK: 8} and not summary.failed
-    assert len(lines) == 8 and lines[0].startswith("[1/8] fake [width=16, device=cpu] rep 0: ok")
+    assert lines[0].startswith("8 runs to run; ETA at most"), "the ETA from the start: the runs' timeout_s"
+    assert len(lines) == 9 and lines[1].startswith("[1/8] fake [width=16, device=cpu] run 1 of 2: ok")
     assert backend.closed == 1
 
 
@@ -174,7 +175,9 @@ def test_resume_skips_ok_reruns_failed_and_re_evaluates_skipped(tmp_path: Path) 
     summary, lines = _run(specs, second, res)
     assert [(s.point_label, s.repetition) for s in second.ran] == [("width=32, device=cpu", 0)]
     assert summary.counts == {"already done": 3, STATUS_OK: 1, STATUS_SKIPPED: 4} and not summary.failed
-    assert sum("skipped, as recorded before" in line for line in lines) == 4
+    assert [line for line in lines if "skipped" in line] == [
+        "2 GPU points (4 runs) skipped, as recorded before: needs 1 GPU(s); this machine has no GPU"
+    ], "one line for every skip of one reason"
     assert len(_saved(res)) == 9, "an unchanged skip is not written again; the rerun adds one file"
 
     # Third pass, a GPU appeared: the skipped points are asked again and now run.
@@ -267,19 +270,20 @@ def test_plain_lines_carry_the_plan_eta_from_the_runs_done(tmp_path: Path) -> No
     )
     _, lines = _run(_specs(tmp_path), backend, tmp_path / "res", clock=clock)
     ran = [line for line in lines if ": ok" in line]
-    assert len(lines) == 8 and len(ran) == 4, "one plain line per run"
+    assert len(lines) == 6 and len(ran) == 4, "one plain line per run, one for the skips, one for the plan"
     assert not any("\r" in line or "\x1b" in line for line in lines), "no terminal control in plain mode"
     # After width 16 (10 s) the 3 runs left are guessed at 10 s each; after width 32 (30 s) each
     # point's own time is known: 10 + 30, then 30, then nothing is left.
-    assert "(10.0 s, plan ETA 30 s)" in ran[0]
-    assert "(30.0 s, plan ETA 40 s)" in ran[1]
-    assert "(10.0 s, plan ETA 30 s)" in ran[2]
-    assert "(30.0 s) ->" in ran[3]
+    assert "(10.0 s; ETA 30 s)" in ran[0]
+    assert "(30.0 s; ETA 40 s)" in ran[1]
+    assert "(10.0 s; ETA 30 s)" in ran[2]
+    assert ran[3].endswith("(30.0 s)")
 
 
 def test_eta_arithmetic() -> None:
     assert progress.eta_s({}, ["a", "b"]) is None, "no estimate before a run finished"
-    assert progress.eta_s({"a": [10.0, 20.0]}, ["a", "b", "b"]) == 45.0  # a: its mean; b: the mean of all
+    assert progress.eta_s({"a": [10.0, 20.0]}, ["a", "b", "b"]) == 45.0  # a: its median; b: the median of all
+    assert progress.eta_s({}, ["a", "b"], {"a": 60.0, "b": 30.0}) == 90.0, "before any run: the timeouts"
     assert progress.eta_s({"a": [10.0], "b": [40.0]}, ["b"]) == 40.0
     assert progress.eta_s({"a": [1.0]}, []) == 0.0
     assert [progress.duration_text(s) for s in (None, 4.4, 125, 7260)] == ["?", "4 s", "2 min 5 s", "2 h 1 min"]
@@ -301,15 +305,15 @@ def test_status_line_shows_point_repetition_epoch_elapsed_and_eta() -> None:
     prog.start("[1/2] s [width=16] rep 0")
     clock.now += 4
     prog.on_event({"event": "epoch", "epoch": 2, "epochs": 5, "loss": 0.3})
-    assert prog.status() == "[1/2] s [width=16] rep 0: epoch 2 of 5, 4 s; plan ETA ?"
+    assert prog.status() == "[1/2] s [width=16] rep 0: epoch 2 of 5, 4 s; ETA ?"
     prog.on_event({"event": "phase", "phase": "evaluate"})
-    assert prog.status() == "[1/2] s [width=16] rep 0: evaluate, 4 s; plan ETA ?"
+    assert prog.status() == "[1/2] s [width=16] rep 0: evaluate, 4 s; ETA ?"
     prog.on_event({"no": "event"})
     assert "evaluate" in prog.status(), "what is not an event changes nothing"
     clock.now += 6
     prog.finish("a")
     prog.start("[2/2] s [width=16] rep 1")
-    assert prog.status() == "[2/2] s [width=16] rep 1: starting, 0 s; plan ETA 10 s"
+    assert prog.status() == "[2/2] s [width=16] rep 1: starting, 0 s; ETA 10 s"
     assert stream.getvalue().count(progress.CLEAR_LINE) >= 3, "the line is rewritten in place"
     prog.line("[1/2] ... ok")
     prog.close()
@@ -319,7 +323,7 @@ def test_status_line_shows_point_repetition_epoch_elapsed_and_eta() -> None:
 def test_live_mode_writes_the_status_line_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     runner.run_plan(_specs(tmp_path), FakeBackend(), tmp_path / "res", "m", say=lambda _: None, live=True)
     out = capsys.readouterr().out
-    assert progress.CLEAR_LINE in out and "epoch 3 of 3" in out and "plan ETA" in out
+    assert progress.CLEAR_LINE in out and "epoch 3 of 3" in out and "; ETA " in out
 
 
 # --------------------------------------------------------------------------- the folder lock

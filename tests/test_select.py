@@ -266,7 +266,9 @@ def test_run_k_runs_only_the_matching_points(tmp_path: Path) -> None:
         "run", path, "--smoke", "--backend", "local", "--results", res, "--machine", "m", "-k", "device=cpu"
     )
     assert rest.returncode == 0, rest.stdout + rest.stderr
-    assert rest.stdout.count(": already done (") == 1 and rest.stdout.count(": ok,") == 1
+    assert "1 run already done (ok result on file; --fresh reruns)" in rest.stdout.splitlines()
+    ran = [line for line in rest.stdout.splitlines() if line.startswith("[")]
+    assert len(ran) == 1 and ran[0].startswith("[1/1] tiny_select [width=16, device=cpu] run 1 of 1: "), rest.stdout
     spec = json.loads(next((res / "m" / "tiny_select").glob("*.json")).read_text())["spec"]
     assert spec["overrides"] == {}
 
