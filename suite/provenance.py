@@ -126,11 +126,12 @@ def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
 
     ``dirty_paths``, sorted, at most MAX_DIRTY_PATHS: every tracked file that differs from HEAD,
     staged or not, anywhere in the checkout but the output folders (OUTPUT_DIRS: ``reports/``; a
-    README edit is named too, so a reader can tell it from a code change), and every untracked, not ignored file under CODE_DIRS (``suite/``), named
-    ``"suite/x.py (untracked)"``. Untracked files under ``suite/`` are code a run can import: a
-    local worker imports the package from this checkout, and the Docker backend ships every
-    ``suite/**/*.py`` into its containers, tracked or not. Untracked files elsewhere (results under
-    ``reports/``, scratch files) cannot change what a run does and do not make the tree dirty.
+    README edit is named too, so a reader can tell it from a code change), and every untracked, not
+    ignored file under CODE_DIRS (``suite/``), named ``"suite/x.py (untracked)"``. Untracked files
+    under ``suite/`` are code a run can import: a local worker imports the package from this
+    checkout, and the Docker backend ships every ``suite/**/*.py`` into its containers, tracked or
+    not. Untracked files elsewhere (results under ``reports/``, scratch files) cannot change what a
+    run does and do not make the tree dirty.
     ``git_dirty`` is true when that list is not empty. Which untracked files are ignored is
     decided by the tracked ``.gitignore`` files alone (UNTRACKED_ARGS), never by a personal
     ignore file. A tracked file marked assume-unchanged or skip-worktree is compared by content

@@ -29,14 +29,16 @@ Optional sections added without a bump (older records simply lack them):
   through ``load_of``, and ``load_note`` says when a result was measured under load.
 - ``provenance``: what produced the result, so a figure can be traced and rerun (``suite.provenance``
   builds and compares it): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:
-  tracked files differing from HEAD and untracked, not ignored files under ``suite/`` (code a run
+  tracked files outside ``reports/`` (the suite's output, not code; records made before that
+  counted pages there too) differing from HEAD and untracked, not ignored files under ``suite/`` (code a run
   can import), the latter as ``"suite/x.py (untracked)"``, at most 50, ``diff_sha256``: sha256 of
   ``git diff --full-index HEAD`` with those untracked files shown as new files and every diff option
   git configuration could change fixed, ``suite_identity`` says exactly; records made before that
   hashed a diff whose ``index`` lines carried abbreviated object IDs, as long as the recording
   clone's ``core.abbrev`` and object count made them, and ignored files a personal ignore file or
   ``.git/info/exclude`` matched, so their ``diff_sha256`` may not match a hash taken now of the
-  same tree),
+  same tree), ``code_tree``: sha256 of HEAD's top-level tree listing less ``reports/``, equal for
+  two revisions that differ only in published pages and results (absent in older records)),
   ``environment`` (``kind`` venv or image, ``lock_file`` and ``lock_sha256`` of the lock it was
   installed from, ``matches_lock`` whether the installed distributions equal the lock's pins, null
   when not checked, ``lock_differences`` in words) and ``image`` (null for a local run or a run
