@@ -1,31 +1,75 @@
-"""One-line answers computed from the data, chosen by name (the scenario's ``report.verdict``).
+"""Short answers computed from the data, chosen by name (the scenario's ``report.verdict``).
+
+A verdict is the answer first, then at most one sentence of reason (``Verdict.text``: at most two
+sentences, about 300 characters); the points it could not compare are kept apart
+(``Verdict.not_compared``), for a section of their own below it, grouped by reason.
 
 Only points that ran ``ok`` on every repetition and pass the accuracy gate take part. Rules every
 sentence keeps, tested over generated inputs in tests/test_verdicts.py:
 
 - a difference is called a gain, a win or "faster" only when its interval excludes 1
   (``Ratio.faster``); otherwise the sentence says there is no measurable difference;
-- every point that could not be compared is named, with the reason; a point trained on other data
+- every point that could not be compared is named, with the reason (in ``not_compared``); a point trained on other data
   than the one it is compared with (``config.data.identity``: source and sha256) is not compared,
   nor one measured with other settings (``--set``, or a config that differs beyond the matrix
   coordinates that tell the two points apart);
 - how busy the GPU was is said only where the results carry GPU telemetry, and a GPU busy less than
   ``FED_BUSY_PERCENT`` of the time is said to have been idle between kernels most of the time (what
-  utilization shows; not why).
+  utilization shows; not why);
+- the scaling verdict names the most devices compared per batch mode (the table has every count).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from suite import stats
 from suite.plan import axis_name, override_flag, parse_device
 from suite.results import FIT_S, STATUS_SKIPPED
-from suite.views import ACCURACY_GATE, Point, ScenarioView
+from suite.views import Point, ScenarioView, gate_text, leaves
 
 # Below this share of time executing kernels, the GPU was idle between kernels most of the time.
 # Utilization alone does not say why (a step too small, the input pipeline, synchronisation).
 FED_BUSY_PERCENT = 50.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    answer: str  # one sentence: the answer to the scenario's question on this machine
+    reason: str = ""  # at most one sentence: why, or the one qualification that matters most
+    not_compared: tuple[tuple[str, str], ...] = ()  # (point, why it took no part), in the view's order
+
+    @property
+    def text(self) -> str:
+        return f"{self.answer} {self.reason}".strip()
+
+    @property
+    def first_sentence(self) -> str:
+        return self.answer
+
+    def not_compared_by_reason(self) -> list[tuple[str, list[str]]]:
+        """(reason, the points it kept out), reasons in the order they first appear."""
+        grouped: dict[str, list[str]] = {}
+        for name, why in self.not_compared:
+            grouped.setdefault(why, []).append(name)
+        return list(grouped.items())
+
+
+def short_reason(message: str) -> str:
+    """A recorded reason without its parenthesised detail: "needs 1 GPU(s); this machine has no GPU"
+    for "needs 1 GPU(s); this machine has no GPU (no NVIDIA driver found (no nvidia-smi))". Only
+    groups that follow a space go (so "GPU(s)" stays); the full reason stays in the result file."""
+    text, depth, out = message.splitlines()[0] if message else "", 0, []
+    for i, ch in enumerate(text):
+        if ch == "(" and (depth or (i > 0 and text[i - 1] == " ")):
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    return re.sub(r"\s+([;,.])", r"\1", re.sub(r"\s{2,}", " ", "".join(out))).strip(" ;,")
 
 
 def usable(p: Point | None) -> bool:
@@ -46,7 +90,7 @@ def why_unusable(p: Point | None) -> str:
     if statuses:
         return ", ".join(statuses)
     if not p.passes_gate:
-        return f"below the accuracy gate ({ACCURACY_GATE:.0%})"
+        return gate_text(p.accuracy).partition(":")[0]
     return ""
 
 
@@ -83,15 +127,6 @@ def _measured(path: str, skip: set[str]) -> bool:
     return not any(path == s or path.startswith(s + ".") for s in (*NOT_MEASURED, *skip))
 
 
-def _leaves(value: object, prefix: str = "") -> dict[str, object]:
-    """A config as dotted path -> value (lists indexed: model.filters.0); {} stays a leaf."""
-    if isinstance(value, dict) and value:
-        return {k: v for key, item in value.items() for k, v in _leaves(item, f"{prefix}{key}.").items()}
-    if isinstance(value, list) and value:
-        return {k: v for i, item in enumerate(value) for k, v in _leaves(item, f"{prefix}{i}.").items()}
-    return {prefix[:-1]: value}
-
-
 def _overrides_text(overrides: dict[str, object]) -> str:
     return "--set " + " ".join(override_flag(k, v) for k, v in sorted(overrides.items())) if overrides else "no --set"
 
@@ -110,7 +145,7 @@ def other_settings(p: Point, base: Point) -> str:
         return f"other settings ({_overrides_text(set_mine)}, against {_overrides_text(set_theirs)})"
     if p.coords.get("variant") != base.coords.get("variant"):
         return ""  # a variant sets paths its results do not name: the overrides are all that can be compared
-    config_mine, config_theirs = _leaves(mine.get("config") or {}), _leaves(theirs.get("config") or {})
+    config_mine, config_theirs = leaves(mine.get("config") or {}), leaves(theirs.get("config") or {})
     differs = [
         f"{path} {config_mine.get(path)} against {config_theirs.get(path)}"
         for path in sorted(set(config_mine) | set(config_theirs))
@@ -125,29 +160,32 @@ def not_comparable(p: Point, base: Point) -> str:
 
 
 def _skip_reason(points: list[Point]) -> str:
-    """The recorded reason of the first skipped point, to say why a whole device kind is missing."""
+    """The short recorded reason of the first skipped point, to say why a whole device kind is missing."""
     for p in points:
         for r in p.runs:
             if r.status == STATUS_SKIPPED and r.message:
-                return r.message
+                return short_reason(r.message)
     return ""
-
-
-def _not_compared(items: list[tuple[str, str]]) -> str:
-    """' Not compared: width 100, width 250 (GPU: skipped); width 2000 (GPU: timeout).' or ''."""
-    if not items:
-        return ""
-    by_reason: dict[str, list[str]] = {}
-    for name, why in items:
-        by_reason.setdefault(why, []).append(name)
-    return " Not compared: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items()) + "."
 
 
 def _name(axis: str | None, value: object) -> str:
     return f"{axis_name(axis) if axis else 'point'} {value}"
 
 
-def gpu_crossover(view: ScenarioView) -> str:
+def _missing_count(points: list[Point], kind: str = "") -> str:
+    """' (12 GPU points skipped)' for the points of a kind that took no part, by their status."""
+    statuses: dict[str, int] = {}
+    for p in points:
+        if not usable(p):
+            why = why_unusable(p)
+            statuses[why] = statuses.get(why, 0) + 1
+    if not statuses:
+        return ""
+    kind = f"{kind} " if kind else ""
+    return " (" + "; ".join(f"{n} {kind}point{'s' if n != 1 else ''} {why}" for why, n in statuses.items()) + ")"
+
+
+def gpu_crossover(view: ScenarioView) -> Verdict:
     """Along the size axis (matrix order): from which point the GPU trains measurably faster."""
     axis = view.size_axis
     rows: list[tuple[object, stats.Ratio]] = []  # (value along the axis, CPU fit / GPU fit)
@@ -177,21 +215,24 @@ def gpu_crossover(view: ScenarioView) -> str:
         for p in gpu_points
         if id(p) not in paired and parse_device(p.device)[1] == 1
     ]
+    left = tuple(missing)
     if not rows:
         reason = _skip_reason(gpu_points) or "no CPU and GPU pair ran ok on every repetition"
-        cpu_fits = [(p.coords.get(axis), p.summary(FIT_S)) for p in view.points if p.device == "cpu"]
-        cpu_fits = [(v, s) for v, s in cpu_fits if s]
+        cpu_fits = [(p.coords.get(axis), stats.geometric_mean(_fit(p))) for p in cpus if _fit(p)]
         ends = cpu_fits[:1] if len(cpu_fits) == 1 else [cpu_fits[0], cpu_fits[-1]] if cpu_fits else []
-        times = " to ".join(f"{s.median:.2f} s at {_name(axis, v)}" for v, s in ends)
-        span = f" CPU fit time: {times}." if ends else ""
-        return f"No CPU-GPU comparison on this machine ({reason}).{span}{_not_compared(missing)}"
-    tail = _busy_along(axis, busy) + _not_compared(missing)
+        times = " to ".join(f"{t:.2f} s at {_name(axis, v)}" for v, t in ends)
+        span = f"CPU fit time: {times}." if ends else ""
+        answer = f"No CPU-GPU comparison on this machine: {reason}{_missing_count(gpu_points, 'GPU')}."
+        return Verdict(answer, span, left)
+    reason = _busy_along(axis, busy)
     wins = [i for i, (_, r) in enumerate(rows) if r.faster]
     if not wins:
         value, best = max(rows, key=lambda vr: vr[1].value)
-        return (
-            f"The GPU is not measurably faster than the CPU at any point compared; its best is at "
-            f"{_name(axis, value)}: GPU speedup {best.text()}.{tail}"
+        return Verdict(
+            f"The GPU is not measurably faster than the CPU at any {axis_name(axis) if axis else 'point'} "
+            f"compared; at {_name(axis, value)} the GPU is {best.text()}.",
+            reason,
+            left,
         )
     first = wins[0]
     value, at_first = rows[first]
@@ -201,24 +242,27 @@ def gpu_crossover(view: ScenarioView) -> str:
         if i > first and i not in wins
     ]
     exceptions = f" (except at {'; '.join(after)})" if after else ""
-    if first == 0:
-        return f"The GPU is faster at {_name(axis, value)} and beyond{exceptions}: GPU speedup {at_first.text()}.{tail}"
-    return f"The GPU is faster from {_name(axis, value)} on{exceptions}: GPU speedup {at_first.text()}.{tail}"
+    where = f"at {_name(axis, value)} and beyond" if first == 0 else f"from {_name(axis, value)} on"
+    return Verdict(
+        f"The GPU trains faster than the CPU {where}{exceptions}: at {_name(axis, value)} it is {at_first.text()}.",
+        reason,
+        left,
+    )
 
 
-def _busy_text(percent: float, where: str, what: str = "the GPU") -> str:
-    idle = f": {what} sat idle between kernels most of the time" if percent < FED_BUSY_PERCENT else ""
+def _busy_text(percent: float, where: str) -> str:
+    idle = " (idle between kernels most of the time)" if percent < FED_BUSY_PERCENT else ""
     return f"{percent:.0f}% of the time {where}{idle}"
 
 
 def _busy_along(axis: str | None, busy: list[tuple[object, float | None]]) -> str:
-    """' GPU busy 18% of the time at width 100: ...; 85% of the time at width 2000.' for the first and
+    """'GPU busy 18% of the time at width 100: ...; 85% of the time at width 2000.' for the first and
     last compared points that carry GPU telemetry; '' when none does."""
     measured = [(v, b) for v, b in busy if b is not None]
     if not measured:
         return ""
     ends = [measured[0]] if len(measured) == 1 else [measured[0], measured[-1]]
-    return " GPU busy " + "; ".join(_busy_text(b, f"at {_name(axis, v)}") for v, b in ends) + "."
+    return "GPU busy " + "; ".join(_busy_text(b, f"at {_name(axis, v)}") for v, b in ends) + "."
 
 
 def _numeric(value: object) -> bool:
@@ -229,11 +273,11 @@ def device_count(device: str) -> int:
     return parse_device(device)[1]
 
 
-def scaling(view: ScenarioView) -> str:
+def scaling(view: ScenarioView) -> Verdict:
     """Speedup and efficiency of N devices against the baseline device set, for each batch mode."""
     base_device = str(view.spec.get("report", {}).get("baseline", {}).get("device", "gpu:1"))
     base_kind = parse_device(base_device)[0]
-    parts, missing = [], []
+    parts, missing, busy = [], [], ""
     for mode in sorted({p.coords.get("training.batch_mode", "global") for p in view.points}):
         same_mode = [p for p in view.points if p.coords.get("training.batch_mode", mode) == mode]
         one = next((p for p in same_mode if p.device == base_device), None)
@@ -253,35 +297,33 @@ def scaling(view: ScenarioView) -> str:
                 continue
             n = device_count(p.device) / device_count(base_device)
             r = stats.ratio(_fit(one), _fit(p))
-            items.append(f"{p.device} {r.text()}, efficiency {r.value / n:.0%}")
+            items.append((device_count(p.device), f"{p.device} is {r.text()}, efficiency {r.value / n:.0%}"))
             compared.append(p)
         batch = one.runs[0].spec["config"]["training"]["batch_size"]
         label = {"global": f"batch {batch} split across devices", "per_replica": f"{batch} per device"}.get(mode, mode)
         if items:
-            parts.append(f"{label}: " + "; ".join(items) + _busy_across([one, *compared]))
+            # The most devices compared answer the question; the table has every count.
+            parts.append(f"with {label}, " + max(items)[1])
+            busy = busy or _busy_across([one, *compared])
     if not parts:
         base_points = [p for p in view.points if parse_device(p.device)[0] == base_kind]
         why = _skip_reason(base_points) or "fewer than two device counts ran ok on every repetition"
-        return f"No multi-{base_kind.upper()} comparison on this machine ({why}).{_not_compared(missing)}"
-    return (
-        f"Speedup over {base_device} (total fit time), "
-        + ". With ".join(parts)
-        + "."
-        + _batch_mode_effect(view)
-        + _not_compared(missing)
-    )
+        return Verdict(
+            f"No multi-{base_kind.upper()} comparison on this machine: {why}{_missing_count(view.points)}.",
+            "",
+            tuple(missing),
+        )
+    answer = f"Against {base_device} (total fit time): " + "; ".join(parts) + "."
+    return Verdict(answer, busy or _batch_mode_effect(view), tuple(missing))
 
 
 def _busy_across(points: list[Point]) -> str:
-    """' (GPU busy 85% of the time on gpu:1; 20% of the time on gpu:4: ...)' for the device sets with GPU
+    """'GPU busy 85% of the time on gpu:1; 20% of the time on gpu:4: ...' for the device sets with GPU
     telemetry (each the mean over its GPUs); '' when none has any."""
     measured = [(p.device, b) for p in points if (b := p.gpu_busy) is not None]
     if not measured:
         return ""
-    texts = [
-        _busy_text(b, f"on {device}", "its GPUs" if device_count(device) > 1 else "the GPU") for device, b in measured
-    ]
-    return " (GPU busy " + "; ".join(texts) + ")"
+    return "GPU busy " + "; ".join(_busy_text(b, f"on {device}") for device, b in measured) + "."
 
 
 def _batch_mode_effect(view: ScenarioView) -> str:
@@ -297,10 +339,10 @@ def _batch_mode_effect(view: ScenarioView) -> str:
         return ""
     n, split, per = max(both, key=lambda t: t[0])
     r = stats.ratio(_fit(split), _fit(per))
-    return f" On {per.device}, the per-device batch instead of the split one: speedup {r.text()}."
+    return f"On {per.device}, the per-device batch against the split one is {r.text()}."
 
 
-def knobs(view: ScenarioView) -> str:
+def knobs(view: ScenarioView) -> Verdict:
     """Which single setting helps most against the default, and by how much, if any measurably does."""
     compared: list[tuple[str, stats.Ratio]] = []
     missing: list[tuple[str, str]] = []
@@ -315,28 +357,82 @@ def knobs(view: ScenarioView) -> str:
         else:
             why = why_unusable(p) if not usable(p) else f"its default {why_unusable(base)}"
             missing.append((p.label, why))
-    tail = _not_compared(missing)
+    left = tuple(missing)
     if not compared:
         why = _skip_reason(view.points) or "no setting ran ok beside its default on every repetition"
-        return f"No setting could be compared on this machine ({why}).{tail}"
-    slower = [f"{label}, {r.text()}" for label, r in compared if r.significant and r.value < 1]
-    slow = f" Measurably slower: {'; '.join(slower)}." if slower else ""
+        return Verdict(f"No setting could be compared on this machine: {why}{_missing_count(view.points)}.", "", left)
+    slower = [label for label, r in compared if r.significant and r.value < 1]
+    slow = f"Measurably slower: {_some(slower)}." if slower else ""
     gains = [(label, r) for label, r in compared if r.faster]
     if gains:
         label, r = max(gains, key=lambda lr: lr[1].value)
-        return f"Biggest gain: {label}, {r.text()} faster than the default with everything else equal.{slow}{tail}"
+        return Verdict(f"Biggest gain: {label}, {r.text()} than the default with everything else equal.", slow, left)
     # Nothing measurably faster: name the comparison closest to a gain, significant or not.
     label, r = max(compared, key=lambda lr: lr[1].value)
-    word = "largest" if r.value > 1 else "best"
-    return f"No setting is measurably faster than the default; {word}: {label}, {r.text()}.{slow}{tail}"
+    return Verdict(f"No setting is measurably faster than the default; the closest: {label}, {r.text()}.", slow, left)
 
 
-def none(view: ScenarioView) -> str:
-    ok = sum(1 for p in view.points if p.ok_runs)
-    return f"{ok} of {len(view.points)} points ran ok."
+def _some(labels: list[str], limit: int = 3) -> str:
+    """Up to ``limit`` labels, then how many more (the table has them all)."""
+    shown = "; ".join(labels[:limit])
+    return shown + (f" and {len(labels) - limit} more (see the table)" if len(labels) > limit else "")
 
 
-VERDICTS: dict[str, Callable[[ScenarioView], str]] = {
+def none(view: ScenarioView) -> Verdict:
+    """A sweep of the user's own: its fastest point against the baseline (``report.baseline``, else
+    the first point in matrix order), with its interval, or that no point differs measurably."""
+    base = _generic_baseline(view)
+    ran = sum(1 for p in view.points if p.ok_runs)
+    if len(view.points) == 1 and usable(base):
+        fit = stats.geometric_mean(_fit(view.points[0]))
+        return Verdict(f"One point, nothing to compare it with: {view.points[0].label} trained in {fit:.2f} s.")
+    if base is None or not usable(base):
+        missing = tuple((p.label, why_unusable(p)) for p in view.points if not usable(p))
+        why = f"the baseline {base.label} {why_unusable(base)}" if base is not None else "no point ran ok"
+        return Verdict(f"No comparison on this machine: {why}.", f"{ran} of {len(view.points)} points ran ok.", missing)
+    compared: list[tuple[Point, stats.Ratio]] = []
+    missing_list: list[tuple[str, str]] = []
+    for p in view.points:
+        if p is base:
+            continue
+        if not usable(p):
+            missing_list.append((p.label, why_unusable(p)))
+        elif differs := not_comparable(p, base):
+            missing_list.append((p.label, f"{differs}, against the baseline"))
+        else:
+            compared.append((p, stats.ratio(_fit(base), _fit(p))))
+    left = tuple(missing_list)
+    if not compared:
+        return Verdict(f"No point could be compared with the baseline {base.label} on this machine.", "", left)
+    fastest, r = max(compared, key=lambda pr: pr[1].value)
+    slower = [p.label for p, q in compared if q.significant and q.value < 1]
+    slow = f"Measurably slower than the baseline: {_some(slower)}." if slower else ""
+    if r.faster:
+        return Verdict(f"Fastest: {fastest.label}, {r.text()} than the baseline {base.label}.", slow, left)
+    if len(slower) == len(compared):
+        return Verdict(
+            f"The baseline {base.label} is measurably the fastest; the closest, {fastest.label}, is {r.text()}.",
+            "",
+            left,
+        )
+    if all(q.significant is False for _, q in compared):
+        what = "No point differs measurably from"
+    else:
+        what = "No point is measurably faster than"
+    return Verdict(f"{what} the baseline {base.label}; the closest: {fastest.label}, {r.text()}.", slow, left)
+
+
+def _generic_baseline(view: ScenarioView) -> Point | None:
+    """``report.baseline`` where the scenario names one that exists, else the first point."""
+    named = view.spec.get("report", {}).get("baseline") or {}
+    if named and view.points:
+        found = view.point(**{**view.points[0].coords, **named})
+        if found is not None:
+            return found
+    return view.points[0] if view.points else None
+
+
+VERDICTS: dict[str, Callable[[ScenarioView], Verdict]] = {
     "gpu_crossover": gpu_crossover,
     "scaling": scaling,
     "knobs": knobs,
@@ -344,5 +440,11 @@ VERDICTS: dict[str, Callable[[ScenarioView], str]] = {
 }
 
 
-def verdict(view: ScenarioView) -> str:
+def judge(view: ScenarioView) -> Verdict:
+    """The scenario's verdict on this view, as its parts."""
     return VERDICTS[view.spec.get("report", {}).get("verdict", "none")](view)
+
+
+def verdict(view: ScenarioView) -> str:
+    """The verdict's text: the answer and at most one reason, two sentences at most."""
+    return judge(view).text

@@ -5,17 +5,24 @@ Pure and deterministic: the same files give the same views in the same order.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite import results, stats
+from suite import datasets, results, stats
 from suite.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
 
 # A run that trains to less than this test accuracy is broken, however fast: it is shown, flagged
 # and kept out of every verdict. MNIST MLPs reach ~0.97; the smoke sizes ~0.9.
 ACCURACY_GATE = 0.80
+
+
+def gate_text(accuracy: float | None) -> str:
+    """Why a point that ran takes no part in any comparison: its test accuracy under the gate."""
+    got = "not recorded" if accuracy is None else f"{accuracy:.3f}"
+    return f"below the accuracy gate ({got} < {ACCURACY_GATE:.2f}): left out of comparisons"
 
 
 @dataclass
@@ -78,6 +85,16 @@ class Point:
         return str(self.runs[0].spec["config"]["device"])
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """Runs of a point that a page does not show: measured with other settings than the ones shown."""
+
+    label: str
+    runs: int
+    differences: str  # in words: "model.dropout 0.1 here, 0.2 shown"
+    example: str  # one of the result files, relative to the results folder (for ``suite show``)
+
+
 @dataclass
 class ScenarioView:
     machine: str
@@ -85,6 +102,8 @@ class ScenarioView:
     smoke: bool
     points: list[Point]
     other_sizes: list[str] = field(default_factory=list)  # e.g. smoke results left out of this view
+    overrides: dict[str, Any] = field(default_factory=dict)  # the ``--set`` every run of this view had
+    left_out: list[LeftOut] = field(default_factory=list)  # runs of these points under earlier settings
 
     @property
     def newest(self) -> RunResult:
@@ -125,9 +144,12 @@ class ScenarioView:
         return next((p for p in self.points if p.label == label), None)
 
     def baseline_for(self, point: Point) -> Point | None:
-        baseline = self.spec.get("report", {}).get("baseline") or {}
+        """The point ``point`` is compared with: ``report.baseline`` at its other coordinates; for
+        a sweep of the user's own (verdict ``none``) without one, the first point."""
+        report = self.spec.get("report", {})
+        baseline = report.get("baseline") or {}
         if not baseline:
-            return None
+            return self.points[0] if report.get("verdict", "none") == "none" and self.points else None
         return self.point(**{**point.coords, **baseline})
 
 
@@ -138,32 +160,97 @@ def load_views(results_dir: Path) -> list[ScenarioView]:
 
 def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list[ScenarioView]:
     """The views of results already loaded from ``results_dir`` (the same objects, so a caller can
-    tell which files the views count)."""
-    grouped: dict[tuple[str, str, bool], list[RunResult]] = defaultdict(list)
+    tell which files the views count).
+
+    One view per machine, scenario and set of ``--set`` overrides: a run with overrides is never
+    shown as a row of the scenario as its file says, but in a view of its own that names them (the
+    view without overrides first). Full size is preferred over smoke, and the other size is named.
+    """
+    grouped: dict[tuple[str, str, bool, str], list[tuple[Path, RunResult]]] = defaultdict(list)
     for path, result in loaded:
         machine = RUN_MACHINE.of(result) or path.relative_to(results_dir).parts[0]
-        grouped[(machine, result.spec["scenario"], bool(result.spec.get("smoke")))].append(result)
+        key = (machine, result.spec["scenario"], bool(result.spec.get("smoke")), _overrides_key(result))
+        grouped[key].append((path.relative_to(results_dir), result))
     views = []
-    for machine, scenario in sorted({(m, s) for m, s, _ in grouped}):
-        full, smoke = grouped.get((machine, scenario, False)), grouped.get((machine, scenario, True))
+    # The runs as the scenario file says first, then each set of overrides.
+    for machine, scenario, overrides in sorted(
+        {(m, s, o) for m, s, _, o in grouped}, key=lambda k: (*k[:2], k[2] != "{}", k[2])
+    ):
+        full, smoke = (
+            grouped.get((machine, scenario, False, overrides)),
+            grouped.get((machine, scenario, True, overrides)),
+        )
         chosen, is_smoke = (full, False) if full else (smoke, True)
-        view = ScenarioView(machine, scenario, is_smoke, _points(chosen or []))
+        points, left_out = _points(chosen or [])
+        view = ScenarioView(machine, scenario, is_smoke, points, overrides=json.loads(overrides), left_out=left_out)
         if full and smoke:
             view.other_sizes.append(f"{len(smoke)} smoke-size result files, not shown")
         views.append(view)
     return views
 
 
-def _points(runs: list[RunResult]) -> list[Point]:
-    """One point per label; if a label has several fingerprints (the scenario changed), the newest wins."""
-    by_label: dict[str, list[RunResult]] = defaultdict(list)
-    for r in runs:
-        by_label[r.spec["point_label"]].append(r)
-    points = []
-    for label, rs in by_label.items():
-        newest_fp = max(rs, key=finished_at).fingerprint
-        latest = results.latest_by_run([r for r in rs if r.fingerprint == newest_fp])
+def _overrides_key(result: RunResult) -> str:
+    return json.dumps(dict(result.spec.get("overrides") or {}), sort_keys=True)
+
+
+def _points(runs: list[tuple[Path, RunResult]]) -> tuple[list[Point], list[LeftOut]]:
+    """One point per label, and the runs left out of it.
+
+    A label whose runs have several fingerprints (the scenario file, the image or the data changed
+    between them) shows the newest fingerprint's runs, the point as it is measured now; the runs of
+    every other fingerprint are left out and named with what differs, never merged into the row.
+    """
+    by_label: dict[str, list[tuple[Path, RunResult]]] = defaultdict(list)
+    for path, r in runs:
+        by_label[r.spec["point_label"]].append((path, r))
+    points, left_out = [], []
+    for label, pairs in by_label.items():
+        rs = [r for _, r in pairs]
+        shown = max(rs, key=finished_at)
+        latest = results.latest_by_run([r for r in rs if r.fingerprint == shown.fingerprint])
         chosen = [latest[k] for k in sorted(latest, key=lambda k: k[1])]
         points.append(Point(label, dict(chosen[0].spec.get("point", {})), chosen))
+        others: dict[str, list[tuple[Path, RunResult]]] = defaultdict(list)
+        for path, r in pairs:
+            if r.fingerprint != shown.fingerprint:
+                others[r.fingerprint].append((path, r))
+        for group in sorted(others.values(), key=lambda g: max(finished_at(r) for _, r in g), reverse=True):
+            newest_path, newest = max(group, key=lambda pr: finished_at(pr[1]))
+            words = config_differences(newest.spec, shown.spec) or "another fingerprint"
+            left_out.append(LeftOut(label, len(group), words, str(newest_path)))
     # The plan's own order (matrix order in the YAML), label as tie-break.
-    return sorted(points, key=lambda p: (min(int(r.spec.get("order", 0)) for r in p.runs), p.label))
+    points.sort(key=lambda p: (min(int(r.spec.get("order", 0)) for r in p.runs), p.label))
+    return points, left_out
+
+
+def leaves(value: object, prefix: str = "") -> dict[str, object]:
+    """A config as dotted path -> value (lists indexed: model.filters.0); {} stays a leaf."""
+    if isinstance(value, dict) and value:
+        return {k: v for key, item in value.items() for k, v in leaves(item, f"{prefix}{key}.").items()}
+    if isinstance(value, list) and value:
+        return {k: v for i, item in enumerate(value) for k, v in leaves(item, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: value}
+
+
+def config_differences(spec: dict[str, Any], shown: dict[str, Any], limit: int = 3) -> str:
+    """How a run's config differs from the one shown, in words: "model.dropout 0.1 (shown: 0.2)"."""
+    mine, theirs = leaves(_measured(spec)), leaves(_measured(shown))
+    paths = [p for p in sorted(set(mine) | set(theirs)) if mine.get(p) != theirs.get(p)]
+    words = [f"{p} {_short(mine.get(p))} (shown: {_short(theirs.get(p))})" for p in paths[:limit]]
+    if len(paths) > limit:
+        words.append(f"{len(paths) - limit} more")
+    return "; ".join(words)
+
+
+def _measured(spec: dict[str, Any]) -> dict[str, Any]:
+    """The config as its fingerprint sees it: the data's identity without where it lies or why."""
+    config = dict(spec.get("config") or {})
+    identity = (config.get("data") or {}).get("identity")
+    if isinstance(identity, dict):
+        config["data"] = {**config["data"], "identity": datasets.fingerprinted(identity)}
+    return config
+
+
+def _short(value: object) -> str:
+    text = "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 24 else text[:12] + "..."

@@ -53,22 +53,38 @@ def _width(cpu: dict[int, list[float]], gpu: dict[int, list[float]], status: Any
     return _view("gpu_crossover", {"device": "cpu"}, points)
 
 
+MAX_VERDICT = 320  # characters: about two sentences
+SENTENCE_END = re.compile(r"\.(?:\s+(?=[A-Z])|$)")
+
+
+def _said(view: ScenarioView) -> str:
+    """The verdict's text, then its points not compared as one sentence grouped by reason, the way
+    the page's "Not compared" section lists them."""
+    v = verdicts.judge(view)
+    assert len(SENTENCE_END.findall(v.text)) <= 2, v.text  # the answer, then at most one reason
+    assert len(v.text) <= MAX_VERDICT, v.text  # read at a glance
+    groups = "; ".join(f"{', '.join(names)} ({why})" for why, names in v.not_compared_by_reason())
+    return v.text + (f" Not compared: {groups}." if groups else "")
+
+
 def _reps(t: float) -> list[float]:
     return [t, t * 1.02, t / 1.02]  # geometric mean exactly t
 
 
 def test_gpu_never_wins() -> None:
     v = _width({100: _reps(1.0), 750: _reps(2.0)}, {100: _reps(3.0), 750: _reps(4.0)})
-    text = verdicts.verdict(v)
+    text = _said(v)
     assert text.startswith(
-        "The GPU is not measurably faster than the CPU at any point compared; its best is at width 750"
+        "The GPU is not measurably faster than the CPU at any width compared; at width 750 the GPU is 2.00x slower"
     )
     assert "Not compared" not in text
 
 
 def test_gpu_wins_everywhere() -> None:
     v = _width({100: _reps(3.0), 750: _reps(9.0)}, {100: _reps(1.0), 750: _reps(1.5)})
-    assert verdicts.verdict(v).startswith("The GPU is faster at width 100 and beyond: GPU speedup 3.00x (95% CI")
+    assert _said(v).startswith(
+        "The GPU trains faster than the CPU at width 100 and beyond: at width 100 it is 3.00x faster (95% CI"
+    )
 
 
 def test_gpu_wins_from_a_width_on() -> None:
@@ -76,7 +92,9 @@ def test_gpu_wins_from_a_width_on() -> None:
         {100: _reps(1.0), 750: _reps(6.0), 2000: _reps(20.0)},
         {100: _reps(3.0), 750: _reps(2.0), 2000: _reps(4.0)},
     )
-    assert verdicts.verdict(v).startswith("The GPU is faster from width 750 on: GPU speedup 3.00x (95% CI")
+    assert _said(v).startswith(
+        "The GPU trains faster than the CPU from width 750 on: at width 750 it is 3.00x faster (95% CI"
+    )
 
 
 def test_wins_then_loses_names_the_exception() -> None:
@@ -84,8 +102,8 @@ def test_wins_then_loses_names_the_exception() -> None:
         {100: _reps(1.0), 750: _reps(6.0), 2000: _reps(2.0)},
         {100: _reps(3.0), 750: _reps(2.0), 2000: _reps(4.0)},
     )
-    text = verdicts.verdict(v)
-    assert text.startswith("The GPU is faster from width 750 on (except at width 2000: slower)")
+    text = _said(v)
+    assert text.startswith("The GPU trains faster than the CPU from width 750 on (except at width 2000: slower)")
 
 
 def test_crossover_follows_the_axis_by_value_not_the_yaml_order() -> None:
@@ -93,7 +111,9 @@ def test_crossover_follows_the_axis_by_value_not_the_yaml_order() -> None:
         {1000: _reps(6.0), 100: _reps(1.0), 2000: _reps(20.0)},  # written out of order
         {1000: _reps(2.0), 100: _reps(3.0), 2000: _reps(4.0)},
     )
-    assert verdicts.verdict(v).startswith("The GPU is faster from width 1000 on: GPU speedup 3.00x")
+    assert _said(v).startswith(
+        "The GPU trains faster than the CPU from width 1000 on: at width 1000 it is 3.00x faster"
+    )
 
 
 def test_crossover_pairs_gpu_1_and_names_a_gpu_point_without_a_cpu_one() -> None:
@@ -102,48 +122,54 @@ def test_crossover_pairs_gpu_1_and_names_a_gpu_point_without_a_cpu_one() -> None
         ({"model.hidden.0": 100, "device": "gpu:1"}, _reps(1.0), "ok"),
         ({"model.hidden.0": 750, "device": "gpu:1"}, _reps(1.0), "ok"),
     ]
-    text = verdicts.verdict(_view("gpu_crossover", {"device": "cpu"}, points))
-    assert text.startswith("The GPU is faster at width 100 and beyond: GPU speedup 3.00x")
+    text = _said(_view("gpu_crossover", {"device": "cpu"}, points))
+    assert text.startswith(
+        "The GPU trains faster than the CPU at width 100 and beyond: at width 100 it is 3.00x faster"
+    )
     assert "Not compared: width 750 (GPU: no CPU point to compare with (gpu:1))." in text
 
 
 def test_interval_containing_one_is_not_a_win() -> None:
     v = _width({100: [1.0, 1.2, 0.9]}, {100: [0.95, 1.15, 1.0]})
-    text = verdicts.verdict(v)
+    text = _said(v)
     assert "not measurably faster" in text and "not significant" in text
 
 
 def test_two_runs_per_side_claim_nothing() -> None:
     # 3x faster on both runs, but two runs give no interval: no win may be claimed.
     v = _width({100: [3.0, 3.1]}, {100: [1.0, 1.02]})
-    text = verdicts.verdict(v)
+    text = _said(v)
     assert "not measurably faster" in text and "no interval, 3 needed" in text
 
 
 def test_single_point() -> None:
     v = _width({100: _reps(3.0)}, {100: _reps(1.0)})
-    assert verdicts.verdict(v).startswith("The GPU is faster at width 100 and beyond: GPU speedup 3.00x")
+    assert _said(v).startswith(
+        "The GPU trains faster than the CPU at width 100 and beyond: at width 100 it is 3.00x faster"
+    )
 
 
 def test_no_gpu_says_why() -> None:
     v = _width({100: [1.0], 750: [2.0]}, {100: [0], 750: [0]}, status="skipped")
-    text = verdicts.verdict(v)
-    assert text.startswith("No CPU-GPU comparison on this machine (needs 1 GPU(s)")
+    text = _said(v)
+    assert text.startswith(
+        "No CPU-GPU comparison on this machine: needs 1 GPU(s); this machine has no GPU (2 GPU points skipped)."
+    )
     assert "CPU fit time: 1.00 s at width 100 to 2.00 s at width 750" in text
     assert text.endswith("Not compared: width 100, width 750 (GPU: skipped).")
 
 
 def test_no_gpu_with_one_cpu_point_says_its_time_once() -> None:
     v = _width({750: [1.84]}, {750: [0]}, status="skipped")
-    text = verdicts.verdict(v)
+    text = _said(v)
     assert "CPU fit time: 1.84 s at width 750. Not compared" in text, text
     assert " to " not in text, text
 
 
 def test_all_failed() -> None:
     v = _width({100: [1.0], 750: [2.0]}, {100: [0], 750: [0]}, status="timeout")
-    text = verdicts.verdict(v)
-    assert text.startswith("No CPU-GPU comparison on this machine (no CPU and GPU pair ran ok")
+    text = _said(v)
+    assert text.startswith("No CPU-GPU comparison on this machine: no CPU and GPU pair ran ok")
     assert "width 100, width 750 (GPU: timeout)" in text
 
 
@@ -155,9 +181,9 @@ def test_failed_and_gated_points_are_named() -> None:
     for r in v.points[3].runs:  # the GPU at 750: fast, and wrong
         r.quality["test_accuracy"] = 0.1
     v.points[5].runs[1] = _run(v.points[5].coords, 0, 1, "timeout")  # one GPU repetition at 2000 timed out
-    text = verdicts.verdict(v)
+    text = _said(v)
     assert "faster from" not in text
-    assert "Not compared: width 750 (GPU: below the accuracy gate (80%)); width 2000 (GPU: timeout)." in text
+    assert "Not compared: width 750 (GPU: below the accuracy gate (0.100 < 0.80)); width 2000 (GPU: timeout)." in text
 
 
 def test_scaling_speedup_and_efficiency() -> None:
@@ -165,12 +191,14 @@ def test_scaling_speedup_and_efficiency() -> None:
     for mode, fits in (("global", {1: 10.0, 2: 12.0, 4: 20.0}), ("per_replica", {1: 10.0, 2: 6.0, 4: 3.5})):
         for n, f in fits.items():
             pts.append(({"training.batch_mode": mode, "device": f"gpu:{n}"}, [f, f * 1.01, f / 1.01], "ok"))
-    text = verdicts.verdict(_view("scaling", {"device": "gpu:1"}, pts))
-    assert text.startswith("Speedup over gpu:1 (total fit time), batch 128 split across devices: gpu:2 0.83x")
-    assert "gpu:4 0.50x" in text and "efficiency 12%" in text
-    assert ". With 128 per device: gpu:2 1.67x" in text and "gpu:4 2.86x" in text and "efficiency 71%" in text
+    text = _said(_view("scaling", {"device": "gpu:1"}, pts))
+    assert text.startswith(
+        "Against gpu:1 (total fit time): with batch 128 split across devices, gpu:4 is 2.00x slower (95% CI"
+    ), text
+    assert "efficiency 12%; with 128 per device, gpu:4 is 2.86x faster (95% CI" in text and "efficiency 71%." in text
+    assert "gpu:2" not in text, "the most devices compared answer the question"
     assert re.search(
-        r"On gpu:4, the per-device batch instead of the split one: speedup 5\.71x \(95% CI 5\.\d\d-5\.\d\d\)\.$", text
+        r"On gpu:4, the per-device batch against the split one is 5\.71x faster \(95% CI 5\.\d\d-5\.\d\d\)\.$", text
     )
 
 
@@ -180,7 +208,7 @@ def test_scaling_names_what_it_could_not_compare() -> None:
         ({"training.batch_mode": "global", "device": "gpu:2"}, _reps(6.0), "ok"),
         ({"training.batch_mode": "global", "device": "gpu:4"}, _reps(0), "skipped"),
     ]
-    text = verdicts.verdict(_view("scaling", {"device": "gpu:1"}, pts))
+    text = _said(_view("scaling", {"device": "gpu:1"}, pts))
     assert text.endswith("Not compared: training.batch_mode=global, device=gpu:4 (skipped).")
 
 
@@ -190,20 +218,20 @@ def _knobs(fits: dict[str, list[float]]) -> ScenarioView:
 
 
 def test_knobs_names_the_best_setting() -> None:
-    text = verdicts.verdict(_knobs({"default": _reps(10.0), "xla": _reps(5.0), "spe": _reps(2.5)}))
-    assert text.startswith("Biggest gain: variant=spe, training.batch_size=128, 4.00x (95% CI")
+    text = _said(_knobs({"default": _reps(10.0), "xla": _reps(5.0), "spe": _reps(2.5)}))
+    assert text.startswith("Biggest gain: variant=spe, training.batch_size=128, 4.00x faster (95% CI")
 
 
 def test_knobs_closest_is_the_near_tie_not_a_much_slower_setting() -> None:
-    text = verdicts.verdict(_knobs({"default": _reps(10.0), "xla": _reps(30.0), "spe": [10.0, 10.4, 9.7]}))
-    assert text.startswith("No setting is measurably faster than the default; best: variant=spe")
+    text = _said(_knobs({"default": _reps(10.0), "xla": _reps(30.0), "spe": [10.0, 10.4, 9.7]}))
+    assert text.startswith("No setting is measurably faster than the default; the closest: variant=spe")
     assert "not significant" in text and "Measurably slower: variant=xla" in text
 
 
 def test_knobs_tiny_insignificant_gain_is_not_a_gain() -> None:
-    text = verdicts.verdict(_knobs({"default": [10.0, 10.3, 9.8], "spe": [9.9, 10.2, 9.7]}))
+    text = _said(_knobs({"default": [10.0, 10.3, 9.8], "spe": [9.9, 10.2, 9.7]}))
     assert "gain" not in text.lower()
-    assert text.startswith("No setting is measurably faster than the default; largest: variant=spe")
+    assert text.startswith("No setting is measurably faster than the default; the closest: variant=spe")
 
 
 # -- generated inputs ---------------------------------------------------------------------------
@@ -239,7 +267,7 @@ def test_crossover_wording_holds_over_generated_inputs(seed: int) -> None:
         points.append(_random_point(rng, {"model.hidden.0": w, "device": "gpu"}, float(rng.choice([0.3, 1, 1.03, 3]))))
     view = _view("gpu_crossover", {"device": "cpu"}, points)
     _gate(view, rng)
-    text = verdicts.verdict(view)
+    text = _said(view)
     ratios = {}
     for w in widths:
         cpu, gpu = (
@@ -250,12 +278,12 @@ def test_crossover_wording_holds_over_generated_inputs(seed: int) -> None:
             ratios[w] = stats.ratio(cpu.values(FIT_S), gpu.values(FIT_S))
         else:
             assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)  # every dropped point is named
-    claim = re.search(r"faster (?:from|at) width (\d+)", text)
+    claim = re.search(r"faster than the CPU (?:from|at) width (\d+)", text)
     if claim:
         w = int(claim.group(1))
         assert ratios[w].faster, text
         assert all(not r.faster for v, r in ratios.items() if v < w), "the first measurable win is named"
-        assert f"GPU speedup {ratios[w].text()}" in text
+        assert f"it is {ratios[w].text()}" in text
     else:
         assert not any(r.faster for r in ratios.values()), text
         assert not any(c in text for c in CLAIMS)
@@ -271,7 +299,7 @@ def test_knobs_wording_holds_over_generated_inputs(seed: int) -> None:
     ]
     view = _view("knobs", {"variant": "default"}, points)
     _gate(view, rng)
-    text = verdicts.verdict(view)
+    text = _said(view)
     base = view.point(variant="default")
     ratios = {}
     for p in view.points:
@@ -307,17 +335,18 @@ def _with_busy(view: ScenarioView, busy: dict[str, list[float]]) -> ScenarioView
 def test_crossover_says_how_busy_the_gpu_was() -> None:
     v = _width({100: _reps(1.0), 2000: _reps(20.0)}, {100: _reps(3.0), 2000: _reps(4.0)})
     _with_busy(v, {"model.hidden.0=100, device=gpu": [17.0, 18.0, 19.0], "model.hidden.0=2000, device=gpu": [85.0] * 3})
-    text = verdicts.verdict(v)
-    assert text.startswith("The GPU is faster from width 2000 on: GPU speedup 5.00x (95% CI")
+    text = _said(v)
+    assert text.startswith(
+        "The GPU trains faster than the CPU from width 2000 on: at width 2000 it is 5.00x faster (95% CI"
+    )
     assert text.endswith(
-        " GPU busy 18% of the time at width 100: the GPU sat idle between kernels most of the time; "
-        "85% of the time at width 2000."
+        " GPU busy 18% of the time at width 100 (idle between kernels most of the time); 85% of the time at width 2000."
     )
 
 
 def test_crossover_without_telemetry_says_nothing_about_busy() -> None:
     v = _width({100: _reps(1.0), 2000: _reps(20.0)}, {100: _reps(3.0), 2000: _reps(4.0)})
-    assert "busy" not in verdicts.verdict(v)
+    assert "busy" not in _said(v)
 
 
 def test_crossover_busy_only_for_compared_points() -> None:
@@ -329,23 +358,23 @@ def test_crossover_busy_only_for_compared_points() -> None:
     ]
     v = _view("gpu_crossover", {"device": "cpu"}, points)
     _with_busy(v, {"model.hidden.0=100, device=gpu": [30.0] * 3, "model.hidden.0=2000, device=gpu": [90.0] * 3})
-    text = verdicts.verdict(v)
-    assert " GPU busy 30% of the time at width 100: the GPU sat idle between kernels most of the time." in text
+    text = _said(v)
+    assert " GPU busy 30% of the time at width 100 (idle between kernels most of the time)." in text
     assert "width 2000" not in text.split("GPU busy")[1].split("Not compared")[0]
 
 
 def test_scaling_says_how_busy_each_device_set_was() -> None:
     pts = [({"device": f"gpu:{n}"}, _reps(f), "ok") for n, f in ((1, 10.0), (4, 20.0))]
     v = _with_busy(_view("scaling", {"device": "gpu:1"}, pts), {"device=gpu:1": [80.0] * 3, "device=gpu:4": [20.0] * 3})
-    text = verdicts.verdict(v)
+    text = _said(v)
     assert (
-        "gpu:4 0.50x (95% CI" in text
-        and "efficiency 13% (GPU busy 80% of the time on gpu:1; 20% of the time on gpu:4: its GPUs sat idle "
-        "between kernels most of the time)."
+        "gpu:4 is 2.00x slower (95% CI" in text
+        and "efficiency 13%. GPU busy 80% of the time on gpu:1; 20% of the time on gpu:4 (idle between kernels "
+        "most of the time)."
         in text
     ), text
     no_telemetry = _view("scaling", {"device": "gpu:1"}, pts)
-    assert "busy" not in verdicts.verdict(no_telemetry)
+    assert "busy" not in _said(no_telemetry)
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -363,7 +392,7 @@ def test_busy_wording_holds_over_generated_inputs(seed: int) -> None:
         if p.device == "gpu" and rng.random() < 0.7:
             busy[p.label] = [float(rng.uniform(0, 100)) for _ in p.runs]
     _with_busy(view, busy)
-    text = verdicts.verdict(view)
+    text = _said(view)
     compared = [
         view.point(**{"model.hidden.0": w, "device": "gpu"})
         for w in widths
@@ -377,7 +406,7 @@ def test_busy_wording_holds_over_generated_inputs(seed: int) -> None:
     for p in {id(q): q for q in (measured[0], measured[-1])}.values():
         said = f"{p.gpu_busy:.0f}% of the time at width {p.coords['model.hidden.0']}"
         assert said in text, (said, text)
-        fed = f"{said}: the GPU sat idle between kernels most of the time"
+        fed = f"{said} (idle between kernels most of the time)"
         assert (fed in text) == (p.gpu_busy < verdicts.FED_BUSY_PERCENT), text
     assert text.count("% of the time") == len({id(measured[0]), id(measured[-1])})
 
@@ -399,8 +428,8 @@ def _with_data(view: ScenarioView, data: dict[str, dict]) -> ScenarioView:
 def test_crossover_does_not_compare_points_on_other_data() -> None:
     v = _width({100: _reps(3.0), 750: _reps(9.0)}, {100: _reps(1.0), 750: _reps(1.5)})
     _with_data(v, {"model.hidden.0=100, device=gpu": SYNTHETIC})
-    text = verdicts.verdict(v)
-    assert text.startswith("The GPU is faster at width 750 and beyond"), text
+    text = _said(v)
+    assert text.startswith("The GPU trains faster than the CPU at width 750 and beyond"), text
     assert text.endswith(
         "Not compared: width 100 (GPU: trained on other data: synthetic, against mnist.npz sha256 731c5ac60275 (CPU))."
     ), text
@@ -409,14 +438,14 @@ def test_crossover_does_not_compare_points_on_other_data() -> None:
 def test_the_note_beside_an_identity_does_not_count() -> None:
     v = _with_data(_width({100: _reps(3.0)}, {100: _reps(1.0)}), {})
     v.points[0].runs[0].spec["config"]["data"]["identity"]["note"] = "another path"
-    assert "Not compared" not in verdicts.verdict(v)
+    assert "Not compared" not in _said(v)
 
 
 def test_scaling_and_knobs_do_not_compare_points_on_other_data() -> None:
     pts = [({"device": f"gpu:{n}"}, _reps(f), "ok") for n, f in ((1, 10.0), (2, 6.0), (4, 4.0))]
     v = _with_data(_view("scaling", {"device": "gpu:1"}, pts), {"device=gpu:4": SYNTHETIC})
-    text = verdicts.verdict(v)
-    assert "gpu:2 1.67x" in text and "gpu:4 2.50x" not in text
+    text = _said(v)
+    assert "gpu:2 is 1.67x faster" in text and "gpu:4 is 2.50x" not in text
     assert text.endswith(
         "Not compared: device=gpu:4 (trained on other data: synthetic, against mnist.npz sha256 731c5ac60275 (gpu:1))."
     )
@@ -424,7 +453,7 @@ def test_scaling_and_knobs_do_not_compare_points_on_other_data() -> None:
         _knobs({"default": _reps(10.0), "xla": _reps(5.0), "spe": _reps(2.5)}),
         {"variant=spe, training.batch_size=128": SYNTHETIC},
     )
-    text = verdicts.verdict(k)
+    text = _said(k)
     assert text.startswith("Biggest gain: variant=xla, training.batch_size=128, 2.00x"), text
     assert "variant=spe, training.batch_size=128 (trained on other data: synthetic" in text
 
@@ -446,13 +475,13 @@ def test_mixed_data_is_never_compared_over_generated_inputs(seed: int) -> None:
     widths = sorted({p.coords["model.hidden.0"] for p in view.points})
     data = {p.label: SYNTHETIC for p in view.points if rng.random() < 0.3}
     _with_data(view, data)
-    text = verdicts.verdict(view)
+    text = _said(view)
     for w in widths:
         cpu = view.point(**{"model.hidden.0": w, "device": "cpu"})
         gpu = view.point(**{"model.hidden.0": w, "device": "gpu"})
         if data.get(cpu.label) != data.get(gpu.label):
             assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)
-            claim = re.search(r"faster (?:from|at) width (\d+)", text)
+            claim = re.search(r"faster than the CPU (?:from|at) width (\d+)", text)
             assert not claim or int(claim.group(1)) != w, text
             if verdicts.usable(cpu) and verdicts.usable(gpu):
                 assert re.search(rf"width {w}\b[^;.]*trained on other data", text), (w, text)
@@ -478,8 +507,8 @@ def test_crossover_does_not_compare_points_measured_with_other_settings() -> Non
     # A full run, then `run -k device=gpu --set training.batch_size=1024` at width 100.
     v = _width({100: _reps(3.0), 750: _reps(9.0)}, {100: _reps(1.0), 750: _reps(1.5)})
     _with_set(v, "model.hidden.0=100, device=gpu", {"training.batch_size": 1024})
-    text = verdicts.verdict(v)
-    assert text.startswith("The GPU is faster at width 750 and beyond"), text
+    text = _said(v)
+    assert text.startswith("The GPU trains faster than the CPU at width 750 and beyond"), text
     assert text.endswith(
         "Not compared: width 100 (GPU: other settings (--set training.batch_size=1024, against no --set) (CPU))."
     ), text
@@ -489,7 +518,7 @@ def test_the_same_set_on_both_points_compares() -> None:
     v = _width({100: _reps(3.0)}, {100: _reps(1.0)})
     for p in v.points:
         _with_set(v, p.label, {"training.batch_size": 1024})
-    assert "Not compared" not in verdicts.verdict(v)
+    assert "Not compared" not in _said(v)
 
 
 def test_a_config_changed_beyond_the_matrix_is_not_compared() -> None:
@@ -497,7 +526,7 @@ def test_a_config_changed_beyond_the_matrix_is_not_compared() -> None:
     v = _width({100: _reps(3.0)}, {100: _reps(1.0)})
     for r in v.point_by_label("model.hidden.0=100, device=gpu").runs:
         r.spec["config"]["training"]["batch_size"] = 256
-    text = verdicts.verdict(v)
+    text = _said(v)
     assert text.startswith("No CPU-GPU comparison"), text
     assert "other settings (training.batch_size 256 against 128)" in text, text
 
@@ -505,8 +534,8 @@ def test_a_config_changed_beyond_the_matrix_is_not_compared() -> None:
 def test_scaling_and_knobs_do_not_compare_points_with_other_settings() -> None:
     pts = [({"device": f"gpu:{n}"}, _reps(f), "ok") for n, f in ((1, 10.0), (2, 6.0), (4, 4.0))]
     v = _with_set(_view("scaling", {"device": "gpu:1"}, pts), "device=gpu:4", {"training.epochs": 1})
-    text = verdicts.verdict(v)
-    assert "gpu:2 1.67x" in text and "gpu:4" not in text.split("Not compared")[0], text
+    text = _said(v)
+    assert "gpu:2 is 1.67x faster" in text and "gpu:4" not in text.split("Not compared")[0], text
     why = "other settings (--set training.epochs=1, against no --set)"
     assert text.endswith(f"Not compared: device=gpu:4 ({why} (gpu:1)).")
     k = _with_set(
@@ -514,7 +543,7 @@ def test_scaling_and_knobs_do_not_compare_points_with_other_settings() -> None:
         "variant=spe, training.batch_size=128",
         {"training.epochs": 1},
     )
-    text = verdicts.verdict(k)
+    text = _said(k)
     assert text.startswith("Biggest gain: variant=xla, training.batch_size=128, 2.00x"), text
     assert "variant=spe, training.batch_size=128 (other settings (--set training.epochs=1" in text, text
 
@@ -527,13 +556,52 @@ def test_mixed_settings_are_never_compared_over_generated_inputs(seed: int) -> N
     changed = {p.label for p in view.points if rng.random() < 0.3}
     for label in changed:
         _with_set(view, label, {"training.batch_size": 1024})
-    text = verdicts.verdict(view)
+    text = _said(view)
     for w in widths:
         cpu = view.point(**{"model.hidden.0": w, "device": "cpu"})
         gpu = view.point(**{"model.hidden.0": w, "device": "gpu"})
         if (cpu.label in changed) != (gpu.label in changed):
             assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)
-            claim = re.search(r"faster (?:from|at) width (\d+)", text)
+            claim = re.search(r"faster than the CPU (?:from|at) width (\d+)", text)
             assert not claim or int(claim.group(1)) != w, text
             if verdicts.usable(cpu) and verdicts.usable(gpu):
                 assert re.search(rf"width {w}\b[^;.]*other settings", text), (w, text)
+
+
+# A sweep of the user's own (verdict: none): the fastest point against the baseline
+
+
+def _sweep(fits: dict[int, list[float]], baseline: dict | None = None, status: dict | None = None) -> ScenarioView:
+    pts = [({"training.batch_size": b}, f, (status or {}).get(b, "ok")) for b, f in fits.items()]
+    return _view("none", baseline or {}, pts)
+
+
+def test_a_sweep_names_its_fastest_point_against_the_baseline() -> None:
+    text = _said(_sweep({32: _reps(4.0), 128: _reps(2.0), 512: _reps(1.0)}, {"training.batch_size": 128}))
+    assert (
+        text.startswith("Fastest: training.batch_size=512, 2.00x faster (95% CI 1.9")
+        and "than the baseline training.batch_size=128." in text
+    ), text
+    assert "Measurably slower than the baseline: training.batch_size=32." in text, text
+
+
+def test_a_sweep_without_a_baseline_compares_with_its_first_point() -> None:
+    text = _said(_sweep({32: _reps(4.0), 128: _reps(2.0)}))
+    assert text.startswith("Fastest: training.batch_size=128, 2.00x faster"), text
+    assert "the baseline training.batch_size=32" in text, text
+
+
+def test_a_sweep_with_no_difference_says_so_and_names_what_the_gate_left_out() -> None:
+    view = _sweep({32: [1.0, 1.1, 0.9], 128: [1.05, 0.95, 1.0], 512: _reps(0.2)})
+    for r in view.point(**{"training.batch_size": 512}).runs:
+        r.quality["test_accuracy"] = 0.199
+    text = _said(view)
+    assert text.startswith("No point differs measurably from the baseline training.batch_size=32"), text
+    assert "not significant" in text and "faster than" not in text, text
+    assert "Not compared: training.batch_size=512 (below the accuracy gate (0.199 < 0.80))." in text, text
+
+
+def test_a_sweep_whose_baseline_is_fastest_says_so() -> None:
+    text = _said(_sweep({32: _reps(1.0), 128: _reps(2.0), 512: _reps(3.0)}))
+    assert text.startswith("The baseline training.batch_size=32 is measurably the fastest; the closest, "), text
+    assert "training.batch_size=128, is 2.00x slower" in text, text
