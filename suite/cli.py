@@ -690,10 +690,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not args.results.is_dir():
         raise UsageError(f"no results folder {args.results}; run `python -m suite run` first")
-    written = report.write_reports(args.results, args.out, args.reference, args.select) if "md" in formats else []
-    written += export.write_exports(args.results, args.out, formats, args.select)
+    # A cut with -k goes to a folder of its own: it never replaces the full report's pages or index.
+    out = args.out if args.select is None else report.selected_dir(args.out)
+    written = report.write_reports(args.results, out, args.reference, args.select) if "md" in formats else []
+    written += export.write_exports(args.results, out, formats, args.select)
     for path in written:
         print(f"wrote {path}")
+    if args.select is not None:
+        print(f"-k {args.select!r}: the pages it takes are in {out}; the full report in {args.out} is as it was")
     return 0
 
 

@@ -35,11 +35,12 @@ from suite.results import (
     RunResult,
 )
 from suite.select import select_views
-from suite.views import ACCURACY_GATE, Point, ScenarioView, group_views
+from suite.views import ACCURACY_GATE, Point, ScenarioView, gate_text, group_views
 
 FORMAT = "keras-speed-suite/report"
 VERSION = 1
 FORMATS = ("md", "json", "csv")  # what `report --format` accepts
+RATIO_DIRECTION = "speedup: the baseline's fit time over this point's (above 1: this point is faster)"
 
 # Every duration or count the worker records in ``timing``, in the order runs.csv shows them. Left
 # out on purpose: ``worker_start_unix`` (a clock reading, not a duration) and ``*_schema1`` keys
@@ -144,6 +145,10 @@ def point_figures(view: ScenarioView, p: Point) -> PointFigures:
         not_compared = verdicts.not_comparable(p, base)
         if not not_compared:
             ratio = stats.ratio(base.values(FIT_S), p.values(FIT_S))
+    elif base is None and fit and view.spec.get("report", {}).get("baseline"):
+        # The baseline point is not among this view's: not run here, or (a view of --set runs) not
+        # run with the same --set, against which alone these runs may be compared.
+        not_compared = "no run of its baseline with the same --set" if view.overrides else "its baseline did not run"
     counts: dict[str, int] = {}
     for r in p.runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -204,11 +209,12 @@ def _notes(
     if outlier:
         notes.append("first repetition an outlier")
     if p.ok_runs and not p.passes_gate:
-        notes.append(f"below the accuracy gate ({ACCURACY_GATE:.0%}): excluded from the verdict")
+        notes.append(gate_text(p.accuracy))
     if any(STEADY_INCLUDES_FIRST_EPOCH.of(r) for r in p.ok_runs):
         notes.append("one epoch: the steady epoch includes tracing and compilation")
-    if steady and first and first.median > 2 * steady.median:
-        notes.append("first epoch much slower (tracing/compilation)")
+    load = results.point_load_note(p.ok_runs)
+    if load:
+        notes.append(load)
     return notes
 
 
@@ -303,6 +309,7 @@ def collect(results_dir: Path, select: str | None = None) -> dict[str, Any]:
         "format": FORMAT,
         "version": VERSION,
         "interval": {"level": stats.LEVEL, "method": stats.METHOD, "min_runs": stats.MIN_RUNS_FOR_INTERVAL},
+        "ratio_direction": RATIO_DIRECTION,
         "accuracy_gate": ACCURACY_GATE,
         "spread_limit": stats.SPREAD_LIMIT,
         "views": [_view_record(v) for v in views],
@@ -312,20 +319,25 @@ def collect(results_dir: Path, select: str | None = None) -> dict[str, Any]:
 
 
 def _view_record(view: ScenarioView) -> dict[str, Any]:
+    verdict = verdicts.judge(view)
     return {
         "machine": view.machine,
         "scenario": view.scenario,
         "smoke": view.smoke,
+        "overrides": dict(view.overrides),
         "question": view.spec.get("question", ""),
-        "verdict": verdicts.verdict(view),
+        "verdict": verdict.text,
+        "not_compared": [{"points": names, "why": why} for why, names in verdict.not_compared_by_reason()],
         "baseline": view.spec.get("report", {}).get("baseline") or None,
         "points": [p.label for p in view.points],
         "other_sizes": list(view.other_sizes),
+        "left_out": [asdict(x) for x in view.left_out],
     }
 
 
 # points.csv flattens the nested fields: status_counts into a column per status (runs_ok is a field),
-# notes joined by "; "; coords are left to the point label (their keys differ between scenarios).
+# notes joined by "; ", and coords into a column per matrix axis, ``coord.<path>`` (the union over
+# every scenario exported, in order of appearance; empty where a point's scenario has no such axis).
 _COUNTED = [s for s in results.STATUSES if s != results.STATUS_OK]
 POINT_COLUMNS = (
     [f.name for f in fields(PointFigures) if f.name not in ("status_counts", "coords", "notes", "overrides")]
@@ -334,15 +346,22 @@ POINT_COLUMNS = (
 )
 
 
+COORD_PREFIX = "coord."
+
+
 def points_csv(doc: dict[str, Any]) -> str:
+    axes = list(dict.fromkeys(k for p in doc["points"] for k in p["coords"]))
     rows = []
     for p in doc["points"]:
         row = {k: p[k] for k in POINT_COLUMNS if k in p}
         row.update({f"runs_{s}": p["status_counts"].get(s, 0) for s in _COUNTED})
         row["notes"] = "; ".join(p["notes"])
         row["overrides"] = overrides_text(p["overrides"])
+        for axis, value in p["coords"].items():
+            # A list value (model.hidden: [512, 256]) as its JSON; a number or name as itself.
+            row[COORD_PREFIX + axis] = json.dumps(value) if isinstance(value, list | dict) else value
         rows.append(row)
-    return _csv(POINT_COLUMNS, rows)
+    return _csv([*POINT_COLUMNS, *(COORD_PREFIX + a for a in axes)], rows)
 
 
 # runs.csv spreads these list timings over numbered columns, 1-based: epoch_1_s, epoch_2_s, ...

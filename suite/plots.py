@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from suite import stats  # noqa: E402
 from suite.markdown import plot_text  # noqa: E402
 from suite.plan import axis_name  # noqa: E402
-from suite.results import FIT_S, STEADY_EPOCH_S  # noqa: E402
+from suite.results import FIT_S  # noqa: E402
 from suite.verdicts import device_count  # noqa: E402
 from suite.views import Point, ScenarioView  # noqa: E402
 
@@ -28,37 +28,70 @@ def _fit(p: Point | None) -> list[float]:
     return p.values(FIT_S) if p else []
 
 
-def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
-    """Steady epoch time against the size axis, one line per device, each point at its own value.
+def _fit_summary(p: Point) -> tuple[float, float, float]:
+    """(geometric mean, min, max) of a point's fit times: the figure its ratios are computed from."""
+    fits = _fit(p)
+    return stats.geometric_mean(fits), min(fits), max(fits)
 
-    Numeric axes (widths) are placed by value on a log scale, so a point missing on one device
-    cannot shift that curve against the others; any other axis gets one shared slot per value.
+
+def _along(ax: plt.Axes, view: ScenarioView, axis: str | None, series: Callable[[Point], str]) -> bool:
+    """Fit time against ``axis``, one line per ``series(point)``, each point at its own value.
+
+    Numeric axes are placed by value (on a log scale where they span a factor of 10 or more), so a
+    point missing in one series cannot shift that curve against the others; any other axis gets one
+    shared slot per value. A series with no point that ran ok is named in the legend, not drawn.
     """
-    axis = view.size_axis
     values: list = []  # in order, once each; by equality, as a value may be a list (model.hidden: [[512, 512], ...])
     for p in view.points:
         if p.coords.get(axis) not in values:
             values.append(p.coords.get(axis))
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
     drawn = False
-    for device in sorted({p.device for p in view.points}):
-        pts = [p for p in view.points if p.device == device and p.ok_runs]
+    for name in dict.fromkeys(series(p) for p in view.points):
+        pts = [p for p in view.points if series(p) == name and p.ok_runs]
         if not pts:
+            ax.plot([], [], " ", label=plot_text(f"{name}: none ran ok (see the page)" if name else "none ran ok"))
             continue
         xs = [p.coords.get(axis) if numeric else values.index(p.coords.get(axis)) for p in pts]
-        sums = [p.summary(STEADY_EPOCH_S) for p in pts]
-        errors = [[s.median - s.low for s in sums], [s.high - s.median for s in sums]]
-        ax.errorbar(xs, [s.median for s in sums], yerr=errors, marker="o", capsize=3, label=plot_text(device))
+        sums = [_fit_summary(p) for p in pts]
+        errors = [[g - lo for g, lo, _ in sums], [hi - g for g, _, hi in sums]]
+        ax.errorbar(xs, [g for g, _, _ in sums], yerr=errors, marker="o", capsize=3, label=plot_text(name) or None)
         drawn = True
     if numeric:
-        ax.set_xscale("log")
+        if max(values) / min(values) >= 10:
+            ax.set_xscale("log")
         ax.set_xticks(values, [plot_text(v) for v in values])
         ax.minorticks_off()
     else:
         ax.set_xticks(range(len(values)), [plot_text(v) for v in values])
     ax.set_xlabel(plot_text(axis_name(axis) if axis else "point"))
-    ax.set_ylabel("steady-state epoch (s), median, min-max")
+    ax.set_ylabel("fit time (s), geometric mean, min-max")
+    ax.set_ylim(bottom=0)
     return drawn
+
+
+def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
+    """Fit time (the figure the verdict compares) against the size axis, one line per device."""
+    return _along(ax, view, view.size_axis, lambda p: p.device)
+
+
+def sweep(view: ScenarioView, ax: plt.Axes) -> bool:
+    """A sweep of the user's own: fit time against its first numeric axis, one line per combination
+    of the other coordinates; nothing when no axis is numeric."""
+    keys = list(view.points[0].coords) if view.points else []
+    axis = next((k for k in keys if all(_numeric(p.coords.get(k)) for p in view.points)), None)
+    if axis is None:
+        return False
+    others = [k for k in keys if k != axis]
+
+    def series(p: Point) -> str:
+        return ", ".join(f"{axis_name(k)}={p.coords.get(k)}" for k in others)
+
+    return _along(ax, view, axis, series)
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _bars(ratios: list[stats.Ratio]) -> list[list[float]]:
@@ -121,6 +154,7 @@ PLOTS: dict[str, Callable[[ScenarioView, plt.Axes], bool]] = {
     "gpu_crossover": crossover,
     "scaling": speedup,
     "knobs": knob_bars,
+    "none": sweep,
 }
 
 

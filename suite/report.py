@@ -6,7 +6,9 @@ One page per scenario (``<scenario>.md``) with a section per machine, and an ind
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
 from collections import defaultdict
 from pathlib import Path
@@ -15,7 +17,7 @@ from urllib.parse import quote
 
 from tabulate import tabulate
 
-from suite import compare, export, plots, provenance, stats, verdicts
+from suite import compare, export, plots, provenance, verdicts
 from suite.markdown import cell, code, paragraph
 from suite.plan import override_flag
 from suite.results import (
@@ -33,56 +35,69 @@ from suite.views import Point, ScenarioView, load_views
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
 
-HEADERS = [
+# The table that answers the question, and the one that says where the time goes. Column meanings
+# and how each figure is computed: docs/reading-a-report.md (every page links to it).
+ANSWER_HEADERS = [
     "point",
-    "status",
-    "runs",
-    "fit time, median (s)",
-    "steady epoch, median (min-max) (s)",
+    "runs ok",
+    "fit time (s), geo. mean (min-max)",
+    "steady epoch (s), median (min-max)",
+    "vs baseline (fit time)",
+    "test accuracy",
+]
+COST_HEADERS = [
+    "point",
     "examples/s",
     "first-epoch overhead (s)",
     "fixed cost per step (ms)",
     "GFLOP/s (% of peak)",
-    "GPU busy %",
+    "GPU busy",
     "peak memory",
-    "speedup vs baseline",
-    "test accuracy",
-    "notes",
 ]
+METHOD_PAGE = "docs/reading-a-report.md"  # relative to the repository's top
 
 
 def _num(value: float | None, fmt: str = ".2f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _row(view: ScenarioView, p: Point) -> list[str]:
-    """The table row: the figures ``export`` computes, formatted (so the JSON and CSV say the same)."""
-    return [cell(c) for c in _cells(export.point_figures(view, p))]
+def _span(mid: float | None, low: float | None, high: float | None, fmt: str) -> str:
+    return "-" if mid is None else f"{mid:{fmt}} ({low:{fmt}}-{high:{fmt}})"
 
 
-def _cells(f: export.PointFigures) -> list[str]:
+def point_row(view: ScenarioView, p: Point) -> dict[str, str]:
+    """A point's cells in both tables, by column, and its notes: the figures ``export`` computes,
+    formatted (so the JSON and CSV say the same)."""
+    f = export.point_figures(view, p)
+    return {
+        **dict(zip(ANSWER_HEADERS, _answer_cells(f), strict=True)),
+        **dict(zip(COST_HEADERS, _cost_cells(f), strict=True)),
+        "notes": "; ".join(f.notes),
+    }
+
+
+def _answer_cells(f: export.PointFigures) -> list[str]:
     ratio = export.ratio_of(f)
     speed = "baseline" if f.is_baseline else ratio.text() if ratio else "-"
-    steady = (
-        f"{f.steady_epoch_s_median:.3f} ({f.steady_epoch_s_min:.3f}-{f.steady_epoch_s_max:.3f})"
-        if f.steady_epoch_s_median is not None
-        else "-"
-    )
     return [
         f.point,
-        f.status,
         f"{f.runs_ok}/{f.runs_total}",
-        _num(f.fit_s_median),
-        steady,
+        _span(f.fit_s_geomean, f.fit_s_min, f.fit_s_max, ".2f"),
+        _span(f.steady_epoch_s_median, f.steady_epoch_s_min, f.steady_epoch_s_max, ".3f"),
+        speed,
+        _num(f.test_accuracy_min, ".3f"),
+    ]
+
+
+def _cost_cells(f: export.PointFigures) -> list[str]:
+    return [
+        f.point,
         _num(f.steady_examples_per_s_median, ",.0f"),
         _first_epoch(f.first_epoch_overhead_s_median),
         _step_overhead(f),
         _flops(f),
         _gpu_busy(f),
         _peak_memory(f),
-        speed,
-        _num(f.test_accuracy_min, ".3f"),
-        "; ".join(f.notes),
     ]
 
 
@@ -100,7 +115,7 @@ def _step_overhead(f: export.PointFigures) -> str:
         return "-"
     text = f"{floor * 1e3:.2f} of {step * 1e3:.2f}"
     if floor >= step:
-        return f"{text} (at or above the step time: all fixed cost, within noise)"
+        return f"{text} (all fixed cost, within noise)"
     return f"{text} ({f.fixed_cost_fraction:.0%})"
 
 
@@ -118,13 +133,11 @@ def _flops(f: export.PointFigures) -> str:
     return f"{text} ({share:.1%}{flag})"
 
 
-NOT_MEASURED = "not measured"
+NOT_MEASURED = "-"
 
 
 def _gpu_busy(f: export.PointFigures) -> str:
-    """The mean GPU utilization over the steady epochs; "not measured" for CPU points and old results."""
-    if not f.runs_ok:
-        return "-"
+    """The mean GPU utilization over the steady epochs; "-" for CPU points and old results."""
     return NOT_MEASURED if f.gpu_busy_percent is None else f"{f.gpu_busy_percent:.0f}%"
 
 
@@ -134,8 +147,6 @@ def gib(n_bytes: float) -> str:
 
 def _peak_memory(f: export.PointFigures) -> str:
     """Peak host memory of the run (process tree or container), and of one GPU where sampled."""
-    if not f.runs_ok:
-        return "-"
     host, gpu = f.peak_memory_bytes, f.peak_gpu_memory_bytes
     if host is None and gpu is None:
         return NOT_MEASURED
@@ -149,15 +160,24 @@ def _environment(view: ScenarioView) -> list[str]:
     host, versions = env.get(ENV_HOST.key, {}), env.get(ENV_VERSIONS.key, {})
     lines = [
         f"- Machine: {code(view.machine)}, backend {code(run.get(RUN_BACKEND.key, '?'))}"
-        + (f", image {code(run[RUN_IMAGE.key])}" if run.get(RUN_IMAGE.key) else ""),
-        f"- CPU: {cell(host.get('cpu_model', '?'))}, {cell(host.get('cpu_count', '?'))} logical cores",
-        f"- GPUs: {cell(_gpu_text(view))}",
-        f"- Python {cell(host.get('python', '?'))}, TensorFlow {cell(versions.get('tensorflow', '-'))}, "
-        f"Keras {cell(versions.get('keras', '?'))} (backend {cell(versions.get('keras_backend', '?'))}), "
-        f"CUDA/cuDNN built for: {cell(versions.get('tf_cuda_build') or '-')}"
-        f"/{cell(versions.get('tf_cudnn_build') or '-')}",
-        *_provenance_lines(view),
+        + (f", image {code(run[RUN_IMAGE.key])}" if run.get(RUN_IMAGE.key) else "")
     ]
+    if env:
+        lines += [
+            f"- CPU: {cell(host.get('cpu_model', '?'))}, {cell(host.get('cpu_count', '?'))} logical cores",
+            f"- GPUs: {cell(_gpu_text(view))}",
+            f"- Python {cell(host.get('python', '?'))}, TensorFlow {cell(versions.get('tensorflow', '-'))}, "
+            f"Keras {cell(versions.get('keras', '?'))} (backend {cell(versions.get('keras_backend', '?'))}), "
+            f"CUDA/cuDNN built for: {cell(versions.get('tf_cuda_build') or '-')}"
+            f"/{cell(versions.get('tf_cudnn_build') or '-')}",
+        ]
+    else:
+        reasons = sorted({verdicts.short_reason(x.message) for p in view.points for x in p.runs if x.message})
+        lines.append(
+            "- CPU, GPUs and versions: not recorded, as no run reached the worker here"
+            + (f" ({cell('; '.join(reasons))})" if reasons else "")
+        )
+    lines += _provenance_lines(view)
     sources = sorted({p.ok_runs[0].quality.get(DATA_SOURCE.key, "?") for p in view.points if p.ok_runs})
     lines.append(f"- Data: {cell(', '.join(sources) or 'no run completed')}")
     if "synthetic" in sources:
@@ -167,7 +187,13 @@ def _environment(view: ScenarioView) -> list[str]:
         lines.append(
             "- **Smoke size**: fewer samples and epochs than the scenario; a check that it runs, not a measurement"
         )
-    lines += _overrides_lines(view)
+    counted = sorted(
+        {str(x.work[FLOPS_COUNTED.key]) for p in view.points for x in p.ok_runs if FLOPS_COUNTED.key in x.work}
+    )
+    if counted:
+        lines.append(f"- FLOPs per example counted as: {cell('; '.join(counted))}")
+    if view.overrides:
+        lines.append(f"- Changed from the scenario file (every point): {_set_flags(view.overrides)}")
     lines += [f"- Also on file: {cell(o)}" for o in view.other_sizes]
     return lines
 
@@ -239,34 +265,8 @@ def _image_md(image: dict[str, Any], run: dict[str, Any]) -> str:
     )
 
 
-def _override_groups(view: ScenarioView) -> list[tuple[dict[str, Any], list[Point]]]:
-    """The ``--set`` overrides the shown points ran with, each with its points, in the page's order
-    (a point's repetitions share one fingerprint, so one config: its first run speaks for it)."""
-    groups: dict[str, tuple[dict[str, Any], list[Point]]] = {}
-    for p in view.points:
-        overrides = dict(p.runs[0].spec.get("overrides") or {}) if p.runs else {}
-        groups.setdefault(json.dumps(overrides, sort_keys=True), (overrides, []))[1].append(p)
-    return list(groups.values())
-
-
 def _set_flags(overrides: dict[str, Any]) -> str:
     return " ".join(code(f"--set {override_flag(k, v)}") for k, v in overrides.items())
-
-
-def _overrides_lines(view: ScenarioView) -> list[str]:
-    """What ``run --set`` changed from the scenario file; nothing when every point ran as the file says."""
-    groups = _override_groups(view)
-    if len(groups) == 1:
-        overrides = groups[0][0]
-        return [f"- Changed from the scenario file (every point): {_set_flags(overrides)}"] if overrides else []
-    lines = []
-    for overrides, points in groups:
-        labels = "; ".join(p.label for p in points)
-        if overrides:
-            lines.append(f"- Changed from the scenario file for {cell(labels)}: {_set_flags(overrides)}")
-        else:
-            lines.append(f"- As the scenario file says (no `--set`) for {cell(labels)}")
-    return lines
 
 
 def _gpu_text(view: ScenarioView) -> str:
@@ -283,14 +283,47 @@ def _gpu_text(view: ScenarioView) -> str:
 
 
 def _failures(view: ScenarioView) -> list[str]:
-    out = []
+    """Runs that did not end ok, one line per status and reason (the full reason, once), with
+    how many runs of which points it holds."""
+    grouped: dict[tuple[str, str], list[tuple[str, int]]] = {}
     for p in view.points:
         for r in p.runs:
             if not r.ok:
                 msg = r.message.splitlines()[0] if r.message else ""
-                rep = r.spec.get("repetition", 0)
-                out.append(f"- {cell(p.label)}, repetition {cell(rep)}: {code(r.status)}: {cell(msg)}")
+                grouped.setdefault((r.status, msg), []).append((p.label, int(r.spec.get("repetition", 0))))
+    out = []
+    for (status, msg), runs in grouped.items():
+        labels = list(dict.fromkeys(label for label, _ in runs))
+        where = f"{len(runs)} run{'s' if len(runs) != 1 else ''} of {_points_text(labels)}"
+        out.append(f"- {code(status)}, {cell(where)}" + (f": {cell(msg)}" if msg else ""))
     return out
+
+
+def _points_text(labels: list[str], limit: int = 8) -> str:
+    """'width=100, device=gpu' or '3 points: a; b; c', the list cut after ``limit`` with the count."""
+    if len(labels) == 1:
+        return labels[0]
+    shown = "; ".join(labels[:limit]) + (f"; and {len(labels) - limit} more" if len(labels) > limit else "")
+    return f"{len(labels)} points ({shown})"
+
+
+def _not_compared(verdict: verdicts.Verdict) -> list[str]:
+    return [f"- {cell(', '.join(names))}: {cell(why)}" for why, names in verdict.not_compared_by_reason()]
+
+
+def _left_out(view: ScenarioView, results_dir: Path | None) -> list[str]:
+    """Runs of the shown points measured with other settings: named, never merged into a row."""
+    folder = Path(_folder_text(results_dir) or DEFAULT_RESULTS)
+    return [
+        f"- {cell(x.label)}: {x.runs} run{'s' if x.runs != 1 else ''} with other settings ({cell(x.differences)}); "
+        f"the newest: {code('python -m suite show ' + shlex.quote(str(folder / x.example)))}"
+        for x in view.left_out
+    ]
+
+
+def _notes(figures: list[export.PointFigures], view: ScenarioView) -> list[str]:
+    """A line per point that has notes (instability, the accuracy gate, load), below the table."""
+    return [f"- {cell(f.point)}: {cell('; '.join(f.notes))}" for f in figures if f.notes]
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -336,12 +369,12 @@ def _reproduce(view: ScenarioView, results_dir: Path | None = None) -> str:
     """The commands that measure the shown points again, as they were measured, and remake the page.
 
     Every recorded choice that changes what runs is carried: the backend, the smoke size, the
-    number of repetitions, the ``--set`` overrides (points run with different ones get a ``run``
-    each), and the points: ``-k`` naming them when they are not every point of the scenario file
-    (a page cut with ``report -k`` repeats that ``-k``). The results folder and the machine's name
-    are carried too, so ``report`` reads what ``run`` wrote, as the page was made. On a machine
-    whose folder already holds these results, ``run`` skips every point that has an ok result: the
-    reproduce command (``_check``) is the one that measures them again there and compares.
+    number of repetitions, the ``--set`` overrides of the view, and the points: ``-k`` naming them
+    when they are not every point of the scenario file (a page cut with ``report -k`` repeats that
+    ``-k``). The results folder and the machine's name are carried too, so ``report`` reads what
+    ``run`` wrote, as the page was made. On a machine whose folder already holds these results,
+    ``run`` skips every point that has an ok result: the reproduce command (``_check``) is the one
+    that measures them again there and compares.
     """
     spec, run = view.spec, view.newest.run
     folder = _folder_text(results_dir)
@@ -354,22 +387,15 @@ def _reproduce(view: ScenarioView, results_dir: Path | None = None) -> str:
         base.append(f"--results {shlex.quote(folder)}")
     base.append(f"--machine {shlex.quote(view.machine)}")
     selection = getattr(view, "selection", None)  # suite.select.SelectedView: the page was cut with -k
-    groups = _override_groups(view) or [({}, [])]
-    every = _takes_every_point(view)
-    commands = []
-    for overrides, points in groups:
-        parts = list(base)
-        if len(groups) > 1:
-            parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in points]))}")
-        elif selection:
-            parts.append(f"-k {shlex.quote(selection)}")
-        elif not every and view.points:
-            parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in view.points]))}")
-        parts += [f"--set {shlex.quote(override_flag(k, v))}" for k, v in overrides.items()]
-        commands.append(" ".join(parts))
+    parts = list(base)
+    if selection:
+        parts.append(f"-k {shlex.quote(selection)}")
+    elif not _takes_every_point(view) and view.points:
+        parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in view.points]))}")
+    parts += [f"--set {shlex.quote(override_flag(k, v))}" for k, v in view.overrides.items()]
     again = "python -m suite report" + (f" --results {shlex.quote(folder)}" if folder else "")
     again += f" -k {shlex.quote(selection)}" if selection else ""
-    return " && ".join([*commands, again])
+    return " && ".join([" ".join(parts), again])
 
 
 def _check(view: ScenarioView, results_dir: Path | None) -> str:
@@ -382,93 +408,123 @@ def _check(view: ScenarioView, results_dir: Path | None) -> str:
     )
 
 
-def _method(views: list[ScenarioView]) -> str:
-    """How every column is computed, with the FLOP count as the results themselves record it."""
-    runs = [r for view in views for p in view.points for r in p.ok_runs]
-    counted = sorted({str(r.work[FLOPS_COUNTED.key]) for r in runs if FLOPS_COUNTED.key in r.work})
-    flops = "; ".join(counted) or "not recorded"
-    return (
-        "*Fit time*: the whole `model.fit`, the figure the original questions "
-        "compared; median over repetitions, each a fresh process or container. *Steady epoch*: each run's "
-        "median epoch after the first, median (min-max) over repetitions; *examples/s* follows from it. "
-        "*First-epoch overhead*: the first epoch's time beyond a steady one (tracing, compilation); below "
-        "zero it is noise. *Fixed cost per step*: the step time of the same model with its arithmetic taken "
-        "away (an MLP with every hidden width 1, a CNN with one filter per conv layer and a dense width of 1), "
-        "trained the same way (depth, kernel size, pooling, activation, dropout, optimizer, data, batch, "
-        "steps_per_execution, dtype policy, devices; median of 3 epochs after a first), against this model's "
-        "step: the part of each step that is not arithmetic. *GFLOP/s*: steady examples/s times the FLOPs per "
-        f"example counted as {cell(flops)}. *% of peak*: against one device's peak times the number of GPUs: a "
-        "chain of square matmuls in the run's compute dtype (median of 7 batches), timed inside the first run of "
-        "each `suite run` "
-        "with the same backend, image, device kind, dtype and thread setting, and used for the later runs with "
-        "that key; float32 on NVIDIA GPUs from Ampere on may run as TF32, which the result records. "
-        f"*Speedup*: the baseline's fit time over this point's, the {cell(stats.METHOD)}: the geometric means, "
-        "not the medians shown (they agree under log-normal noise and part when one repetition is far off); "
-        '"not significant" when the interval holds 1, and no difference that is not significant is called a gain. '
-        "*GPU busy %*: the share of time the run's GPUs were executing a kernel (NVML's utilization, sampled at "
-        "5 Hz on the machine the GPUs are in, through NVML or nvidia-smi), averaged over the steady epochs (the "
-        "fit after its first epoch, as the worker's progress lines mark it; the whole fit when that holds "
-        "under 5 samples; never the whole run, so a result without a fit window has none) and over the run's "
-        "GPUs, then the "
-        "plain mean across repetitions (a share of time: equal runs weigh equally); busy is not the same as "
-        "fully used, a single small kernel counts; each reading covers a trailing window of up to a second "
-        "(by product), so the window's edges blur by that much. *Peak memory*: the largest over repetitions "
-        "of each run's "
-        "peak host memory: for a local run the worker's process tree (summed resident memory sampled at 5 Hz, "
-        "or the kernel's high-water mark of its largest process if higher), for a container the engine's "
-        "memory usage less inactive file cache, as `docker stats` shows it (the engine "
-        "reports about once a second, so a shorter spike can be missed; it leaves out most of the mapped "
-        "libraries a local run's resident memory "
-        "counts, so the two "
-        "backends' figures are not comparable); in brackets the most memory used on one GPU, the device as a "
-        'whole. "not measured": the '
-        "result has no such samples (a CPU point for GPU busy, a result recorded before telemetry)."
-    )
-
-
 def plot_name(view: ScenarioView) -> str:
-    return f"{view.scenario}.{view.machine}.png"
+    """``<scenario>.<machine>.png``; a view of ``--set`` runs adds a hash of its overrides."""
+    if not view.overrides:
+        return f"{view.scenario}.{view.machine}.png"
+    digest = hashlib.sha256(json.dumps(view.overrides, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{view.scenario}.{view.machine}.set-{digest}.png"
+
+
+def view_title(view: ScenarioView) -> str:
+    """'On `box`', or 'On `box`, with `--set x=1`' for a view of runs with overrides."""
+    return f"On {code(view.machine)}" + (f", with {_set_flags(view.overrides)}" if view.overrides else "")
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    return tabulate([[cell(c) for c in row] for row in rows], headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _cost_table(figures: list[export.PointFigures]) -> list[str]:
+    """Where the time goes; a column no row measured is left out and named below the table."""
+    rows = [_cost_cells(f) for f in figures]
+    keep = [i for i in range(len(COST_HEADERS)) if i == 0 or any(row[i] != "-" for row in rows)]
+    dropped = [COST_HEADERS[i] for i in range(len(COST_HEADERS)) if i not in keep]
+    lines = [_table([COST_HEADERS[i] for i in keep], [[row[i] for i in keep] for row in rows])]
+    if dropped:
+        lines += ["", f"Not measured for any point here: {', '.join(dropped)}."]
+    return lines
 
 
 def render_scenario(
-    views: list[ScenarioView], plotted: frozenset[str] = frozenset(), results_dir: Path | None = None
+    views: list[ScenarioView],
+    plotted: frozenset[str] = frozenset(),
+    results_dir: Path | None = None,
+    method_link: str = METHOD_PAGE,
 ) -> str:
-    """The scenario page; ``plotted`` names the PNG files written beside it, to link."""
+    """The scenario page; ``plotted`` names the PNG files written beside it, to link;
+    ``method_link``: where the column definitions are, as a link from the page."""
     first = views[0]
     spec = first.spec
+    judged = [verdicts.judge(view) for view in views]
     lines = [f"# {cell(first.scenario)}", "", f"**Question:** {cell(spec.get('question', ''))}", ""]
-    for view in views:
-        lines.append(f"- **Verdict ({cell(view.machine)}):** {cell(verdicts.verdict(view))}")
+    for view, verdict in zip(views, judged, strict=True):
+        lines.append(f"- **{view_title(view)}:** {cell(verdict.text)}")
     description = spec.get("report", {}).get("description")
     if description:
         lines += ["", paragraph(description)]
-    for view in views:
-        rows = [_row(view, p) for p in view.points]
-        lines += ["", f"## On {code(view.machine)}", "", "### Environment", "", *_environment(view)]
-        lines += ["", "### Results", "", tabulate(rows, headers=HEADERS, tablefmt="github", disable_numparse=True)]
+    lines += ["", f"What each column means and how it is computed: [reading a report]({quote(method_link)})."]
+    for view, verdict in zip(views, judged, strict=True):
+        figures = [export.point_figures(view, p) for p in view.points]
+        ran = [f for f in figures if f.runs_ok]
+        lines += ["", f"## {view_title(view)}", ""]
+        if view.overrides:
+            lines += [
+                f"These runs changed the scenario file's settings with {_set_flags(view.overrides)}: "
+                "they are shown apart from the runs without it, and never compared with them.",
+                "",
+            ]
+        lines.append("### Results")
+        if ran:
+            lines += ["", _table(ANSWER_HEADERS, [_answer_cells(f) for f in ran])]
+            notes = _notes(ran, view)
+            if notes:
+                lines += ["", "Notes:", "", *notes]
+        idle = len(figures) - len(ran)
+        if idle:
+            lines += ["", f"{idle} of {len(figures)} points have no ok run: see Skips and failures below."]
         if plot_name(view) in plotted:
             alt = f"{cell(view.scenario)} on {cell(view.machine)}"
             lines += ["", f"![{alt}]({quote(plot_name(view))})"]
+        if ran:
+            lines += ["", "### Where the time goes", "", *_cost_table(ran)]
+        not_compared = _not_compared(verdict)
+        if not_compared:
+            lines += ["", "### Not compared", "", *not_compared]
         failures = _failures(view)
         if failures:
-            lines += ["", "### Failures and skips", "", *failures]
+            lines += ["", "### Skips and failures", "", *failures]
+        left_out = _left_out(view, results_dir)
+        if left_out:
+            lines += [
+                "",
+                "### Not shown: runs under other settings",
+                "",
+                "Each point shows its newest settings; these runs of the same points were measured otherwise:",
+                "",
+                *left_out,
+            ]
+        lines += ["", "### Environment", "", *_environment(view)]
         lines += ["", "### Reproduce", "", code(_reproduce(view, results_dir))]
         lines += ["", f"To check these numbers: {code(_check(view, results_dir))}"]
-    lines += ["", "## How each column is computed", "", _method(views)]
     return "\n".join(lines) + "\n"
 
 
-def render_index(by_scenario: dict[str, list[ScenarioView]]) -> str:
+def render_index(by_scenario: dict[str, list[ScenarioView]], selection: str | None = None) -> str:
     rows = []
     for name, views in sorted(by_scenario.items()):
         for view in views:
-            rows.append([f"[{cell(name)}]({quote(name)}.md)", cell(view.machine), cell(verdicts.verdict(view))])
+            machine = cell(view.machine) + (f" ({_set_flags(view.overrides)})" if view.overrides else "")
+            answer = verdicts.judge(view).first_sentence
+            rows.append([f"[{cell(name)}]({quote(name)}.md)", machine, cell(answer)])
     table = tabulate(rows, headers=["scenario", "machine", "verdict"], tablefmt="github", disable_numparse=True)
-    return (
-        "# Reports\n\nGenerated by `python -m suite report` from the result files under `results/` "
-        "(one folder per machine). Regenerating from the same files gives the same bytes. "
-        "[hardware.md](hardware.md) sets the machines side by side.\n\n" + table + "\n"
-    )
+    if selection is not None:
+        head = (
+            f"# Reports: the points {code('-k ' + selection)} takes\n\nGenerated by `python -m suite report -k`; the "
+            "full pages are one folder up, untouched by this cut.\n\n"
+        )
+    else:
+        head = (
+            "# Reports\n\nGenerated by `python -m suite report` from the result files under `results/` "
+            "(one folder per machine). Regenerating from the same files gives the same bytes. "
+            "[hardware.md](hardware.md) sets the machines side by side.\n\n"
+        )
+    return head + table + "\n"
+
+
+def selected_dir(out_dir: Path) -> Path:
+    """Where ``report -k`` writes its pages and exports: a folder of their own inside ``--out``."""
+    return out_dir / "selected"
 
 
 def write_reports(
@@ -476,12 +532,15 @@ def write_reports(
 ) -> list[Path]:
     """Scenario pages, their plots, the index and the hardware comparison; returns the paths written.
 
-    ``select``: a ``-k`` expression; only the points it takes are shown, and each page says so.
+    ``select``: a ``-k`` expression; only the points it takes are shown, each page and the index say
+    so, and no ``hardware.md`` is written. ``report -k`` writes such a cut into ``selected_dir``
+    (``--out``/selected), never over the full report's pages and index.
     """
     by_scenario: dict[str, list[ScenarioView]] = defaultdict(list)
     for view in select_views(load_views(results_dir), select):
         by_scenario[view.scenario].append(view)
     out_dir.mkdir(parents=True, exist_ok=True)
+    method_link = _method_link(out_dir)
     written = []
     for name, views in sorted(by_scenario.items()):
         plotted = set()
@@ -490,11 +549,24 @@ def write_reports(
             if png is not None:
                 written.append(_write(out_dir / plot_name(view), png))
                 plotted.add(plot_name(view))
-        written.append(_write(out_dir / f"{name}.md", render_scenario(views, frozenset(plotted), results_dir)))
-    written.append(_write(out_dir / "README.md", render_index(by_scenario)))
-    all_views = [v for views in by_scenario.values() for v in views]
-    written.append(_write(out_dir / "hardware.md", compare.render(all_views, reference)))
+        page = render_scenario(views, frozenset(plotted), results_dir, method_link)
+        written.append(_write(out_dir / f"{name}.md", page))
+    written.append(_write(out_dir / "README.md", render_index(by_scenario, select)))
+    if select is None:
+        # Machines side by side on the scenario files' own settings: --set runs are not another machine.
+        plain = [v for views in by_scenario.values() for v in views if not v.overrides]
+        written.append(_write(out_dir / "hardware.md", compare.render(plain, reference)))
     return written
+
+
+def _method_link(out_dir: Path) -> str:
+    """The column definitions' page as a link from ``out_dir``: relative inside this checkout (pages
+    published in ``reports/`` link to ``../docs/...``), else the page's path in the repository."""
+    try:
+        out_dir.resolve().relative_to(REPO_ROOT)
+    except (OSError, ValueError):
+        return METHOD_PAGE  # a folder outside the checkout: a link into it would name where it lies
+    return Path(os.path.relpath(REPO_ROOT / METHOD_PAGE, out_dir.resolve())).as_posix()
 
 
 def _write(path: Path, content: str | bytes) -> Path:

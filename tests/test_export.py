@@ -69,14 +69,17 @@ def _text(inline: Any) -> str:
 
 
 def _scenario_tables(page: str) -> dict[str, list[dict[str, str]]]:
-    """machine -> the rows of its Results table (header -> cell text), from a scenario page."""
+    """machine -> the rows of its two tables (Results, Where the time goes) merged per point
+    (header -> cell text), with each point's line under "Notes:" as its "notes", from a scenario page."""
     tokens = _md().parse(page)
-    tables: dict[str, list[dict[str, str]]] = {}
-    machine, header, rows, row = None, [], [], []
+    tables: dict[str, dict[str, dict[str, str]]] = {}
+    machine, section, rows, row = None, "", [], []
     for i, tok in enumerate(tokens):
         if tok.type == "heading_open" and tok.tag == "h2":
             machine = re.fullmatch(r"On (.+)", _text(tokens[i + 1]))
             machine = machine.group(1) if machine else None
+        elif tok.type == "heading_open" and tok.tag == "h3":
+            section = _text(tokens[i + 1])
         elif tok.type == "tr_open":
             row = []
         elif tok.type in ("th_open", "td_open"):
@@ -87,8 +90,13 @@ def _scenario_tables(page: str) -> dict[str, list[dict[str, str]]]:
             rows = []
         elif tok.type == "table_close" and machine and rows[0][0] == "point":
             header = rows[0]
-            tables[machine] = [dict(zip(header, r, strict=True)) for r in rows[1:]]
-    return tables
+            for r in rows[1:]:
+                tables.setdefault(machine, {}).setdefault(r[0], {}).update(dict(zip(header, r, strict=True)))
+        elif tok.type == "inline" and machine and section == "Results" and tokens[i - 1].type == "paragraph_open":
+            point, _, notes = _text(tok).partition(": ")
+            if i > 2 and tokens[i - 2].type == "list_item_open" and point in tables.get(machine, {}):
+                tables[machine][point]["notes"] = notes
+    return {m: list(points.values()) for m, points in tables.items()}
 
 
 NUMBER = re.compile(r"(?<![\d.])-?\d[\d,]*(?:\.\d+)?")
@@ -111,11 +119,10 @@ def _agrees(text: str, expected: list[float]) -> bool:
 def _check_row(p: dict[str, Any], row: dict[str, str]) -> None:
     """One point's exported figures against its Markdown row, column by column."""
     label = p["point"]
-    assert row["status"] == p["status"], label
-    assert row["runs"] == f"{p['runs_ok']}/{p['runs_total']}", label
+    assert row["runs ok"] == f"{p['runs_ok']}/{p['runs_total']}", label
     simple = {
-        "fit time, median (s)": [p["fit_s_median"]],
-        "steady epoch, median (min-max) (s)": [
+        "fit time (s), geo. mean (min-max)": [p["fit_s_geomean"], p["fit_s_min"], p["fit_s_max"]],
+        "steady epoch (s), median (min-max)": [
             p["steady_epoch_s_median"],
             p["steady_epoch_s_min"],
             p["steady_epoch_s_max"],
@@ -143,24 +150,23 @@ def _check_row(p: dict[str, Any], row: dict[str, str]) -> None:
         assert _agrees(row["GFLOP/s (% of peak)"], [flops / 1e9, *share]), (label, row["GFLOP/s (% of peak)"])
     _check_telemetry(p, row)
     _check_speedup(p, row)
-    assert row["notes"] == "; ".join(p["notes"]), label
+    assert row.get("notes", "") == "; ".join(p["notes"]), label
 
 
 def _check_telemetry(p: dict[str, Any], row: dict[str, str]) -> None:
     busy, host, gpu = p["gpu_busy_percent"], p["peak_memory_bytes"], p["peak_gpu_memory_bytes"]
-    if not p["runs_ok"]:
-        assert row["GPU busy %"] == row["peak memory"] == "-"
-        return
-    assert row["GPU busy %"] == "not measured" if busy is None else _agrees(row["GPU busy %"], [busy])
+    # A column no point of the section measured is left out of the table: "-" for each of its rows.
+    shown_busy, shown_memory = row.get("GPU busy", "-"), row.get("peak memory", "-")
+    assert shown_busy == "-" if busy is None else _agrees(shown_busy, [busy])
     if host is None and gpu is None:
-        assert row["peak memory"] == "not measured"
+        assert shown_memory == "-"
     else:
         expected = [x / GIB for x in (host, gpu) if x is not None]
-        assert _agrees(row["peak memory"], expected), (row["peak memory"], expected)
+        assert _agrees(shown_memory, expected), (shown_memory, expected)
 
 
 def _check_speedup(p: dict[str, Any], row: dict[str, str]) -> None:
-    text = row["speedup vs baseline"]
+    text = row["vs baseline (fit time)"]
     # The cell says the ratio as a factor of 1 or more with its word, the interval inverted with it.
     runs = (p["speedup_runs_baseline"], p["speedup_runs_point"])
     r = None if p["speedup"] is None else stats.Ratio(p["speedup"], p["speedup_ci_low"], p["speedup_ci_high"], runs)
@@ -233,8 +239,9 @@ def test_every_figure_equals_the_markdown_table(exported, source: str) -> None:
         for machine, rows in _scenario_tables((out / f"{page}.md").read_text()).items():
             tables[(machine, page)] = {r["point"]: r for r in rows}
     shown = sum(len(rows) for rows in tables.values())
-    assert len(points) == shown == 15, "one exported point per table row"
-    for p in points:
+    ran = [p for p in points if p["runs_ok"]]
+    assert len(points) == 15 and len(ran) == shown == 11, "one table row per exported point that ran"
+    for p in ran:
         _check_row(p, tables[(p["machine"], p["scenario"])][p["point"]])
     busy = [p for p in points if p["gpu_busy_percent"] is not None]
     assert len(busy) == 3 and all(p["gpu_busy_percent"] == 21.0 for p in busy), "the telemetry columns are exercised"
@@ -252,6 +259,10 @@ def test_points_csv_holds_the_json_numbers_exactly(exported) -> None:
                 assert value == "; ".join(p["notes"])
             elif key == "overrides":
                 assert value == export.overrides_text(p["overrides"])
+            elif key.startswith(export.COORD_PREFIX):
+                axis = key.removeprefix(export.COORD_PREFIX)
+                expected = p["coords"].get(axis)
+                assert value == ("" if expected is None else str(expected)), (p["point"], key, value)
             elif key.startswith("runs_") and key not in p:
                 assert int(value) == p["status_counts"].get(key.removeprefix("runs_"), 0)
             elif key in ("point", "status", "machine", "scenario", "device", "baseline"):
@@ -288,6 +299,7 @@ def test_every_exported_field_is_documented(exported) -> None:
     doc, text = _json(exported[1]), DOC.read_text()
     fields = set(doc) | set(doc["views"][0]) | set(doc["points"][0]) | set(doc["runs"][0])
     fields |= set(_csv_rows(exported[1] / "points.csv")[0])
+    fields = {"coord.<axis>" if f.startswith(export.COORD_PREFIX) else f for f in fields}
     missing = sorted(f for f in fields if f"`{f}`" not in text and not re.fullmatch(r"runs_\w+", f))
     assert not missing, f"docs/export.md does not describe: {missing}"
     assert "`runs_<status>`" in text and "`epoch_<i>_s`" in text
@@ -396,9 +408,10 @@ def test_compare_json_refuses_a_missing_folder(tmp_path: Path) -> None:
 def test_k_selects_the_same_points_in_every_format(tmp_path: Path) -> None:
     proc = suite_cli("report", "--results", FIXTURES, "--out", tmp_path, "--format", "md,json", "-k", "device=cpu")
     assert proc.returncode == 0, proc.stderr
-    doc = _json(tmp_path)
+    assert not list(tmp_path.glob("*.*")), "a cut writes nothing over the full report"
+    doc = _json(tmp_path / "selected")
     shown = set()
-    for page in tmp_path.glob("fx_*.md"):
+    for page in (tmp_path / "selected").glob("fx_*.md"):
         for machine, rows in _scenario_tables(page.read_text()).items():
             shown |= {(machine, page.stem, r["point"]) for r in rows}
     assert {(p["machine"], p["scenario"], p["point"]) for p in doc["points"]} == shown
@@ -437,16 +450,20 @@ def test_a_point_measured_with_other_settings_gets_no_speedup(tmp_path: Path) ->
             path.write_text(json.dumps(data))
     proc = suite_cli("report", "--results", res, "--out", out, "--format", "md,json,csv")
     assert proc.returncode == 0, proc.stderr
-    why = "not compared: other settings (--set training.epochs=1, against no --set)"
+    why = "not compared: no run of its baseline with the same --set"
     points = {p["point"]: p for p in _json(out)["points"] if p["scenario"] == "fx_scaling"}
     changed, same = points["batch_mode=global, device=cpu:2"], points["batch_mode=per_replica, device=cpu:2"]
     assert changed["speedup"] is None and changed["speedup_ci_low"] is None, changed
     assert changed["speedup_significant"] is None and why in changed["notes"], changed["notes"]
     assert same["speedup"] is not None and not any("not compared" in n for n in same["notes"]), same
-    rows = {r["point"]: r for r in _scenario_tables((out / "fx_scaling.md").read_text())["fixture-local"]}
-    assert rows["batch_mode=global, device=cpu:2"]["speedup vs baseline"] == "-"
-    assert why in rows["batch_mode=global, device=cpu:2"]["notes"]
-    assert rows["batch_mode=per_replica, device=cpu:2"]["speedup vs baseline"].endswith(")")
+    sections = _scenario_tables((out / "fx_scaling.md").read_text())
+    plain = {r["point"]: r for r in sections["fixture-local"]}
+    apart = {r["point"]: r for r in sections["fixture-local, with --set training.epochs=1"]}
+    assert "batch_mode=global, device=cpu:2" not in plain, "a --set run is never a row of the plain scenario"
+    assert list(apart) == ["batch_mode=global, device=cpu:2"]
+    assert apart["batch_mode=global, device=cpu:2"]["vs baseline (fit time)"] == "-"
+    assert why in apart["batch_mode=global, device=cpu:2"]["notes"]
+    assert plain["batch_mode=per_replica, device=cpu:2"]["vs baseline (fit time)"].endswith(")")
     csv_rows = {r["point"]: r for r in _csv_rows(out / "points.csv") if r["scenario"] == "fx_scaling"}
     assert csv_rows["batch_mode=global, device=cpu:2"]["speedup"] == ""
     assert why in csv_rows["batch_mode=global, device=cpu:2"]["notes"]

@@ -27,12 +27,12 @@ def _point(timing: dict[str, Any], work: dict[str, Any] | None = None, device: s
     ]
     p = Point(spec["point_label"], spec["point"], runs)
     view = ScenarioView("m", "s", False, [p])
-    return view, p, dict(zip(report.HEADERS, report._row(view, p), strict=True))
+    return view, p, report.point_row(view, p)
 
 
 def test_probe_slower_than_the_model_is_noise_not_100_percent() -> None:
     _, _, row = _point({"step_s": 0.010, "step_floor_s": 0.012, "fit_s": 1.0})
-    assert row["fixed cost per step (ms)"] == "12.00 of 10.00 (at or above the step time: all fixed cost, within noise)"
+    assert row["fixed cost per step (ms)"] == "12.00 of 10.00 (all fixed cost, within noise)"
     _, _, row = _point({"step_s": 0.010, "step_floor_s": 0.004, "fit_s": 1.0})
     assert row["fixed cost per step (ms)"] == "4.00 of 10.00 (40%)"
 
@@ -147,8 +147,8 @@ def test_gpu_busy_is_the_plain_mean_over_repetitions_and_peak_memory_the_largest
     view, p, _ = _point({"fit_s": 1.0})
     for r, busy, mem in zip(p.runs, (10.0, 20.0, 60.0), (2**30, 3 * 2**30, 2 * 2**30), strict=True):
         r.telemetry.update(_telemetry(busy, mem, hwm=mem / 2, gpu_mem=2**29))
-    row = dict(zip(report.HEADERS, report._row(view, p), strict=True))
-    assert row["GPU busy %"] == "30%"
+    row = report.point_row(view, p)
+    assert row["GPU busy"] == "30%"
     assert row["peak memory"] == "3.00 GiB (GPU 0.50 GiB)"
 
 
@@ -156,11 +156,11 @@ def test_kernel_high_water_mark_wins_when_higher_than_the_sampled_peak() -> None
     view, p, _ = _point({"fit_s": 1.0}, device="cpu")
     for r in p.runs:
         r.telemetry.update(_telemetry(None, 2**30, hwm=1.5 * 2**30))
-    row = dict(zip(report.HEADERS, report._row(view, p), strict=True))
+    row = report.point_row(view, p)
     assert row["peak memory"] == "1.50 GiB"
-    assert row["GPU busy %"] == "not measured", "a CPU point has no GPU to be busy"
+    assert row["GPU busy"] == "-", "a CPU point has no GPU to be busy"
 
 
 def test_results_without_telemetry_say_not_measured() -> None:
     _, _, row = _point({"fit_s": 1.0})
-    assert row["GPU busy %"] == "not measured" and row["peak memory"] == "not measured"
+    assert row["GPU busy"] == "-" and row["peak memory"] == "-"

@@ -119,7 +119,7 @@ def _machine(tmp_path: Path, name: str, section: Any) -> None:
 
 
 def _environment(page: str, machine: str) -> list[str]:
-    section = page.split(f"## On `{machine}`", 1)[1].split("### Results", 1)[0]
+    section = page.split(f"## On `{machine}`", 1)[1].split("### Environment", 1)[1].split("### Reproduce", 1)[0]
     return [line for line in section.splitlines() if line.startswith("- ")]
 
 
@@ -321,3 +321,49 @@ def test_the_image_line_names_the_base(tmp_path: Path) -> None:
     assert made and made[0].endswith(
         f", base: Debian packages, made on the build machine: `suite-base:21ab` (ID {image_id})"
     ), made
+
+
+def _verdicts(page: str) -> list[str]:
+    """The verdict bullets at the top of a scenario page, as a reader sees them."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(page.split("\n## ", 1)[0])
+    return [t.content for i, t in enumerate(tokens) if t.type == "inline" and tokens[i - 2].type == "list_item_open"]
+
+
+def test_pages_are_read_at_a_glance(rendered: Path) -> None:
+    """Verdicts of at most two sentences and ~300 characters, tables a screen wide, the column
+    definitions on one linked page, each skip reason said once."""
+    for name in ("fx_width", "fx_scaling", "fx_knobs"):
+        page = (rendered / f"{name}.md").read_text()
+        said = _verdicts(page)
+        assert said, name
+        for line in said:
+            verdict = line.split(":** ", 1)[1]
+            assert len(re.findall(r"\.(?:\s+(?=[A-Z])|$)", verdict)) <= 2 and len(verdict) <= 320, verdict
+            depth = max(verdict[: i + 1].count("(") - verdict[: i + 1].count(")") for i in range(len(verdict)))
+            assert depth <= 1, f"parentheses nest: {verdict}"
+        table_rows = [line for line in page.splitlines() if line.startswith("|")]
+        assert max(len(row) for row in table_rows) <= 200, name
+        assert max(row.count("|") for row in table_rows) <= 8, "at most 7 columns a table"
+        assert "How each column is computed" not in page and "(docs/reading-a-report.md)" in page
+        assert "?" not in "".join(line for line in page.splitlines() if line.startswith("- CPU"))
+        failures = page.split("### Skips and failures", 1)[1].split("###", 1)[0] if "Skips and" in page else ""
+        reasons = [line.split(": ", 1)[-1] for line in failures.splitlines() if line.startswith("- ")]
+        assert len(reasons) == len(set(reasons)), "one line per reason"
+    index = (rendered / "README.md").read_text()
+    cells = [row.split("|")[3].strip() for row in index.splitlines() if row.startswith("| [")]
+    assert cells and all(len(re.findall(r"\.(?:\s+(?=[A-Z])|$)", c)) == 1 for c in cells), cells
+
+
+def test_a_page_of_skips_only_says_what_it_knows_of_the_host(tmp_path: Path) -> None:
+    for path in sorted((FIXTURES / "fixture-local" / "fx_width").glob("*.json")):
+        data = json.loads(path.read_text())
+        if data["status"] == "skipped":
+            (tmp_path / "box" / "fx_width").mkdir(parents=True, exist_ok=True)
+            (tmp_path / "box" / "fx_width" / path.name).write_text(json.dumps(data))
+    report.write_reports(tmp_path, tmp_path / "out")
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    assert "CPU: ?" not in page and "Python ?" not in page
+    assert "- CPU, GPUs and versions: not recorded, as no run reached the worker here (needs 1 GPU(s); this " in page
+    assert "2 of 2 points have no ok run" in page

@@ -222,17 +222,27 @@ def test_a_filter_matching_nothing_counts_points_not_runs() -> None:
     assert proc.stderr.count("\n  mnist_mlp_width: ") == 12, proc.stderr
 
 
-def test_report_k_shows_only_matching_points_and_says_so(tmp_path: Path) -> None:
+def test_report_k_shows_only_matching_points_and_leaves_the_full_report_as_it_was(tmp_path: Path) -> None:
+    full = suite_cli("report", "--results", FIXTURE_RESULTS, "--out", tmp_path)
+    assert full.returncode == 0, full.stderr
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert {"README.md", "fx_width.md", "fx_knobs.md", "fx_scaling.md", "hardware.md"} <= set(before)
     proc = suite_cli(
         "report", "--results", FIXTURE_RESULTS, "--out", tmp_path, "-k", "scenario=fx_width and device=cpu"
     )
     assert proc.returncode == 0, proc.stderr
-    page = (tmp_path / "fx_width.md").read_text()
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert after == before, "a cut neither replaces nor drops a page or an index entry of the full report"
+    cut = tmp_path / "selected"
+    assert f"the pages it takes are in {cut}" in proc.stdout
+    page = (cut / "fx_width.md").read_text()
     assert "| width=100, device=cpu " in page and "device=gpu" not in page.split("### Results")[1].split("###")[0]
     assert "2 of 4 points, not shown: the page was made with -k 'scenario=fx_width and device=cpu'" in page
     assert "python -m suite report --results tests/fixtures/results -k 'scenario=fx_width and device=cpu'`" in page
     assert "-k 'scenario=fx_width and device=cpu' && python -m suite report" in page, "Reproduce runs the same points"
-    assert not (tmp_path / "fx_knobs.md").exists(), "a scenario with no matching point gets no page"
+    assert not (cut / "fx_knobs.md").exists(), "a scenario with no matching point gets no page"
+    index = (cut / "README.md").read_text()
+    assert "the points `-k scenario=fx_width and device=cpu` takes" in index and "fx_knobs" not in index
     bad = suite_cli("report", "--results", FIXTURE_RESULTS, "--out", tmp_path, "-k", "device=tpu")
     assert (
         bad.returncode == 2 and "matches none of the" in bad.stderr and "fx_width: width=100, device=cpu" in bad.stderr
