@@ -79,8 +79,15 @@ def test_synthetic_data_is_said_in_the_report(smoke_run) -> None:
 def test_rerun_skips_done_runs_and_report_is_byte_identical(smoke_run, tmp_path: Path) -> None:
     res, out, _ = smoke_run
     again = suite_cli(
-        "run", "--smoke", "--backend", "local", SCENARIOS / "mnist_mlp_width.yaml", "--results", res,
-        "--machine", "testbox",
+        "run",
+        "--smoke",
+        "--backend",
+        "local",
+        SCENARIOS / "mnist_mlp_width.yaml",
+        "--results",
+        res,
+        "--machine",
+        "testbox",
     )
     assert again.returncode == 0
     assert "6 runs already done (ok result on file; --fresh reruns)" in again.stdout.splitlines()

@@ -64,7 +64,9 @@ def test_a_set_run_and_an_edited_scenario_are_never_merged_into_the_published_ro
     assert proc.returncode == 0, proc.stderr
     page = (out / "tiny_views.md").read_text()
     sections = _sections(page)
-    assert [h for h in sections if h] == ["On box", "On box, with --set training.optimizer=sgd"], "as the file says, first"
+    assert [h for h in sections if h] == ["On box", "On box, with --set training.optimizer=sgd"], (
+        "as the file says, first"
+    )
     plain, apart = sections["On box"], sections["On box, with --set training.optimizer=sgd"]
 
     def points(lines: list[str]) -> list[str]:
