@@ -64,6 +64,17 @@ def _suite_revision(r: RunResult) -> str:
     return provenance.suite_text(_section(r).get("suite"))
 
 
+def _suite_code(r: RunResult) -> str:
+    """The committed code outside the outputs (``code_tree``), with the uncommitted diff's hash: two
+    revisions that differ only in published pages and results ran the same code."""
+    suite = _section(r).get("suite") or {}
+    tree = suite.get("code_tree")
+    if not tree:
+        return NOT_RECORDED
+    diff = suite.get("diff_sha256")
+    return provenance.short(tree) + (f" + diff {provenance.short(diff)}" if suite.get("git_dirty") and diff else "")
+
+
 def _environment_lock(r: RunResult) -> str:
     environment = _section(r).get("environment")
     text = provenance.lock_text(environment)
@@ -82,6 +93,7 @@ def _image_recipe(r: RunResult) -> str:
 
 FACTS += [
     ("suite revision", _suite_revision),
+    ("suite code", _suite_code),
     ("environment lock", _environment_lock),
     ("image recipe", _image_recipe),
 ]
@@ -90,8 +102,8 @@ FACTS += [
 GPU_FACTS = ("GPU model", "GPU driver")
 # Facts of what ran rather than of the machine: every value its runs record is shown, so a machine
 # whose runs came from two revisions says so instead of showing the newest.
-PROVENANCE_FACTS = ("suite revision", "environment lock", "image recipe")
-CODE_FACTS = ("suite revision",)
+PROVENANCE_FACTS = ("suite revision", "suite code", "environment lock", "image recipe")
+CODE_FACTS = ("suite code", "suite revision")  # the code where both record it, else the revision
 ENVIRONMENT_FACTS = ("environment lock", "image recipe")
 
 
@@ -282,7 +294,10 @@ def _ran_differently(data: dict[str, Any]) -> list[str]:
             for name in data["facts_differ"]
             if NOT_RECORDED not in (facts[ref][name], facts[m][name]) and facts[ref][name] != facts[m][name]
         ]
-        code_differs = [n for n in CODE_FACTS if n in differ]
+        both_know_code = NOT_RECORDED not in (facts[ref]["suite code"], facts[m]["suite code"])
+        code_differs = [n for n in CODE_FACTS[: 1 if both_know_code else 2] if n in differ]
+        if both_know_code and not code_differs and "suite revision" in differ:
+            lines += ["", f"{pair} ran the same suite code at different revisions (they differ only in outputs)."]
         environment_differs = [n for n in ENVIRONMENT_FACTS if n in differ]
         if code_differs:
             lines += ["", f"{pair} ran different suite code: {values(code_differs[0])}."]

@@ -180,6 +180,22 @@ def test_hardware_says_when_two_machines_ran_different_code_or_environments(tmp_
     assert "`box-a` and `box-b` ran in different environments: environment lock: " in text
 
 
+def test_hardware_does_not_call_a_publishing_commit_other_code(tmp_path: Path) -> None:
+    def with_tree(revision: str, tree: str) -> dict:
+        section = _provenance(revision)
+        section["suite"]["code_tree"] = tree
+        return section
+
+    _machine(tmp_path, "box-a", lambda d: with_tree(REV_A, "c0de" * 16))
+    _machine(tmp_path, "box-b", lambda d: with_tree(REV_B, "c0de" * 16))  # a commit of reports/ later
+    _machine(tmp_path, "box-c", lambda d: with_tree(REV_B, "beef" * 16))
+    report.write_reports(tmp_path, tmp_path / "out", reference="box-a")
+    text = (tmp_path / "out" / "hardware.md").read_text()
+    assert "`box-a` and `box-b` ran the same suite code at different revisions" in text
+    assert "`box-a` and `box-b` ran different suite code" not in text
+    assert "`box-a` and `box-c` ran different suite code: `box-a` c0dec0dec0de, `box-c` beefbeefbeef." in text
+
+
 def test_the_environment_names_up_to_five_dirty_paths_and_untracked_files(tmp_path: Path) -> None:
     dirty = ["README.md", *[f"suite/m{i}.py" for i in range(5)], "suite/new_mod.py (untracked)"]
     _machine(tmp_path, "box", lambda d: _provenance(REV_A, dirty=dirty))
