@@ -54,7 +54,8 @@ def _along(ax: plt.Axes, view: ScenarioView, axis: str | None, series: Callable[
             continue
         xs = [p.coords.get(axis) if numeric else values.index(p.coords.get(axis)) for p in pts]
         sums = [_fit_summary(p) for p in pts]
-        errors = [[g - lo for g, lo, _ in sums], [hi - g for g, _, hi in sums]]
+        # max(0, ...): exp(mean(log)) of equal times can round a hair outside their min-max.
+        errors = [[max(0.0, g - lo) for g, lo, _ in sums], [max(0.0, hi - g) for g, _, hi in sums]]
         ax.errorbar(xs, [g for g, _, _ in sums], yerr=errors, marker="o", capsize=3, label=plot_text(name) or None)
         drawn = True
     if numeric:

@@ -182,7 +182,8 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
         )
         chosen, is_smoke = (full, False) if full else (smoke, True)
         points, left_out = _points(chosen or [])
-        view = ScenarioView(machine, scenario, is_smoke, points, overrides=json.loads(overrides), left_out=left_out)
+        as_recorded = dict((chosen or [])[0][1].spec.get("overrides") or {}) if chosen else {}  # the order --set gave
+        view = ScenarioView(machine, scenario, is_smoke, points, overrides=as_recorded, left_out=left_out)
         if full and smoke:
             view.other_sizes.append(f"{len(smoke)} smoke-size result files, not shown")
         views.append(view)

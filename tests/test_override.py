@@ -216,9 +216,9 @@ def test_run_hosts_passes_k_and_set_to_every_host(tmp_path: Path, monkeypatch: p
     assert parsed.select == "width=8" and parsed.overrides == ["training.epochs=2", "model.activation=tanh"]
 
 
-def test_report_lists_overrides_and_reproduces_each_group(tmp_path: Path) -> None:
-    """Points measured with different --set (a later -k rerun) are told apart on the page, and the
-    Reproduce command gives each group its own run with a -k taking exactly its points."""
+def test_report_shows_each_set_of_overrides_apart_and_reproduces_each(tmp_path: Path) -> None:
+    """Points measured with other --set (a later -k rerun) get a section of their own that names
+    the overrides, and each section's Reproduce command runs exactly its points with its --set."""
     res = tmp_path / "results"
     shutil.copytree(FIXTURES / "results" / "fixture-local" / "fx_width", res / "box" / "fx_width")
     for path in (res / "box" / "fx_width").glob("*.json"):
@@ -230,16 +230,16 @@ def test_report_lists_overrides_and_reproduces_each_group(tmp_path: Path) -> Non
     proc = suite_cli("report", "--results", res, "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "out" / "fx_width.md").read_text()
-    assert (
-        "- Changed from the scenario file for width=750, device=cpu; width=750, device=gpu: "
-        "`--set training.epochs=3` `--set model.activation=tanh`"  # as the result files hold them
-    ) in page
-    assert "- As the scenario file says (no `--set`) for width=100, device=cpu; width=100, device=gpu" in page
-    command = page.split("### Reproduce\n\n`")[1].split("`\n")[0]
-    runs = [shlex.split(c) for c in command.split(" && ")]
-    assert runs[-1] == ["python", "-m", "suite", "report", "--results", str(res)]
+    flags = "`--set training.epochs=3` `--set model.activation=tanh`"  # as the result files hold them
+    plain, apart = page.split("\n## On `box`\n", 1)[1].split(f"\n## On `box`, with {flags}\n")
+    assert f"- Changed from the scenario file (every point): {flags}" in apart
+    assert "--set" not in plain.split("### Reproduce")[0], "the section of the file's own settings names none"
     by_k = {}
-    for run in runs[:-1]:
+    for section in (plain, apart):
+        command = section.split("### Reproduce\n\n`")[1].split("`\n")[0]
+        runs = [shlex.split(c) for c in command.split(" && ")]
+        assert runs[-1] == ["python", "-m", "suite", "report", "--results", str(res)]
+        (run,) = runs[:-1]
         assert run[:4] == ["python", "-m", "suite", "run"]
         check = suite_cli("check", *run[4:])
         assert check.returncode == 0, check.stderr
