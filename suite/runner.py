@@ -321,8 +321,11 @@ def _say_result(
     line of message at the end (cut to fit; whole, with the result file, under -v)."""
     eta = progress.eta_text() if progress.remaining else ""
     what, message = _outcome(result)
+    load = results.load_note(result)  # "measured while other processes used 85% of a core": a line of its own
     if progress.level >= VERBOSE:
         progress.line(step.line(f"{_tail(what, message[:200], took, eta)} -> {path}", None, note), VERBOSE)
+        if load:
+            progress.line(f"  {load}", VERBOSE)
         return
     # What gives way when the line is too long: the ETA, then the run's time (the next line and the
     # result file have them), never the outcome.
@@ -330,6 +333,8 @@ def _say_result(
     if not message:  # a failure's message stands last and is cut instead
         tails += [_tail(what, "", took, ""), what]
     progress.line(step.fitting(tails, note), QUIET if result.status in FAILED else NORMAL)
+    if load:
+        progress.line(f"  {load}", NORMAL)
 
 
 def _tail(what: str, message: str, took: str, eta: str) -> str:

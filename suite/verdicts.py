@@ -382,14 +382,15 @@ def none(view: ScenarioView) -> Verdict:
     """A sweep of the user's own: its fastest point against the baseline (``report.baseline``, else
     the first point in matrix order), with its interval, or that no point differs measurably."""
     base = _generic_baseline(view)
-    ran = sum(1 for p in view.points if p.ok_runs)
     if len(view.points) == 1 and usable(base):
         fit = stats.geometric_mean(_fit(view.points[0]))
         return Verdict(f"One point, nothing to compare it with: {view.points[0].label} trained in {fit:.2f} s.")
     if base is None or not usable(base):
         missing = tuple((p.label, why_unusable(p)) for p in view.points if not usable(p))
-        why = f"the baseline {base.label} {why_unusable(base)}" if base is not None else "no point ran ok"
-        return Verdict(f"No comparison on this machine: {why}.", f"{ran} of {len(view.points)} points ran ok.", missing)
+        why = f"the baseline {base.label} is {why_unusable(base)}" if base is not None else "no point ran ok"
+        good = sum(1 for p in view.points if usable(p))
+        count = f"{good} of {len(view.points)} points ran ok above the accuracy gate." if len(view.points) > 1 else ""
+        return Verdict(f"No comparison on this machine: {why}.", count, missing)
     compared: list[tuple[Point, stats.Ratio]] = []
     missing_list: list[tuple[str, str]] = []
     for p in view.points:

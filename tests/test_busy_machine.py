@@ -214,6 +214,10 @@ def test_a_run_beside_a_cpu_hog_is_recorded_and_said_to_be_under_load(tmp_path: 
     assert shown.returncode == 0, shown.stderr
     assert "\nload:\n" in shown.stdout and note in shown.stdout and f"(pid {hog.pid})" in shown.stdout
     assert show.render(file, result) == shown.stdout
+    assert note in proc.stdout, proc.stdout
+    pages = suite_cli("report", "--results", out, "--out", tmp_path / "pages")
+    assert pages.returncode == 0, pages.stderr
+    assert note in (tmp_path / "pages" / "busy_tiny.md").read_text(), "the page's notes say it"
 
 
 def test_env_says_whether_the_machine_is_quiet_enough_to_benchmark() -> None:
