@@ -587,6 +587,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_writable(folder)
     live = sys.stdout.isatty() and level > QUIET
     with runner.hold_folder(folder, wait=args.wait):
+        from suite.backends.lifeline import foreign_worker_lines
+
+        for line in foreign_worker_lines(folder):  # said at every level: it slows every run of this plan
+            print(f"warning: {line}", file=sys.stderr)
         backend = make_backend(args.backend, args, say)
         try:  # runs this backend skips (a GPU point without a GPU) need no data
             _refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)

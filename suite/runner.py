@@ -273,7 +273,7 @@ def run_plan(
     peaks: dict[tuple, dict] = {}
     stream = sys.stdout if live else None
     progress = Progress(say=say, stream=stream, clock=clock, earlier=wall_times(on_file), level=level)
-    old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    old_handlers = _stop_signals_as_interrupt()
     try:
         steps = _steps(specs, backend, previous)
         _start_plan(progress, steps)
@@ -302,7 +302,7 @@ def run_plan(
                 _say_result(progress, step, result, f"{seconds:.1f} s", path)
     finally:
         progress.close()
-        signal.signal(signal.SIGTERM, old_handler)
+        _restore_signals(old_handlers)
         backend.close()
     return summary
 
@@ -397,7 +397,7 @@ def run_plan_pool(
     """
     summary = Summary()
     progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock, level=level)
-    old_handler = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    old_handlers = _stop_signals_as_interrupt()
     by_run: dict[tuple[str, int], _Step] = {}
     try:
         previous = {} if fresh else pool_previous_runs(results_dir, pool.counts_as_done)
@@ -439,7 +439,7 @@ def run_plan_pool(
         raise
     finally:
         progress.close()
-        signal.signal(signal.SIGTERM, old_handler)
+        _restore_signals(old_handlers)
         pool.close()
     return summary
 
@@ -569,5 +569,46 @@ def _fit_line(what: str, point: views.Point, fit: Any) -> str:
     return fit_line(f"  {what}: ", point.label, f" fit {fit.median:.2f} s ({spread})")
 
 
+# A hangup (the terminal closed, the ssh link dropped) stops a plan as SIGTERM does, not by the
+# default action, which ends the process at once: no worker stopped, no temp folder removed.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_signals_as_interrupt() -> dict[int, Any]:
+    """Make STOP_SIGNALS raise KeyboardInterrupt (Ctrl-C's path: the run in flight stopped, what was
+    saved kept, exit code 130); the handlers they had, for ``_restore_signals``."""
+    return {signum: signal.signal(signum, _sigterm_as_interrupt) for signum in STOP_SIGNALS}
+
+
+def _restore_signals(handlers: dict[int, Any]) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    if signum == signal.SIGHUP:
+        _leave_a_hung_up_terminal()
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _leave_a_hung_up_terminal() -> None:
+    """Point stdout and stderr at /dev/null where they are a terminal that hung up: a write to it
+    fails (EIO), and the stop must not fail on its last words. A hung-up terminal is still a
+    character device but no longer answers as a terminal (``isatty``); a live one (SIGHUP sent by
+    hand), files and pipes are kept."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        null_device = os.fstat(null).st_rdev
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                fd = stream.fileno()
+                info = os.fstat(fd)
+                if stat.S_ISCHR(info.st_mode) and info.st_rdev != null_device and not os.isatty(fd):
+                    os.dup2(null, fd)
+            except (OSError, ValueError):
+                continue
+    finally:
+        os.close(null)

@@ -54,12 +54,32 @@ def test_classify_timeout_names_a_fractional_limit() -> None:
 @pytest.mark.parametrize(
     ("exit_code", "what"), [(-9, "worker"), (137, "container")], ids=["subprocess-minus-9", "container-137"]
 )
-def test_classify_sigkill_the_suite_did_not_send_is_host_oom(exit_code: int, what: str) -> None:
-    status, message = classify(exit_code=exit_code, signum=signal.SIGKILL, wrote_result=False, what=what)
+def test_classify_sigkill_the_suite_did_not_send_is_host_oom_where_the_oom_killer_acted(
+    exit_code: int, what: str
+) -> None:
+    acted = "the kernel's OOM killer acted in its memory cgroup during the run (oom_kill 0 -> 1)"
+    status, message = classify(
+        exit_code=exit_code, signum=signal.SIGKILL, wrote_result=False, what=what, oom_killed=True, oom_evidence=acted
+    )
     assert status == "host_oom"
-    assert f"exit code {exit_code}" in message and what in message
-    assert "OOM killer sends SIGKILL when memory runs out" in message
+    assert f"exit code {exit_code}" in message and what in message and acted in message
+    assert "did not send" in message and "OOM killer sends SIGKILL when memory runs out" in message
     assert "memory limit" not in message, "no limit was set: none is named"
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "what"), [(-9, "worker"), (137, "container")], ids=["subprocess-minus-9", "container-137"]
+)
+def test_classify_sigkill_without_the_oom_killer_is_error_naming_the_evidence(exit_code: int, what: str) -> None:
+    evidence = "no OOM kill on this machine during the run (oom_kill 3 -> 3 in /proc/vmstat)"
+    status, message = classify(
+        exit_code=exit_code, signum=signal.SIGKILL, wrote_result=False, what=what, oom_evidence=evidence
+    )
+    assert status == "error"
+    assert message.startswith(f"{what} killed by SIGKILL (exit code {exit_code}), not by the kernel's OOM killer")
+    assert evidence in message and "the suite did not send it either" in message
+    unknown = classify(exit_code=exit_code, signum=signal.SIGKILL, wrote_result=False, what=what, oom_killed=None)
+    assert unknown[0] == "error" and "whether the kernel's OOM killer sent it is not known" in unknown[1]
 
 
 def test_classify_oom_flag_is_host_oom_and_names_the_limit() -> None:
@@ -71,7 +91,9 @@ def test_classify_oom_flag_is_host_oom_and_names_the_limit() -> None:
 def test_classify_oom_flag_wins_over_a_written_result() -> None:
     # The worker may have written "ok" before a process of the run was killed: the kernel's word wins.
     assert classify(oom_killed=True, exit_code=0, wrote_result=True)[0] == "host_oom"
-    assert classify(exit_code=-9, signum=9, wrote_result=True)[0] == "host_oom"
+    assert classify(exit_code=-9, signum=9, oom_killed=True, wrote_result=True)[0] == "host_oom"
+    # Killed after writing its result, and not by the OOM killer: the result is whole, and stands.
+    assert classify(exit_code=-9, signum=9, oom_killed=False, wrote_result=True) == ("", "")
 
 
 @pytest.mark.parametrize(
@@ -126,6 +148,7 @@ class RacingExecution:
         self.output = ["training...", '@@suite {"event": "epoch", "epoch": 1, "epochs": 2}', "@@suite not json"]
         self.record: bytes | None = None
         self.lost: str | None = None
+        self.oom: bool | None = None  # what the backend's evidence says of the OOM killer
 
     def lines(self):
         yield from self.output
@@ -136,7 +159,7 @@ class RacingExecution:
         if self.lost:
             raise RunLost(self.lost)
         code = self.code if self.exited.is_set() else 0
-        return Exit(code=code, signum=exit_signal(code))
+        return Exit(code=code, signum=exit_signal(code), oom_killed=self.oom)
 
     def kill(self) -> bool:
         if self.kill_error is not None:
@@ -228,6 +251,7 @@ def test_run_ending_before_its_deadline_is_classified_by_its_exit(tmp_path: Path
     execution = RacingExecution(exits_after_s=0.05)
     execution.exited.set()
     execution.code = 137  # the OOM killer's SIGKILL, not the suite's
+    execution.oom = True
     result = FakeBackend(execution).run(spec_with_timeout(tmp_path, 30))
     assert result.status == "host_oom", result.message
 

@@ -68,7 +68,7 @@ class Entry:
 def _make_local(opts: BackendOptions) -> Backend:
     from suite.backends.local import LocalBackend
 
-    return LocalBackend(machine=opts.machine, gpus=opts.gpus)
+    return LocalBackend(machine=opts.machine, gpus=opts.gpus, results_folder=opts.results_dir / opts.machine)
 
 
 def _docker_module() -> Any:

@@ -79,11 +79,17 @@ class Backend(Protocol):
 
 @dataclass
 class Exit:
-    """How the launched worker ended, as the backend saw it."""
+    """How the launched worker ended, as the backend saw it.
+
+    oom_killed: whether the kernel's OOM killer acted, by the backend's evidence (the engine's
+        ``State.OOMKilled``, the kernel's OOM-kill counters: ``oom.OomWitness``); None where the
+        backend has none. ``oom_evidence`` says what it is, in words, for the result's message.
+    """
 
     code: int | None
     signum: int | None = None
-    oom_killed: bool = False
+    oom_killed: bool | None = None
+    oom_evidence: str = ""
 
 
 class BackendUnavailable(Exception):
@@ -256,6 +262,7 @@ class RunSkeleton:
             status, message = classify_exit(
                 deadline_fired=timed_out,
                 oom_killed=ended.oom_killed,
+                oom_evidence=ended.oom_evidence,
                 exit_code=ended.code,
                 signum=ended.signum,
                 wrote_result=record is not None,
@@ -512,35 +519,56 @@ def skipped_result(spec: RunSpec, reason: str, run_info: dict[str, Any]) -> RunR
 def classify_exit(
     *,
     deadline_fired: bool,
-    oom_killed: bool,
+    oom_killed: bool | None,
     exit_code: int | None,
     signum: int | None,
     wrote_result: bool,
     timeout_s: float,
     memory_limit: str | None = None,
     what: str = "worker",
+    oom_evidence: str = "",
 ) -> tuple[str, str]:
     """(status, message) for how a run ended, by the same rule on every backend; "" takes the worker's own.
 
     deadline_fired: the suite's deadline marked the run as over before sending its kill, so the
         kill's own exit code can never make a timeout look like anything else.
-    oom_killed: the engine or kernel said so (Docker's ``State.OOMKilled``).
+    oom_killed: whether the kernel's OOM killer acted, by the backend's evidence (Docker's
+        ``State.OOMKilled``, the kernel's OOM-kill counters for a local worker); None: not known.
+        ``oom_evidence``: that evidence in words, put in the message.
     exit_code, signum: as the backend saw them (-9 from a subprocess, 137 from a container) and the
         signal that ended the process, if one did.
     what: "worker" or "container", for the message.
+
+    The suite sends SIGKILL only at its deadline (handled first): any other SIGKILL came from the
+    kernel's OOM killer, or from a person or another program. It is ``host_oom`` only where the
+    evidence says the OOM killer acted; otherwise ``error``, saying which.
     """
     code = "no exit code" if exit_code is None else f"exit code {exit_code}"
     if deadline_fired:
         return "timeout", f"{what} killed after the run's limit of {timeout_s:g} s (timeout_s)"
-    # The suite sends SIGKILL only at its deadline, handled above: any other one is taken as the kernel's.
-    if oom_killed or signum == signal.SIGKILL:
-        if oom_killed:
-            how = f"the engine reports that the kernel's OOM killer ended the {what} ({code})"
+    killed = signum == signal.SIGKILL
+    if oom_killed:
+        if killed and oom_evidence:
+            how = f"the {what} was killed by SIGKILL ({code}), which the suite did not send, and {oom_evidence}"
+        elif oom_evidence:
+            how = f"{oom_evidence} ({code})"
         else:
-            how = f"the {what} was killed by SIGKILL ({code}), which the suite did not send"
+            how = f"the engine reports that the kernel's OOM killer ended the {what} ({code})"
         limit = f" (memory limit {memory_limit})" if memory_limit else ""
         why = f"the kernel's OOM killer sends SIGKILL when memory runs out{limit}"
         return "host_oom", f"out of host memory: {how}; {why}"
+    if killed and not wrote_result:
+        if oom_killed is None:
+            evidence = oom_evidence or "this backend has no evidence either way"
+            return "error", (
+                f"{what} killed by SIGKILL ({code}), which the suite did not send; whether the kernel's "
+                f"OOM killer sent it is not known ({evidence})"
+            )
+        evidence = f" ({oom_evidence})" if oom_evidence else ""
+        return "error", (
+            f"{what} killed by SIGKILL ({code}), not by the kernel's OOM killer{evidence}: the suite did not "
+            "send it either; another process or a person did"
+        )
     if not wrote_result:
         if signum is not None:
             return "error", f"{what} killed by {_signal_name(signum)} ({code}) without writing a result"

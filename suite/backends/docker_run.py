@@ -139,7 +139,8 @@ class ContainerRun:
             ) from None
         oom = bool(self.container.attrs["State"].get("OOMKilled"))
         self.facts.update(oom_killed=oom)
-        return Exit(code=code, signum=exit_signal(code), oom_killed=oom)
+        said = "the engine reports that the kernel's OOM killer ended it" if oom else "the engine reports no OOM kill"
+        return Exit(code=code, signum=exit_signal(code), oom_killed=oom, oom_evidence=f"{said} (State.OOMKilled)")
 
     def kill(self) -> bool:
         try:

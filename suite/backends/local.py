@@ -1,7 +1,11 @@
 """Local backend: the worker as a subprocess of this machine's Python.
 
 Each repetition is a fresh process in its own process group, so a timeout kills the worker and
-anything it started. GPUs are chosen with CUDA_VISIBLE_DEVICES: an empty string for CPU runs,
+anything it started. Being in a session of its own, nothing would end it with its ``suite run``:
+it holds a lifeline instead (``lifeline``: a pipe whose end-of-file it watches), so it removes its
+temp folder and ends as soon as the process that started it is gone, whatever killed it. A
+SIGKILL the suite did not send is taken for the OOM killer's only on the kernel's own count
+(``oom``). GPUs are chosen with CUDA_VISIBLE_DEVICES: an empty string for CPU runs,
 the UUIDs of the pool's first N GPUs for GPU runs (the pool: the host's GPUs, as far as an
 inherited CUDA_VISIBLE_DEVICES and ``--gpus`` allow). The run itself is ``RunSkeleton``'s; this module
 only starts, reads, kills and cleans up a process.
@@ -12,17 +16,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from suite import datasets, hostinfo, provenance, telemetry
+from suite.backends import lifeline
 from suite.backends.base import (
     Exit,
     RunSkeleton,
@@ -32,21 +37,35 @@ from suite.backends.base import (
     restrict_gpus,
     tag_env,
 )
+from suite.backends.oom import OomWitness
 from suite.plan import RunSpec
+from suite.worker import lifeline as worker_lifeline
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+FOLLOW_CGROUP_S = 1.0  # how often a running worker's memory cgroup is read again (oom.OomWitness)
 
 
 class LocalBackend(RunSkeleton):
     name = "local"
     what = "worker"
 
-    def __init__(self, python: str | None = None, machine: str | None = None, gpus: list[str] | None = None):
-        """gpus: the host GPUs (indices or UUIDs) the suite may hand out; None: all of them."""
+    def __init__(
+        self,
+        python: str | None = None,
+        machine: str | None = None,
+        gpus: list[str] | None = None,
+        results_folder: Path | None = None,
+    ):
+        """gpus: the host GPUs (indices or UUIDs) the suite may hand out; None: all of them.
+        results_folder: the machine folder the results go to, carried in each worker's environment,
+        so a later ``suite run`` on that folder finds a worker still running for it
+        (``lifeline.foreign_workers``)."""
         self.python = python or sys.executable
         self.machine = machine or hostinfo.machine_name()
         self.allowed_gpus = gpus
+        self.results_folder = results_folder
+        self._swept = False
         self._inventory: dict[str, Any] | None = None
         self._current: _Process | None = None
         self._environment: dict[str, Any] | None = None
@@ -83,7 +102,18 @@ class LocalBackend(RunSkeleton):
         return json.loads(json.dumps(self._environment)), None
 
     def launch(self, spec: RunSpec, spec_json: bytes, env: dict[str, str]) -> _Process:
-        folder = Path(tempfile.mkdtemp(prefix="suite-run-"))
+        if not self._swept:  # what runs whose host and worker both died left in the temp folder
+            self._swept = True
+            lifeline.sweep_stale_run_folders()
+        folder, lock_fd = lifeline.make_run_folder()
+        try:
+            return self._spawn(spec, spec_json, env, folder, lock_fd)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            os.close(lock_fd)
+            raise
+
+    def _spawn(self, spec: RunSpec, spec_json: bytes, env: dict[str, str], folder: Path, lock_fd: int) -> _Process:
         spec_file, result_file = folder / "spec.json", folder / "result.json"
         spec_file.write_bytes(spec_json)
         full_env = {
@@ -100,6 +130,13 @@ class LocalBackend(RunSkeleton):
         full_env.pop(DATA_PATH_ENV, None)
         if data_path is not None:
             full_env[DATA_PATH_ENV] = str(data_path)
+        line = lifeline.Lifeline()
+        full_env.pop(worker_lifeline.RESULTS_FOLDER_ENV, None)
+        if self.results_folder is not None:
+            full_env[worker_lifeline.RESULTS_FOLDER_ENV] = str(self.results_folder.resolve())
+        full_env[worker_lifeline.ORCHESTRATOR_ENV] = lifeline.process_identity(os.getpid())
+        full_env[worker_lifeline.PARENT_FD_ENV] = str(line.child_fd)
+        full_env[worker_lifeline.RUN_FOLDER_ENV] = str(folder)
         cmd = [self.python, "-m", "suite.worker", str(spec_file), str(result_file)]
         try:
             proc = subprocess.Popen(
@@ -110,11 +147,15 @@ class LocalBackend(RunSkeleton):
                 stdin=subprocess.DEVNULL,
                 cwd=REPO_ROOT,
                 start_new_session=True,  # its own group: a kill reaches whatever the worker started
+                # The lifeline's read end, and the folder's lock: held while the worker lives, so no
+                # sweep removes the folder of a worker that outlived its host.
+                pass_fds=(line.child_fd, lock_fd),
             )
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            line.cut()
             raise
-        process = _Process(proc, folder, result_file, self)
+        line.spawned()
+        process = _Process(proc, folder, result_file, self, line, lock_fd)
         process.facts["cuda_visible_devices"] = full_env["CUDA_VISIBLE_DEVICES"]
         process.facts["gpu_pool"] = self.inventory().get("pool")
         self._current = process
@@ -129,9 +170,19 @@ class LocalBackend(RunSkeleton):
 class _Process:
     """One worker subprocess, as the run skeleton drives it."""
 
-    def __init__(self, proc: subprocess.Popen, folder: Path, result_file: Path, owner: LocalBackend):
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        folder: Path,
+        result_file: Path,
+        owner: LocalBackend,
+        line: lifeline.Lifeline,
+        lock_fd: int,
+    ):
         self.proc, self.folder, self.result_file, self.owner = proc, folder, result_file, owner
+        self.line, self.lock_fd = line, lock_fd
         self.facts: dict[str, Any] = {}
+        self.oom = OomWitness(proc.pid)
 
     def telemetry_sources(self) -> list[telemetry.Sampler]:
         """The worker's process tree from /proc; NVML for the GPUs it was given, by their UUIDs; the
@@ -153,8 +204,31 @@ class _Process:
             yield raw.decode("utf-8", errors="replace")
 
     def wait(self) -> Exit:
+        self._follow_until_exit()
         code = self.proc.wait()
-        return Exit(code=code, signum=-code if code < 0 else None)  # a subprocess a signal ended: -N
+        signum = -code if code < 0 else None  # a subprocess a signal ended: -N
+        if signum != signal.SIGKILL:
+            return Exit(code=code, signum=signum, oom_killed=False)
+        acted, evidence = self.oom.verdict()
+        self.facts["oom_evidence"] = evidence
+        return Exit(code=code, signum=signum, oom_killed=acted, oom_evidence=evidence)
+
+    def _follow_until_exit(self) -> None:
+        """Block until the worker ends, reading its memory cgroup again every FOLLOW_CGROUP_S (it may
+        be moved into another one after it starts). A pidfd wakes this at the exit itself, so the
+        end of a run is seen as soon as with a plain wait; without one (Linux before 5.3), the
+        plain wait follows and the cgroup at launch stands."""
+        try:
+            fd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            return
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while not poller.poll(FOLLOW_CGROUP_S * 1000):
+                self.oom.follow()
+        finally:
+            os.close(fd)
 
     def kill(self) -> bool:
         if self.proc.poll() is not None:
@@ -180,9 +254,11 @@ class _Process:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        self.line.cut()  # after the wait: the worker is gone, nothing is left to end
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+        os.close(self.lock_fd)
         if self.owner._current is self:
             self.owner._current = None
 

@@ -27,6 +27,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m suite.worker spec.json result.json", file=sys.stderr)
         return 2
     spec_path, result_path = argv
+    from suite.worker import lifeline  # here, not at the top: T_START is taken first
+
+    lifeline.end_with_parent()  # first: a host that dies while TensorFlow loads takes this worker with it
     record: dict[str, Any] = {"status": "error", "message": ""}
     record.update({section: {} for section in ("timing", "quality", "work", "environment")})
     own_deadline = _arm_own_deadline(result_path)
