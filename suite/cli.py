@@ -271,7 +271,13 @@ def _parser() -> argparse.ArgumentParser:
         help="fetch: no download; take Keras' mnist.npz or a folder of the four MNIST IDX files (.gz or not)",
     )
     d.add_argument("--url", help=f"fetch: download from here (default: ${datasets.URL_ENV} or {datasets.MNIST_URL})")
-    d.add_argument("--timeout", type=float, default=datasets.TIMEOUT_S, help="fetch: seconds without progress")
+    d.add_argument(
+        "--timeout",
+        type=float,
+        default=datasets.TIMEOUT_S,
+        help=f"fetch: seconds without progress; the whole download may take at most ${datasets.DEADLINE_ENV} "
+        f"seconds (default {datasets.DEADLINE_S:g})",
+    )
     d.set_defaults(func=cmd_data)
 
     e = sub.add_parser("env", help="what this machine offers (Python, GPUs, Docker); is it quiet enough to benchmark")

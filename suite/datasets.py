@@ -18,14 +18,19 @@ machines; the ``note`` beside it (why synthetic, where the file is) is left out 
 
 from __future__ import annotations
 
+import http.client
+import math
 import os
 import shutil
+import socket
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from suite.worker import data as wdata  # one definition of the digests, shared with the worker
@@ -38,7 +43,11 @@ URL_ENV = "SUITE_MNIST_URL"
 # result's data source and the report all show, and `data show` / `data fetch` say the override is on.
 SHA_ENV = "SUITE_MNIST_SHA256"
 FETCH_COMMAND = "python -m suite data fetch"
-TIMEOUT_S = 60.0
+TIMEOUT_S = 60.0  # each wait for the server (connecting, each read): --timeout
+# The whole download, however steadily bytes arrive: a server sending one byte a second never trips
+# TIMEOUT_S. 600 s lets Keras' 11 MB mnist.npz arrive at about 150 kbit/s.
+DEADLINE_S = 600.0
+DEADLINE_ENV = "SUITE_FETCH_DEADLINE_S"
 URL_SCHEMES = ("http", "https")
 STALE_PART_S = 3600.0  # a .part entry untouched this long is left by a fetch or import that was killed
 SHAPES = {  # what --from FOLDER must hold: all of MNIST, not a part of it
@@ -93,12 +102,21 @@ def npz_source() -> str:
 # --------------------------------------------------------------------------- fetch and import
 
 
-def fetch(url: str | None = None, *, timeout: float = TIMEOUT_S, say: Callable[[str], None] = print) -> Path:
+def fetch(
+    url: str | None = None,
+    *,
+    timeout: float = TIMEOUT_S,
+    deadline: float | None = None,
+    say: Callable[[str], None] = print,
+) -> Path:
     """Download mnist.npz into the cache once; a cached file with the right sha256 is kept as it is.
 
     The bytes go to a temporary file in the cache folder, are hashed as they arrive, and are renamed
     onto ``mnist.npz`` only when complete and verified: a corrupt or cut-off download leaves nothing.
+    ``timeout`` bounds each wait for the server, ``deadline`` (default: ``fetch_deadline()``) the
+    whole download.
     """
+    deadline = fetch_deadline() if deadline is None else deadline
     target, expected = npz_path(), expected_sha256()
     _remove_stale_parts(cache_dir(), say)
     if sha256_override():
@@ -124,7 +142,7 @@ def fetch(url: str | None = None, *, timeout: float = TIMEOUT_S, say: Callable[[
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            received, announced = _download(url, origin, out, timeout)
+            received, announced = _download(url, origin, out, timeout, deadline)
             out.flush()
             os.fsync(out.fileno())
         if announced is not None and received != announced:
@@ -161,13 +179,47 @@ def _remove_stale_parts(folder: Path, say: Callable[[str], None]) -> None:
         say(f"removed {entry}, left by an earlier fetch or import that did not finish")
 
 
-def _download(url: str, origin: str, out: Any, timeout: float) -> tuple[int, int | None]:
-    """Copy the body of ``url`` (given by ``origin``) into ``out``; (bytes received, Content-Length or None)."""
-    import http.client
-
-    received = 0
+def fetch_deadline() -> float:
+    """Seconds a whole download may take: ``$SUITE_FETCH_DEADLINE_S``, else DEADLINE_S."""
+    text = os.environ.get(DEADLINE_ENV, "").strip()
+    if not text:
+        return DEADLINE_S
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - fetch allows http(s) only
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise BadSource(
+            f"${DEADLINE_ENV} {text!r}: give the seconds a whole download may take, "
+            f"a number > 0 (default {DEADLINE_S:g})"
+        )
+    return seconds
+
+
+def _download(url: str, origin: str, out: Any, timeout: float, deadline: float) -> tuple[int, int | None]:
+    """Copy the body of ``url`` (given by ``origin``) into ``out`` within ``deadline`` seconds;
+    (bytes received, Content-Length or None)."""
+    watch = _Deadline(deadline)
+    try:
+        with watch:
+            received, announced = _copy(url, origin, out, timeout, watch)
+    except (FetchError, BadSource):
+        if not watch.expired:
+            raise
+    if watch.expired:  # whatever the shut connection looked like to urllib, the deadline is why
+        raise FetchError(
+            f"download of {url} stopped after {deadline:g} s, the most a download may take, with {out.tell()} "
+            f"bytes received; nothing was cached. On a slow link allow more with {DEADLINE_ENV}=SECONDS "
+            f"(default {DEADLINE_S:g})"
+        )
+    return received, announced
+
+
+def _copy(url: str, origin: str, out: Any, timeout: float, watch: _Deadline) -> tuple[int, int | None]:
+    received = 0
+    opener = urllib.request.build_opener(_WatchedHTTP(watch), _WatchedHTTPS(watch))
+    try:
+        with opener.open(url, timeout=timeout) as resp:
             length = resp.headers.get("Content-Length")
             announced = int(length) if length and length.isdigit() else None
             while True:
@@ -188,6 +240,90 @@ def _download(url: str, origin: str, out: Any, timeout: float) -> tuple[int, int
     except ValueError as exc:  # urlopen's word for a malformed URL
         raise BadSource(f"{origin} {url}: {exc}") from None
     return received, announced
+
+
+class _Deadline:
+    """Shuts every connection of a download once ``seconds`` have passed since ``with`` began.
+
+    Each wait for the server has its own timeout, but that bounds no download: a server sending a
+    byte every few seconds keeps every wait short for ever. Shutting the connection down ends the
+    read that is waiting on it, whether in the TLS handshake, the headers or the body.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sockets: list[socket.socket] = []  # duplicates of the download's sockets, ours to close
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets.clear()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """``sock``, its connection watched from now on.
+
+        What is kept is a duplicate: shutting it down ends the connection itself, whatever became of
+        ``sock`` meanwhile (TLS detaches it when it wraps it, before the handshake).
+        """
+        with self._lock:
+            self._sockets.append(sock.dup())
+            if self.expired:
+                _shut(self._sockets[-1])
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def connection(self, connection_class: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
+        """``connection_class`` with each socket it opens watched from its creation."""
+        watch = self.watch
+
+        class Watched(connection_class):
+            def connect(self) -> None:
+                make = self._create_connection  # http.client's hook for opening the socket
+                self._create_connection = lambda *args: watch(make(*args))
+                super().connect()
+
+        return Watched
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # the connection has ended already
+
+
+class _Watched(urllib.request.BaseHandler):
+    """urllib's handler, its connections watched by a _Deadline; every other default (proxies,
+    redirects, certificates) stays as ``urlopen`` has it."""
+
+    def __init__(self, watch: _Deadline) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+        return super().do_open(self.watch.connection(http_class), req, **kwargs)
+
+
+class _WatchedHTTP(_Watched, urllib.request.HTTPHandler):
+    pass
+
+
+class _WatchedHTTPS(_Watched, urllib.request.HTTPSHandler):
+    pass
 
 
 def import_from(source: Path, *, say: Callable[[str], None] = print) -> Path:
@@ -382,12 +518,14 @@ def plan_problems(specs: list[Any], *, smoke: bool, allow_synthetic: bool) -> li
     how = f"Fetch MNIST first: `{FETCH_COMMAND}` (without internet: `{FETCH_COMMAND} --from PATH`)"
     if missing:
         names = sorted({s.scenario for s in missing})
-        problems.append(f"{len(missing)} runs ({', '.join(names)}) have no data: {_identity(missing[0])['note']}")
+        runs = f"{len(missing)} runs ({', '.join(names)}) have" if len(missing) > 1 else f"1 run ({names[0]}) has"
+        problems.append(f"{runs} no data: {_identity(missing[0])['note']}")
     if synthetic and not smoke and not allow_synthetic:
         names = sorted({s.scenario for s in synthetic})
         why = _identity(synthetic[0]).get("note", "")
         problems.append(
-            f"{len(synthetic)} full-size runs ({', '.join(names)}) would train on synthetic digits, not MNIST "
+            f"{len(synthetic)} full-size run{'s' * (len(synthetic) > 1)} ({', '.join(names)}) would train on "
+            "synthetic digits, not MNIST "
             f"({why}). {how}; or accept synthetic data with --allow-synthetic"
         )
     elif missing:

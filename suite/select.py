@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from suite.plan import RunSpec, coordinates
 SCENARIO_KEY = "scenario"
 KEYWORDS = ("and", "or", "not")
 MAX_LISTED = 60  # labels listed when nothing matched; a bigger plan says how many more
+MAX_UNKNOWN = 5  # unknown keys named (and looked up for a near miss) in the message
 
 
 class SelectError(Exception):
@@ -64,59 +64,122 @@ class _Term:
         have = item.scenario.lower() if self.key == SCENARIO_KEY else item.coords.get(self.key)
         if have is None:
             return False
-        return _wildcard(self.value).fullmatch(have) is not None if "*" in self.value else have == self.value
+        return _glob(self.value, have) if "*" in self.value else have == self.value
 
 
-@functools.cache
-def _wildcard(value: str) -> re.Pattern[str]:
-    """``*`` matches any run of characters; every other character only itself (``[``, ``?`` too)."""
-    return re.compile(".*".join(re.escape(part) for part in value.split("*")), re.DOTALL)
+def _glob(pattern: str, text: str) -> bool:
+    """Whether ``text`` is all of ``pattern``, where ``*`` matches any run of characters and every other
+    character only itself (``[``, ``?`` too).
+
+    Linear, not backtracking: the text must start with what comes before the first star and end with
+    what comes after the last, and each piece between stars is taken where it first occurs after the
+    previous one. Taking the earliest place is never wrong, since it leaves the most room for the rest.
+    A regular expression with one ``.*`` per star takes exponential time on ``a*a*a*...*b``.
+    """
+    first, *middle, last = pattern.split("*")
+    end = len(text) - len(last)
+    if end < len(first) or not text.startswith(first) or not text.endswith(last):
+        return False
+    at = len(first)
+    for piece in middle:
+        found = text.find(piece, at, end)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    return True
 
 
-@dataclass(frozen=True)
-class _Not:
-    inner: Any
-
-    def __call__(self, item: Item) -> bool:
-        return not self.inner(item)
-
-
-@dataclass(frozen=True)
-class _Both:
-    op: str  # "and" | "or"
-    left: Any
-    right: Any
-
-    def __call__(self, item: Item) -> bool:
-        if self.op == "and":
-            return self.left(item) and self.right(item)
-        return self.left(item) or self.right(item)
+_Step = _Term | str  # a term, or an operator of KEYWORDS applied to what the steps before left
 
 
 @dataclass(frozen=True)
 class Selection:
-    """A parsed ``-k`` expression: call it on an Item."""
+    """A parsed ``-k`` expression: call it on an Item.
+
+    ``program`` is the expression in postfix order (``a and not b`` is ``a, b, not, and``), evaluated
+    with a stack of booleans: neither parsing nor evaluating recurses, so no nesting depth or number
+    of terms meets Python's recursion limit, and the work grows with the expression's length.
+    """
 
     text: str
-    root: Any
+    program: tuple[_Step, ...]
     keys: tuple[str, ...]  # the keys its terms name, lower-cased, in order
 
     def __call__(self, item: Item) -> bool:
-        return bool(self.root(item))
+        stack: list[bool] = []
+        for step in self.program:
+            if isinstance(step, _Term):
+                stack.append(step(item))
+            elif step == "not":
+                stack[-1] = not stack[-1]
+            else:
+                right = stack.pop()
+                stack[-1] = (stack[-1] and right) if step == "and" else (stack[-1] or right)
+        return stack[0]
+
+
+_BINDS = {"or": 1, "and": 2, "not": 3}  # how tightly each operator binds: "not" before "and" before "or"
 
 
 def parse(text: str) -> Selection:
-    """Parse ``text``; raises SelectError saying where it stopped making sense."""
+    """Parse ``text`` by the grammar of the module docstring; raises SelectError saying where it stopped
+    making sense.
+
+    Shunting-yard: terms go to the program as they come, operators wait on a stack until one that
+    binds less tightly (or a ``)``) arrives, and a ``(`` waits until its ``)``.
+    """
     tokens = _tokens(text)
     if not tokens:
-        raise SelectError(f'-k {text!r}: empty expression; e.g. -k "width=750 and device=gpu"')
-    parser = _Parser(text, tokens)
-    root = parser.expr()
-    if parser.pos < len(tokens):
-        tok = tokens[parser.pos]
-        raise SelectError(f"-k {text!r}: unexpected {tok.text!r} at character {tok.pos + 1}; join terms with and, or")
-    keys = tuple(dict.fromkeys(t.key for t in parser.terms if t.key is not None))
-    return Selection(text, root, keys)
+        raise SelectError(f'-k {_shown(text)}: empty expression; e.g. -k "width=750 and device=gpu"')
+    program: list[_Step] = []
+    waiting: list[_Token] = []  # "(", "and", "or", "not" tokens, innermost last
+    term_next = True  # a term, "not" or "(" is expected; else "and", "or" or ")"
+    for tok in tokens:
+        if term_next:
+            if tok.bare("not", "("):
+                waiting.append(tok)
+            elif tok.bare(")", *KEYWORDS):
+                raise SelectError(
+                    f"-k {_shown(text)}: unexpected {_shown(tok.text)} at character {tok.pos + 1}; a term was expected"
+                )
+            else:
+                program.append(_term(text, tok))
+                term_next = False
+        elif tok.bare("and", "or"):
+            binds = _BINDS[tok.text.lower()]
+            while waiting and not waiting[-1].bare("(") and _BINDS[waiting[-1].text.lower()] >= binds:
+                program.append(waiting.pop().text.lower())
+            waiting.append(tok)
+            term_next = True
+        else:
+            while waiting and not waiting[-1].bare("("):
+                program.append(waiting.pop().text.lower())
+            if waiting:  # a "(" is open
+                if not tok.bare(")"):
+                    raise SelectError(f"-k {_shown(text)}: the '(' at character {waiting[-1].pos + 1} is not closed")
+                waiting.pop()
+            else:
+                where = f"unexpected {_shown(tok.text)} at character {tok.pos + 1}"
+                raise SelectError(f"-k {_shown(text)}: {where}; join terms with and, or")
+    if term_next:
+        raise SelectError(f"-k {_shown(text)}: ends where a term was expected (KEY=VALUE, a word, or '(')")
+    while waiting:
+        tok = waiting.pop()
+        if tok.bare("("):
+            raise SelectError(f"-k {_shown(text)}: the '(' at character {tok.pos + 1} is not closed")
+        program.append(tok.text.lower())
+    keys = tuple(dict.fromkeys(t.key for t in program if isinstance(t, _Term) and t.key is not None))
+    return Selection(text, tuple(program), keys)
+
+
+SHOWN_CHARS = 200  # an expression or term longer than this is shown in messages by its start and its length
+
+
+def _shown(text: str) -> str:
+    """``text`` as an error message quotes it: whole, or where long, its start and how long it is."""
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}... ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)
@@ -142,87 +205,36 @@ def _tokens(text: str) -> list[_Token]:
             out.append(_Token(i, ch, False, -1))
             i += 1
         else:
-            start, word, quoted, eq = i, "", False, -1
+            start, pieces, size, quoted, eq = i, [], 0, False, -1  # pieces joined once: linear in the length
             while i < len(text) and not text[i].isspace() and text[i] not in "()":
                 if text[i] in "'\"":
                     end = text.find(text[i], i + 1)
                     if end < 0:
-                        raise SelectError(f"-k {text!r}: the quote at character {i + 1} is not closed")
-                    word, quoted, i = word + text[i + 1 : end], True, end + 1
+                        raise SelectError(f"-k {_shown(text)}: the quote at character {i + 1} is not closed")
+                    piece, quoted, i = text[i + 1 : end], True, end + 1
                 else:
                     if text[i] == "=" and eq < 0:
-                        eq = len(word)
-                    word, i = word + text[i], i + 1
-            out.append(_Token(start, word, quoted, eq))
+                        eq = size
+                    piece, i = text[i], i + 1
+                pieces.append(piece)
+                size += len(piece)
+            out.append(_Token(start, "".join(pieces), quoted, eq))
     return out
 
 
-class _Parser:
-    """Recursive descent over the grammar in the module docstring; ``terms`` collects every term."""
-
-    def __init__(self, text: str, tokens: list[_Token]):
-        self.text, self.tokens, self.pos = text, tokens, 0
-        self.terms: list[_Term] = []
-
-    def _peek(self) -> _Token | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def _keyword(self, word: str) -> bool:
-        tok = self._peek()
-        if tok is not None and tok.bare(word):
-            self.pos += 1
-            return True
-        return False
-
-    def expr(self) -> Any:
-        node = self._and()
-        while self._keyword("or"):
-            node = _Both("or", node, self._and())
-        return node
-
-    def _and(self) -> Any:
-        node = self._not()
-        while self._keyword("and"):
-            node = _Both("and", node, self._not())
-        return node
-
-    def _not(self) -> Any:
-        if self._keyword("not"):
-            return _Not(self._not())
-        tok = self._peek()
-        if tok is None:
-            raise SelectError(f"-k {self.text!r}: ends where a term was expected (KEY=VALUE, a word, or '(')")
-        if tok.bare("("):
-            self.pos += 1
-            node = self.expr()
-            close = self._peek()
-            if close is None or not close.bare(")"):
-                raise SelectError(f"-k {self.text!r}: the '(' at character {tok.pos + 1} is not closed")
-            self.pos += 1
-            return node
-        if tok.bare(")", *KEYWORDS):
-            raise SelectError(
-                f"-k {self.text!r}: unexpected {tok.text!r} at character {tok.pos + 1}; a term was expected"
-            )
-        self.pos += 1
-        return self._term(tok)
-
-    def _term(self, tok: _Token) -> _Term:
-        if not tok.text.strip():
-            raise SelectError(
-                f"-k {self.text!r}: the empty quotes at character {tok.pos + 1} name nothing; give a word or KEY=VALUE"
-            )
-        if tok.eq < 0:
-            term = _Term(None, tok.text.lower())
-        else:
-            key, value = tok.text[: tok.eq].strip(), tok.text[tok.eq + 1 :].strip()
-            if not key or not value:
-                raise SelectError(
-                    f"-k {self.text!r}: {tok.text!r} at character {tok.pos + 1} needs a key and a value, e.g. width=750"
-                )
-            term = _Term(key.lower(), value.lower())
-        self.terms.append(term)
-        return term
+def _term(text: str, tok: _Token) -> _Term:
+    if not tok.text.strip():
+        raise SelectError(
+            f"-k {_shown(text)}: the empty quotes at character {tok.pos + 1} name nothing; give a word or KEY=VALUE"
+        )
+    if tok.eq < 0:
+        return _Term(None, tok.text.lower())
+    key, value = tok.text[: tok.eq].strip(), tok.text[tok.eq + 1 :].strip()
+    if not key or not value:
+        raise SelectError(
+            f"-k {_shown(text)}: {_shown(tok.text)} at character {tok.pos + 1} needs a key and a value, e.g. width=750"
+        )
+    return _Term(key.lower(), value.lower())
 
 
 # --------------------------------------------------------------------------- plans and views
@@ -248,16 +260,19 @@ def choose(items: list[Item], text: str) -> list[bool]:
     unknown = [k for k in selection.keys if k not in known]
     if unknown:
         names = sorted(known - {SCENARIO_KEY}, key=lambda k: ("." in k, k))
-        close = {c for k in unknown for c in difflib.get_close_matches(k, sorted(known), n=2, cutoff=0.6)}
+        named = unknown[:MAX_UNKNOWN]  # an expression of thousands of typos gets hints for the first few
+        close = {c for k in named for c in difflib.get_close_matches(k, sorted(known), n=2, cutoff=0.6)}
         hint = f" (did you mean {' or '.join(sorted(close))}?)" if close else ""
+        more = f" and {len(unknown) - len(named)} more" if len(unknown) > len(named) else ""
         raise SelectError(
-            f"-k {text!r}: no point has the key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+            f"-k {_shown(text)}: no point has the key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(_shown, named))}{more}"
             f"{hint}; keys: {SCENARIO_KEY}, {', '.join(names) or '(no matrix axes)'}"
         )
     taken = [selection(item) for item in items]
     if not any(taken):
         points = len({(i.scenario, i.label) for i in items})  # a plan's items are runs: several per point
-        raise SelectError(f"-k {text!r} matches none of the {points} points; the points are:\n" + _listing(items))
+        raise SelectError(f"-k {_shown(text)} matches none of the {points} points; the points are:\n" + _listing(items))
     return taken
 
 

@@ -30,6 +30,14 @@ NPZ_SOURCES = ("mnist.npz", NPZ_OVERRIDE_SOURCE)
 TRAIN_SIZE, TEST_SIZE, CLASSES, PIXELS = 60000, 10000, 10, 784
 IDX_TRAIN = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 IDX_TEST = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+# MNIST's IDX files as they are, decompressed: a file is read no further than its size (and one byte
+# more, to tell that it is bigger), so a small .gz that inflates to gigabytes costs megabytes, not gigabytes.
+IDX_BYTES = {
+    "train-images-idx3-ubyte": 16 + TRAIN_SIZE * PIXELS,  # 47,040,016
+    "train-labels-idx1-ubyte": 8 + TRAIN_SIZE,
+    "t10k-images-idx3-ubyte": 16 + TEST_SIZE * PIXELS,
+    "t10k-labels-idx1-ubyte": 8 + TEST_SIZE,
+}
 IDX_FOLDER = "mnist-idx"  # in the Keras cache's datasets/: IDX files imported with `suite data fetch --from`
 PATH_ENV = "SUITE_DATA_PATH"  # where the backend put the data the identity names, as the worker sees it
 
@@ -67,22 +75,28 @@ def sha256_of(path: Path) -> str:
 def read_idx_files(folder: Path) -> dict[str, bytes]:
     """The four MNIST IDX files a folder holds (``.gz`` or not), by stem, decompressed.
 
-    A file that cannot be read or decompressed (cut off, not gzip, no permission) is
-    DataUnavailable naming it.
+    A file that cannot be read or decompressed (cut off, not gzip, no permission), or that holds more
+    than MNIST's file of that name (``IDX_BYTES``), is DataUnavailable naming it.
     """
     found = {}
     for stem in IDX_TRAIN + IDX_TEST:
         for name, opener in ((stem + ".gz", gzip.open), (stem, open)):
             path = folder / name
             if path.is_file():
+                most = IDX_BYTES[stem]
                 try:
                     with opener(path, "rb") as fh:
-                        found[stem] = fh.read()
+                        found[stem] = fh.read(most + 1)
                 except EOFError:
                     raise DataUnavailable(f"{path}: cut off (the gzip stream ends early)") from None
                 except (OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
                     what = "not a valid gzip file" if name.endswith(".gz") else "cannot be read"
                     raise DataUnavailable(f"{path}: {what} ({exc})") from None
+                if len(found[stem]) > most:
+                    raise DataUnavailable(
+                        f"{path}: more than {most:,} bytes{' once decompressed' if name.endswith('.gz') else ''}; "
+                        f"MNIST's {stem} is {most:,} bytes, and no bigger file is read"
+                    )
                 break
     return found
 
