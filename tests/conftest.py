@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,25 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 MNIST_DIR = Path(os.environ.get("SUITE_MNIST_DIR", REPO.parent / "shared" / "data" / "mnist"))
+
+
+# What a user's own machine holds and no test may read: their Keras cache (MNIST there changes the
+# data source, a run's mounts and its accuracy), their Keras backend, a mirror or a cluster they
+# point the suite at. Each test session gets an empty Keras home and matplotlib folder of its own.
+USER_STATE = ("KERAS_BACKEND", "SUITE_MNIST_URL", "SUITE_FETCH_DEADLINE_S", "RAY_ADDRESS", "SUITE_GPUS")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test, and every process it starts, sees a Keras home and caches of its own, none of the
+    user's; yields the Keras home (empty: no MNIST)."""
+    home = tmp_path_factory.mktemp("user")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERAS_HOME", str(home / "keras"))
+        mp.setenv("MPLCONFIGDIR", str(home / "matplotlib"))
+        for name in USER_STATE:
+            mp.delenv(name, raising=False)
+        yield home / "keras"
 
 
 @pytest.fixture
