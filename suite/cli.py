@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite import backends, datasets, hostinfo, plan, results, runner, select
+from suite import backends, datasets, hostinfo, names, plan, results, runner, select
 from suite.progress import NORMAL, QUIET, VERBOSE, duration_text
 from suite.scenario import (
     Override,
@@ -27,7 +27,7 @@ from suite.scenario import (
     overrides_problems,
     parse_overrides,
 )
-from suite.settings import SETTINGS
+from suite.settings import MAX_REPEATS, SETTINGS, escaped
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCENARIOS = REPO_ROOT / "scenarios"
@@ -52,10 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         datasets.BadSource,
         datasets.wdata.DataUnavailable,
         select.SelectError,
+        names.UnsafeName,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except datasets.FetchError as exc:
+    except (datasets.FetchError, results.Unsaved) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -147,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--machine", help="this machine's results folder name, as for run (default: the hostname)")
     c.add_argument("--docker-host", help="Docker daemon address, as for run (default: DOCKER_HOST or the local socket)")
     c.add_argument("--gpus", help="the GPUs the suite may hand out, as for run (default: every GPU the host has)")
+    c.add_argument(
+        "--allow-synthetic", action="store_true", help="as for run: a full-size plan may train on synthetic digits"
+    )
     c.set_defaults(func=cmd_check)
 
     rep = sub.add_parser("report", help="write Markdown reports (and JSON, CSV) from result files only")
@@ -317,7 +321,14 @@ DOCKER_HOST_HELP = "Docker daemon address (default: DOCKER_HOST or the local soc
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenarios", nargs="*", type=Path, help="scenario YAML files (default: every file in scenarios/)")
     p.add_argument("--smoke", action="store_true", help="smoke size: the scenarios' smoke overrides, 1 repetition")
-    p.add_argument("--repeats", type=int, help="repetitions per point (default: the scenario's)")
+    p.add_argument("--repeats", type=int, help=f"repetitions per point, 1 to {MAX_REPEATS} (default: the scenario's)")
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        default=plan.MAX_RUNS,
+        metavar="N",
+        help=f"refuse a plan of more than N runs before making it (default: {plan.MAX_RUNS:,}, before -k)",
+    )
     p.add_argument(
         "-k",
         dest="select",
@@ -368,9 +379,18 @@ def _make_plan(args: argparse.Namespace) -> _Plan:
     files = args.scenarios or sorted(DEFAULT_SCENARIOS.glob("*.yaml"))
     if not files:
         raise UsageError(f"no scenario files given and none in {DEFAULT_SCENARIOS}")
-    if args.repeats is not None and args.repeats < 1:
-        raise UsageError(f"--repeats {args.repeats}: must be >= 1")
-    scenarios = load_all([_display_path(f) for f in files])
+    if args.repeats is not None and not 1 <= args.repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats {args.repeats}: allowed: an integer in [1, {MAX_REPEATS}]")
+    if args.max_runs < 1:
+        raise UsageError(f"--max-runs {args.max_runs}: allowed: an integer >= 1")
+    scenarios = load_all([_display_path(f) for f in files], args.max_runs, args.repeats or (1 if args.smoke else None))
+    sizes = {sc.source: plan.point_count(sc) * (args.repeats or (1 if args.smoke else sc.repeats)) for sc in scenarios}
+    if sum(sizes.values()) > args.max_runs:
+        each = ", ".join(f"{source}: {n:,}" for source, n in sizes.items())
+        raise UsageError(
+            f"the plan holds {sum(sizes.values()):,} runs ({each}), more than --max-runs {args.max_runs:,}; "
+            "take fewer points (-k, fewer files, --repeats) or pass a larger --max-runs"
+        )
     overrides = parse_overrides(getattr(args, "overrides", None) or [])
     specs = []
     for sc in scenarios:
@@ -426,6 +446,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             first = runs[0]
             status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)
             rows.append([scenario, label, first.device, len(runs), first.fingerprint[:12], status, estimate])
+        try:  # what run refuses before anything runs: check says so instead of "will run"
+            _refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
+            refused = None
+        except UsageError as exc:
+            refused, total.refused = str(exc), True
+            for row in rows:  # "will run 2 of 3 (...)" -> "run refuses 2 of 3 (...) (below)"
+                if row[5].startswith("will run"):
+                    row[5] = row[5].replace("will run", "run refuses", 1) + " (below)"
         pool_note = None
         if getattr(backend, "where", None) is not None:
             slots = sum(float(n.get("Resources", {}).get("suite_slot", 0)) for n in backend.nodes() if n.get("Alive"))
@@ -452,6 +480,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         data[key] = (data.get(key, (0, ""))[0] + 1, identity.get("note", ""))
     for key, (n, note) in data.items():
         print(f"data for {_runs(n)}: {key} ({note})")
+    if refused:
+        print(f"run would refuse this plan: {refused}")
     return 0
 
 
@@ -475,9 +505,11 @@ class _Totals:
     known_s: float = 0.0  # from earlier results
     unknown: int = 0  # runs without an earlier result
     bound_s: float = 0.0  # their timeouts, added up
+    refused: bool = False  # run would refuse the plan (said below the totals)
 
     def text(self) -> str:
-        counts = f"{_runs(self.run)} will run, {self.skipped} skipped, {self.done} already done (ok on file)"
+        verb = "would run, but run refuses the plan (below)" if self.refused else "will run"
+        counts = f"{_runs(self.run)} {verb}, {self.skipped} skipped, {self.done} already done (ok on file)"
         if not self.run:
             return f"here: {counts}; nothing to run"
         parts = []
@@ -647,6 +679,8 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
     run_args += ["--allow-synthetic"] * args.allow_synthetic
     if args.repeats is not None:
         run_args += ["--repeats", str(args.repeats)]
+    if args.max_runs != plan.MAX_RUNS:
+        run_args += ["--max-runs", str(args.max_runs)]
     if args.select is not None:  # each host plans the same points with the same settings
         run_args += ["-k", args.select]
     for text in args.overrides:
@@ -702,8 +736,18 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"no results folder {args.results}; run `python -m suite run` first")
     # A cut with -k goes to a folder of its own: it never replaces the full report's pages or index.
     out = args.out if args.select is None else report.selected_dir(args.out)
-    written = report.write_reports(args.results, out, args.reference, args.select) if "md" in formats else []
-    written += export.write_exports(args.results, out, formats, args.select)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot be the report folder ({exc.strerror})") from None
+    try:
+        written = report.write_reports(args.results, out, args.reference, args.select) if "md" in formats else []
+        written += export.write_exports(args.results, out, formats, args.select)
+    except report.UnknownReference as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off
+        print(f"error: cannot write the report into {out}: {exc.strerror or exc} ({exc.filename})", file=sys.stderr)
+        return 1
     for path in written:
         print(f"wrote {path}")
     if args.select is not None:
@@ -761,7 +805,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     from suite import show
 
     result = show.load(args.result)
-    print(show.raw(result) if args.json else show.render(args.result, result), end="")
+    if args.json:  # JSON escapes control characters itself
+        print(show.raw(result), end="")
+        return 0
+    # A record from elsewhere may hold escape sequences (in its message, its log tail): shown, not obeyed.
+    print("".join(escaped(line) + "\n" for line in show.render(args.result, result).splitlines()), end="")
     return 0
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -401,14 +403,30 @@ def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
 
 
 def _csv_value(value: Any) -> str:
-    """Empty for not measured; true/false as in the JSON; floats with every digit (repr round-trips)."""
+    """Empty for not measured; true/false as in the JSON; floats with every digit (repr round-trips).
+    Text that starts with ``=``, ``+``, ``-`` or ``@`` and is not a number gets a leading ``'``, so a
+    spreadsheet shows it as text instead of running it as a formula (a variant named ``=cmd|...``)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    return str(value)
+    text = str(value)
+    if text[:1] in FORMULA_START and not isinstance(value, int) and not _is_number(text):
+        return "'" + text
+    return text
+
+
+FORMULA_START = ("=", "+", "-", "@")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def to_json(doc: dict[str, Any]) -> str:
@@ -440,7 +458,18 @@ def write_exports(results_dir: Path, out_dir: Path, formats: list[str], select: 
 
 
 def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    return write_atomic(path, text)
+
+
+def write_atomic(path: Path, content: str | bytes) -> Path:
+    """``path`` replaced atomically by way of a temp file made with O_EXCL beside it (never a fixed
+    name, which a planted link could turn into a write elsewhere)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content if isinstance(content, bytes) else content.encode("utf-8"))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path

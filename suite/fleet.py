@@ -17,7 +17,6 @@ remaining runs recorded by its own orchestrator.
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import sys
@@ -27,13 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite import results
+from suite import names, results
 from suite.runner import previous_runs
 from suite.scenario import ScenarioError, read_yaml
 from suite.settings import Checker
 
 SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://")
-NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 HOST_KEYS = ("docker", "gpus")
 
 
@@ -59,8 +57,8 @@ def load_hosts(path: str | Path) -> list[Host]:
     hosts, addresses = [], {}
     for name, entry in raw.items():
         key = f"hosts.{name}"
-        if not isinstance(name, str) or not NAME.match(name):
-            ck.fail(key, "a host name: letters, digits, '_', '.', '-' only (it names the results folder)")
+        if not names.is_safe(name):
+            ck.fail(key, f"got {name!r}; allowed: {names.ALLOWED}")
             continue
         if not ck.closed(entry, HOST_KEYS, key):
             continue

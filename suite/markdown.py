@@ -21,7 +21,9 @@ _BLOCK_START = re.compile(r"^(#|[-+=>]|\d+[.)])")
 
 
 def one_line(value: Any) -> str:
-    return " ".join(str(value).split())
+    """``value`` on one line, any other control character (an escape sequence from a result file
+    made elsewhere) written as Python escapes it, so a page shows it instead of a terminal obeying it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(value).split()))
 
 
 def cell(value: Any) -> str:

@@ -163,6 +163,26 @@ def override_flag(path: str, value: Any) -> str:
 
 DataResolver = Callable[[dict[str, Any]], dict[str, Any]]
 
+# Runs one plan may hold unless --max-runs says more: the four shipped scenarios are 235 runs at
+# full size, and 10,000 runs of a minute each is a week of machine time. A matrix can describe a
+# million points in one line; expanding them takes minutes and gigabytes before anything is said.
+MAX_RUNS = 10_000
+
+
+def point_count(scenario: Scenario) -> int:
+    """The points ``expand`` would make (variants x the matrix's axes), counted without making them."""
+    count = max(len(scenario.variants), 1)
+    for values in scenario.matrix.values():
+        count *= len(values)
+    return count
+
+
+def shape_text(scenario: Scenario) -> str:
+    """How the points multiply, in words: "3 variants x 100 model.hidden.0 x 100 training.batch_size"."""
+    parts = [f"{len(scenario.variants)} variants"] if scenario.variants else []
+    parts += [f"{len(values)} {path}" for path, values in scenario.matrix.items()]
+    return " x ".join(parts) or "1 point"
+
 
 def expand(
     scenario: Scenario,

@@ -48,7 +48,7 @@ def _along(ax: plt.Axes, view: ScenarioView, axis: str | None, series: Callable[
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
     drawn = False
     for name in dict.fromkeys(series(p) for p in view.points):
-        pts = [p for p in view.points if series(p) == name and p.ok_runs]
+        pts = [p for p in view.points if series(p) == name and _fit(p)]  # ok runs with a fit time
         if not pts:
             ax.plot([], [], " ", label=plot_text(f"{name}: none ran ok (see the page)" if name else "none ran ok"))
             continue

@@ -358,8 +358,8 @@ def _takes_every_point(view: ScenarioView) -> bool:
     name = view.spec.get("scenario_file")
     if not name:
         return False
-    try:
-        specs = plan.expand(scenario.load(REPO_ROOT / name), smoke=view.smoke, repeats=1)
+    try:  # a result names the file: read with the files' bounds (a FIFO or a huge matrix is refused)
+        specs = plan.expand(scenario.load(REPO_ROOT / name, repeats=1), smoke=view.smoke, repeats=1)
     except Exception:  # noqa: BLE001 - any unreadable or invalid file: name the points instead
         return False
     return {s.point_label for s in specs} == {p.label for p in view.points}
@@ -522,6 +522,10 @@ def render_index(by_scenario: dict[str, list[ScenarioView]], selection: str | No
     return head + table + "\n"
 
 
+class UnknownReference(ValueError):
+    """``--reference`` names no machine of the results."""
+
+
 def selected_dir(out_dir: Path) -> Path:
     """Where ``report -k`` writes its pages and exports: a folder of their own inside ``--out``."""
     return out_dir / "selected"
@@ -537,7 +541,13 @@ def write_reports(
     (``--out``/selected), never over the full report's pages and index.
     """
     by_scenario: dict[str, list[ScenarioView]] = defaultdict(list)
-    for view in select_views(load_views(results_dir), select):
+    loaded = load_views(results_dir)
+    machines = sorted({v.machine for v in loaded})
+    if reference is not None and reference not in machines:
+        raise UnknownReference(
+            f"--reference {reference!r}: no such machine in {results_dir}; machines: {', '.join(machines) or 'none'}"
+        )
+    for view in select_views(loaded, select):
         by_scenario[view.scenario].append(view)
     out_dir.mkdir(parents=True, exist_ok=True)
     method_link = _method_link(out_dir)
@@ -570,7 +580,4 @@ def _method_link(out_dir: Path) -> str:
 
 
 def _write(path: Path, content: str | bytes) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    tmp.replace(path)
-    return path
+    return export.write_atomic(path, content)

@@ -48,6 +48,7 @@ from scipy import stats as sps
 
 from suite import backends, compare, datasets, hostinfo, image_catalog, locks, plan, results, runner, select, stats
 from suite.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
+from suite.settings import MAX_REPEATS
 from suite.views import ACCURACY_GATE
 
 FORMAT = "keras-speed-suite/reproduce"
@@ -1091,8 +1092,8 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
 
     Raises ReproduceError (bad input) or Refused (differences, without ``--anyway``) before anything runs.
     """
-    if opts.repeats is not None and opts.repeats < 1:
-        raise ReproduceError(f"--repeats {opts.repeats}: must be >= 1")
+    if opts.repeats is not None and not 1 <= opts.repeats <= MAX_REPEATS:
+        raise ReproduceError(f"--repeats {opts.repeats}: allowed: an integer in [1, {MAX_REPEATS}]")
     if not 0 < opts.tolerance < 1:
         raise ReproduceError(f"--tolerance {opts.tolerance * 100:g}: must be above 0 and below 100 (percent)")
     loaded = load_inputs(opts.inputs)

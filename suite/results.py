@@ -57,14 +57,21 @@ Optional sections added without a bump (older records simply lack them):
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import itertools
 import json
+import math
 import os
+import shlex
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from suite import bounded, names, record_shape
 from suite import telemetry as tm
 
 SCHEMA_VERSION = 2
@@ -354,31 +361,109 @@ def finished_at(result: RunResult) -> str:
     return str(result.run.get(FINISHED_AT.key, ""))
 
 
+class Unsaved(Exception):
+    """A result that could not be written where it belongs; the message says where it was kept
+    instead and the command that moves it back."""
+
+
+# errno of a file system that has no hard links (vfat, some network and FUSE file systems)
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
+
+
 def save(result: RunResult, folder: Path, stem: str) -> Path:
-    """Write ``folder/stem.json`` (or ``stem.2.json`` ... if taken) via a temp file and rename.
+    """Write ``folder/stem.json`` (or ``stem.2.json`` ... if taken) via a temp file and a hard link.
 
     A reader never sees a half-written file, and an earlier attempt at the same run is kept: a
-    failure followed by a success leaves both on disk, and the report picks the newest.
+    failure followed by a success leaves both on disk, and the report picks the newest. On a file
+    system without hard links the file is created exclusively and written in place instead.
+
+    A measurement is never lost to the disk: where the file cannot be written (the disk is full, the
+    name too long, the folder gone), the record is kept in a fallback folder and ``Unsaved`` says
+    where and how to move it back; where no fallback folder takes it either, the record itself is
+    written to stderr. A number JSON cannot hold (NaN, an infinity) is recorded as null.
     """
+    text = json.dumps(_finite(result.to_dict()), indent=1, sort_keys=True, allow_nan=False, default=_jsonable) + "\n"
+    try:
+        return _save_text(text, folder, stem)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise Unsaved(_keep_elsewhere(text, folder, stem, why)) from None
+
+
+def _save_text(text: str, folder: Path, stem: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(result.to_dict(), indent=1, sort_keys=True, allow_nan=False, default=_jsonable)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        attempt = 1
-        while True:
+        for attempt in itertools.count(1):
             target = folder / (f"{stem}.json" if attempt == 1 else f"{stem}.{attempt}.json")
             try:
                 os.link(tmp, target)  # fails if the target exists: never overwrite
-                break
+                return target
             except FileExistsError:
-                attempt += 1
+                continue
+            except OSError as exc:
+                if exc.errno not in _NO_LINKS:
+                    raise
+            try:  # no hard links here: create it exclusively, then write it
+                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                continue
+            try:
+                with os.fdopen(out, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError:
+                target.unlink(missing_ok=True)  # never a cut-off record where a reader looks
+                raise
+            return target
+        raise AssertionError("unreachable")
     finally:
-        os.unlink(tmp)
-    return target
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def fallback_folders() -> list[Path]:
+    """Where a result that cannot be saved in its results folder is kept, first that takes it: the
+    system's temp folder and the user's cache, each most likely on another disk than the results."""
+    user = f"suite-unsaved-{os.getuid()}" if hasattr(os, "getuid") else "suite-unsaved"
+    return [Path(tempfile.gettempdir()) / user, Path.home() / ".cache" / "suite-unsaved"]
+
+
+def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
+    """Keep ``text`` in a fallback folder (under the machine and scenario folder names it had);
+    the message naming where, with the command that moves it back."""
+    wanted = folder / f"{stem}.json"
+    for base in fallback_folders():
+        try:
+            kept = _save_text(text, base / folder.parent.name[:100] / folder.name[:100], stem[:100])
+        except OSError:
+            continue
+        return (
+            f"the result of {stem} could not be saved as {wanted} ({why}); it is kept as {kept}. "
+            f"Move it back once there is room: mkdir -p {shlex.quote(str(folder))} && "
+            f"mv {shlex.quote(str(kept))} {shlex.quote(str(wanted))}"
+        )
+    sys.stderr.write(text)
+    return (
+        f"the result of {stem} could not be saved as {wanted} ({why}), nor in "
+        f"{' or '.join(map(str, fallback_folders()))}; its record is on stderr above: save it as {wanted}"
+    )
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -390,11 +475,14 @@ def _jsonable(value: Any) -> Any:
 def load(path: Path, in_folder: bool = False) -> RunResult:
     """The result in ``path``; ResultError naming the file when it cannot be read (not UTF-8, not
     JSON) or is not a result. ``in_folder``: it was found in a results folder, which it blocks."""
+    advice = "; move it out of the results folder" if in_folder else ""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError and UnicodeDecodeError
-        advice = "; move it out of the results folder" if in_folder else ""
-        raise ResultError(f"{path}: not a readable result file ({exc}){advice}") from None
+        data = json.loads(bounded.read_text(path, MAX_RESULT_BYTES), parse_constant=_not_a_number)
+    except OSError as exc:
+        raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, NaN; nesting
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ResultError(f"{path}: not a readable result file ({why}){advice}") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int):
         raise ResultError(f"{path}: no schema_version; this is not a result file of this suite")
@@ -403,18 +491,39 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
             f"{path}: schema_version {version} is newer than this suite understands ({SCHEMA_VERSION}); "
             "update the suite (git pull) to read it"
         )
+    checked = False
     while version < SCHEMA_VERSION:
         if version not in _MIGRATIONS:
             raise ResultError(
                 f"{path}: schema_version {version} has no migration to {SCHEMA_VERSION}; "
                 "rerun the scenario with --fresh to record it again"
             )
+        if not checked and (found := record_shape.problem(data)) is not None:  # before a migration reads it
+            raise ResultError(f"{path}: {found}{advice}")
+        checked = True
         data = _MIGRATIONS[version](data)
         version = data["schema_version"]
+    if (found := record_shape.problem(data)) is not None:
+        raise ResultError(f"{path}: {found}{advice}")
     try:
-        return RunResult.from_dict(data)
+        result = RunResult.from_dict(data)
     except (TypeError, ValueError) as exc:
         raise ResultError(f"{path}: malformed result ({exc})") from None
+    # Names that become paths of pages and reruns: a result from elsewhere cannot choose where they go.
+    for key, value in (("spec.scenario", result.spec.get("scenario")), ("run.machine", result.run.get("machine"))):
+        if (value is not None or key == "spec.scenario") and not names.is_safe(value):
+            raise ResultError(f"{path}: field {key}: got {value!r}; allowed: {names.ALLOWED}")
+    return result
+
+
+# A result is 3-20 KB (telemetry series are capped at 600 points per metric); a file far larger is
+# not one, and reading it whole could exhaust memory (a link to /dev/zero never ends).
+MAX_RESULT_BYTES = 16 * bounded.MiB
+
+
+def _not_a_number(word: str) -> float:
+    """json's hook for NaN and Infinity, which Python's json accepts and JSON does not."""
+    raise ValueError(f"{word} is not a JSON number; a result holds finite numbers only")
 
 
 def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import inspect
 import json
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from collections import Counter
@@ -24,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suite import results, verdicts, views
+from suite import names, results, verdicts, views
 from suite.backends.base import Backend
 from suite.plan import RunSpec, parse_device
 from suite.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
@@ -80,8 +82,9 @@ class Summary:
         return out
 
 
-def machine_dir(results_dir: Path, machine: str) -> Path:
-    return results_dir / machine
+def machine_dir(results_dir: Path, machine: str, source: str = "machine name (--machine)") -> Path:
+    """``results_dir/machine``; UnsafeName (exit 2) where ``machine`` is not one safe path component."""
+    return names.inside(results_dir, machine, source)
 
 
 def previous_runs(folder: Path) -> dict[tuple[str, int], results.RunResult]:
@@ -100,7 +103,10 @@ def hold_folder(folder: Path, *, wait: bool = False, say: Callable[[str], None] 
     """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # O_NOFOLLOW: a link planted at the lock's name is never written through
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise FolderBusy(f"{path}: cannot be the run lock ({exc.strerror}); remove it if it is a link") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -114,7 +120,8 @@ def hold_folder(folder: Path, *, wait: bool = False, say: Callable[[str], None] 
             fcntl.flock(fd, fcntl.LOCK_EX)
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat()}
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
+        with contextlib.suppress(OSError):  # who holds it is a courtesy to the next run; a full disk is not fatal
+            os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
         yield
     finally:
         os.close(fd)  # releases the lock; the file stays, so a waiting run keeps locking the same inode
@@ -290,21 +297,39 @@ def run_plan(
                     progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
                     continue
                 if step.reason:
-                    path = results.save(backend.skipped(spec, step.reason), folder / spec.scenario, spec.run_id)
+                    path = _saved(backend.skipped(spec, step.reason), folder / spec.scenario, spec, summary, progress)
+                    if path is None:
+                        break
                     summary.counts[STATUS_SKIPPED] += 1
                     progress.line(step.line(f"skipped: {step.reason} -> {path}", None), VERBOSE)
                     continue
                 progress.start(step.head(), spec.fingerprint)
                 result = _run_with_peak(spec, backend, peaks, progress.on_event if events else None)
                 seconds = progress.finish(spec.fingerprint)
-                path = results.save(result, folder / spec.scenario, spec.run_id)
+                path = _saved(result, folder / spec.scenario, spec, summary, progress)
                 _count(summary, step, result)
+                if path is None:
+                    break
                 _say_result(progress, step, result, f"{seconds:.1f} s", path)
     finally:
         progress.close()
         _restore_signals(old_handlers)
         backend.close()
     return summary
+
+
+def _saved(
+    result: results.RunResult, folder: Path, spec: RunSpec, summary: Summary, progress: Progress
+) -> Path | None:
+    """``results.save``; None where it could not save the result where it belongs: then the record
+    was kept elsewhere (the line says where), and ``summary.stopped`` ends the plan, whose next
+    results would meet the same full disk or unwritable folder."""
+    try:
+        return results.save(result, folder, spec.run_id)
+    except results.Unsaved as exc:
+        progress.line(f"error: {exc}", QUIET)
+        summary.stopped = f"a result could not be saved in {folder} (above); rerun when it can, to resume"
+        return None
 
 
 def _count(summary: Summary, step: _Step, result: results.RunResult, key: str | None = None) -> None:
@@ -425,7 +450,13 @@ def run_plan_pool(
                     step = by_run[(done.spec.fingerprint, done.spec.repetition)]
                     retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
                     _save_pool(done, results_dir, step, summary, progress, retry, pool=pool)
-        summary.stopped = getattr(pool, "gone", None)
+                if summary.stopped:  # a result could not be saved: stop the rest, keep what has come back
+                    pool.cancel_all(say=progress.line)
+                    for done in pool.held():
+                        step = by_run.get((done.spec.fingerprint, done.spec.repetition)) or _Step(done.spec, "run")
+                        _save_pool(done, results_dir, step, summary, progress, False, pool=pool)
+                    break
+        summary.stopped = summary.stopped or getattr(pool, "gone", None)
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
         try:
             pool.cancel_all(say=progress.line)
@@ -458,9 +489,16 @@ def _save_pool(
     (its retry's own result is the run's last word, and counts). ``pool``: the pool holding the
     result until it is on file, told so the moment it is (before anything that can fail or wait)."""
     result, spec, machine = done.result, done.spec, done.machine
-    path = results.save(result, machine_dir(results_dir, machine) / spec.scenario, spec.run_id)
+    if not names.is_safe(machine):  # a node's label chose it: never a path outside the results folder
+        safe = "unsafe-label-" + hashlib.sha256(str(machine).encode()).hexdigest()[:12]
+        progress.line(f"a node's machine name {machine!r} is not a safe folder name; its result goes to {safe}/")
+        machine = safe
+    path = _saved(result, machine_dir(results_dir, machine) / spec.scenario, spec, summary, progress)
     if pool is not None:
-        pool.saved(done)
+        pool.saved(done)  # on file, or kept elsewhere as the line above says
+    if path is None:
+        _count(summary, step, result)
+        return
     if getattr(done, "retried", False):
         summary.counts[f"{count_key(result)}, retried"] += 1
     else:

@@ -8,16 +8,17 @@ are chosen by name from registries.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from suite.plan import expand, overlaps
+from suite import bounded, names
+from suite.plan import MAX_RUNS, expand, overlaps, point_count, shape_text
 from suite.settings import (
     DEFAULTS,
+    MAX_REPEATS,
     REPORT_KEYS,
     TOP_KEYS,
     VERDICTS,
@@ -25,11 +26,13 @@ from suite.settings import (
     Scenario,
     ScenarioError,
     apply_overrides,
+    brief,
     check_config,
     check_value,
     cross_checks,
     is_int,
     path_problem,
+    plain_text,
     resolve,
     type_name,
 )
@@ -86,9 +89,66 @@ def _lines(node: yaml.Node, prefix: str = "", out: dict[str, int] | None = None)
     return out
 
 
+# Bounds on a YAML document, checked before anything expands it. A scenario or hosts file is a few
+# KiB, nested four or five levels, and has no reason for more than a handful of aliases; an alias
+# repeated inside an alias (the "billion laughs") describes 10^9 nodes in a few hundred bytes and
+# would exhaust memory once walked, and PyYAML's composer recurses once per level of nesting.
+MAX_YAML_BYTES = bounded.MiB
+MAX_YAML_DEPTH = 50
+MAX_YAML_NODES = 100_000  # with every alias expanded where it is used
+
+
+class YamlRefused(yaml.YAMLError):
+    """A document over the bounds, or with a key that is not plain text; says where, as PyYAML's errors do."""
+
+    def __init__(self, problem: str, mark: yaml.Mark | None = None):
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
+def safe_yaml(text: str) -> tuple[Any, yaml.Node | None]:
+    """``text`` read with the files' loader after the bounds are checked: the value and its node tree.
+
+    The events are scanned first (PyYAML's parser is iterative) for nesting depth; then the nodes,
+    each counted once however many aliases use it, for the size with aliases expanded and for keys
+    that are not plain scalars (``? [a, b]``), which no setting has."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise YamlRefused(f"nested more than {MAX_YAML_DEPTH} levels deep", event.start_mark)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    node = yaml.compose(text, Loader=_Loader)
+    if node is not None:
+        size = _expanded_size(node, {})
+        if size > MAX_YAML_NODES:
+            raise YamlRefused(
+                f"{size:,} values, each alias (*name) counted where it is used; at most {MAX_YAML_NODES:,} are allowed"
+            )
+    return yaml.load(text, Loader=_Loader), node
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes in ``node``'s tree with every alias expanded, each distinct node walked once (memo by id)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if not isinstance(key, yaml.ScalarNode):
+                raise YamlRefused("a key must be plain text, not a list or mapping", key.start_mark)
+            size += 1 + _expanded_size(value, memo)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, memo) for item in node.value)
+    memo[id(node)] = size
+    return size
+
+
 def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded.read_text(path, MAX_YAML_BYTES)
     except OSError as exc:
         raise ScenarioError([f"{path}: cannot read: {exc.strerror}"]) from None
     except UnicodeDecodeError as exc:
@@ -98,8 +158,7 @@ def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
             [f"{path}: not UTF-8 text: byte {exc.object[exc.start]:#04x} at byte offset {exc.start} ({exc.reason})"]
         ) from None
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)
+        data, node = safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -111,8 +170,11 @@ def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
 # --------------------------------------------------------------------------- loading
 
 
-def load(path: str | Path) -> Scenario:
-    """Read and validate one scenario file. Raises ScenarioError listing every problem found."""
+def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None) -> Scenario:
+    """Read and validate one scenario file. Raises ScenarioError listing every problem found.
+
+    ``max_runs``: a plan of more runs than that (its points times ``repeats``, default the file's
+    own) is refused before any point is made."""
     source = str(path)
     data, lines = read_yaml(Path(path))
     ck = Checker(source, lines)
@@ -122,11 +184,18 @@ def load(path: str | Path) -> Scenario:
     for key in ("name", "question"):
         if not isinstance(data.get(key), str) or not data.get(key, "").strip():
             ck.fail(key, "required; a non-empty string")
-    if isinstance(data.get("name"), str) and not re.match(r"^[A-Za-z0-9_.-]+$", data["name"]):
-        ck.fail("name", "letters, digits, '_', '.', '-' only (it names files)")
+    if isinstance(data.get("name"), str) and data["name"].strip() and not names.is_safe(data["name"]):
+        ck.fail("name", f"got {brief(data['name'])}; allowed: {names.ALLOWED}")
+    # Text that reaches the terminal and the pages: no control characters (an escape sequence in a
+    # question would rewrite the reader's terminal); a description may hold line breaks and tabs.
+    for key, extra in (("question", ""), ("description", "\n\t")):
+        if isinstance(data.get(key), str) and not plain_text(data[key], extra):
+            ck.fail(
+                key, "holds a control character; allowed: printable text" + (", line breaks and tabs" if extra else "")
+            )
     repeats = data.get("repeats", 5)
-    if not (is_int(repeats) and repeats >= 1):
-        ck.fail("repeats", f"got {repeats!r}; allowed: an integer >= 1")
+    if not (is_int(repeats) and 1 <= repeats <= MAX_REPEATS):
+        ck.fail("repeats", f"got {brief(repeats)}; allowed: an integer in [1, {MAX_REPEATS}]")
 
     own = {k: v for k, v in data.items() if k in DEFAULTS}
     check_config(ck, own, line_of=lambda p: p)
@@ -152,6 +221,14 @@ def load(path: str | Path) -> Scenario:
         baseline=baseline,
         verdict=verdict,
     )
+    points, reps = point_count(scenario), repeats or scenario.repeats
+    if points * reps > max_runs:
+        ck.fail(
+            "matrix",
+            f"{points:,} points ({shape_text(scenario)}) x {reps} repetitions = {points * reps:,} runs; a plan holds "
+            f"at most {max_runs:,} (take fewer points or repetitions, or pass a larger --max-runs)",
+        )
+        raise ScenarioError(ck.problems)
     _check_points(scenario)
     return scenario
 
@@ -187,7 +264,7 @@ def _load_matrix(ck: Checker, raw: Any, config: dict[str, Any]) -> dict[str, lis
     for path, values in raw.items():
         key = f"matrix.{path}"
         if not isinstance(values, list) or not values:
-            ck.fail(key, f"must be a non-empty list of values, got {values!r}")
+            ck.fail(key, f"must be a non-empty list of values, got {brief(values)}")
             continue
         problem = path_problem(config, path)
         if problem:
@@ -216,6 +293,9 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
         if not isinstance(name, str) or not name:
             ck.fail(f"{key}.name", "required; a non-empty string")
             continue
+        if not plain_text(name):
+            ck.fail(f"{key}.name", f"got {brief(name)}; allowed: printable text (it is shown in labels and pages)")
+            continue
         if name in names:
             ck.fail(f"{key}.name", f"variant {name!r} is named twice")
         names.add(name)
@@ -230,7 +310,7 @@ def _load_report(ck: Checker, raw: Any, matrix: dict[str, list[Any]], has_varian
         return {}, "none"
     verdict = raw.get("verdict", "none")
     if verdict not in VERDICTS:
-        ck.fail("report.verdict", f"got {verdict!r}; allowed: {', '.join(VERDICTS)}")
+        ck.fail("report.verdict", f"got {brief(verdict)}; allowed: {', '.join(VERDICTS)}")
     baseline = raw.get("baseline") or {}
     if not isinstance(baseline, dict):
         ck.fail("report.baseline", f"must be a mapping of matrix axis to value, got {type_name(baseline)}")
@@ -292,7 +372,7 @@ def parse_overrides(texts: list[str]) -> list[Override]:
             problems.append(f"--set {text}: expected KEY=VALUE with KEY a setting's path, e.g. --set training.epochs=3")
             continue
         try:
-            value = yaml.load(raw, Loader=_Loader)  # the files' loader: a duplicate key in {a: 1, a: 2} is refused
+            value, _ = safe_yaml(raw)  # the files' loader and bounds: a duplicate key in {a: 1, a: 2} is refused
         except yaml.YAMLError as exc:
             problems.append(f"--set {text}: the value is not YAML: {getattr(exc, 'problem', None) or exc}")
             continue
@@ -363,12 +443,13 @@ def overrides_problems(scenarios: list[Scenario], overrides: list[Override]) -> 
     return out
 
 
-def load_all(paths: list[str | Path]) -> list[Scenario]:
-    """Load several files; also refuses two scenarios with the same name."""
+def load_all(paths: list[str | Path], max_runs: int = MAX_RUNS, repeats: int | None = None) -> list[Scenario]:
+    """Load several files (``load``'s ``max_runs`` and ``repeats`` for each); also refuses two
+    scenarios with the same name."""
     scenarios, problems, seen = [], [], {}
     for path in paths:
         try:
-            sc = load(path)
+            sc = load(path, max_runs, repeats)
         except ScenarioError as exc:
             problems += exc.problems
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,13 +37,27 @@ def _enum(options: tuple[str, ...], default: str, description: str) -> dict[str,
     return {"enum": list(options), "default": default, "description": description}
 
 
-def _int(minimum: int, default: int | None, description: str, nullable: bool = False) -> dict[str, Any]:
+def _int(minimum: int, maximum: int, default: int | None, description: str, nullable: bool = False) -> dict[str, Any]:
     return {
         "type": ["integer", "null"] if nullable else "integer",
         "minimum": minimum,
+        "maximum": maximum,
         "default": default,
         "description": description,
     }
+
+
+# Upper bounds: far above any sensible benchmark, low enough that a typo (an extra three zeros) is
+# refused before a run instead of exhausting the machine (100,000 intra-op threads took 6.7 GB) or
+# running for weeks. A number must also be finite: NaN passes every comparison with a bound.
+MAX_BATCH = 1_048_576
+MAX_EPOCHS = 10_000
+MAX_STEPS_PER_EXECUTION = 1_000_000
+MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit
+MAX_SAMPLES = 10_000_000
+MAX_THREADS = 1024
+MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_REPEATS = 1000
 
 
 def _flag(default: bool, description: str) -> dict[str, Any]:
@@ -68,21 +83,21 @@ SETTINGS: dict[str, dict[str, Any]] = {
             "description": "null: the optimizer's Keras default",
         },
         loss=_enum(LOSSES, "categorical_crossentropy", "Keras loss"),
-        batch_size=_int(1, 128, "examples per step (see batch_mode)"),
+        batch_size=_int(1, MAX_BATCH, 128, "examples per step (see batch_mode)"),
         batch_mode=_enum(BATCH_MODES, "global", "global: split across replicas; per_replica: times the replicas"),
-        epochs=_int(1, 5, "passes over the training data"),
-        steps_per_execution=_int(1, 1, "training steps per call into the compiled function"),
+        epochs=_int(1, MAX_EPOCHS, 5, "passes over the training data"),
+        steps_per_execution=_int(1, MAX_STEPS_PER_EXECUTION, 1, "training steps per call into the compiled function"),
         # Always explicit: Keras' "auto" differs between CPU and GPU.
         jit_compile=_flag(False, "compile the train step with XLA"),
         mixed_precision=_flag(False, "mixed_float16 on GPUs, mixed_bfloat16 on CPUs"),
         input_pipeline=_enum(INPUT_PIPELINES, "numpy", "how batches reach fit: numpy arrays or a prefetching tf.data"),
         shuffle=_flag(True, "shuffle the training data every epoch"),
-        seed=_int(0, 1234, "seed of weights, shuffling and dropout"),
+        seed=_int(0, MAX_SEED, 1234, "seed of weights, shuffling and dropout"),
     ),
     "data": _section(
         dataset=_enum(DATASETS, "mnist", "the data set"),
-        train_samples=_int(1, None, "training examples; null: all", nullable=True),
-        test_samples=_int(1, None, "test examples; null: all", nullable=True),
+        train_samples=_int(1, MAX_SAMPLES, None, "training examples; null: all", nullable=True),
+        test_samples=_int(1, MAX_SAMPLES, None, "test examples; null: all", nullable=True),
         allow_synthetic=_flag(False, "train on random digits when the real ones are not on this machine"),
         data_dir={
             "type": ["string", "null"],
@@ -94,10 +109,16 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "device": {"type": "string", "pattern": DEVICE_RE.pattern, "default": "cpu", "description": DEVICE_ALLOWED},
     "backend": _enum(KERAS_BACKENDS, "tensorflow", "the Keras backend"),
     "threads": _section(
-        intra_op=_int(0, 0, "threads inside one op; 0: the framework's choice"),
-        inter_op=_int(0, 0, "ops run at once; 0: the framework's choice"),
+        intra_op=_int(0, MAX_THREADS, 0, "threads inside one op; 0: the framework's choice"),
+        inter_op=_int(0, MAX_THREADS, 0, "ops run at once; 0: the framework's choice"),
     ),
-    "timeout_s": {"type": "number", "exclusiveMinimum": 0, "default": 3600, "description": "seconds a run may take"},
+    "timeout_s": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": MAX_TIMEOUT_S,
+        "default": 3600,
+        "description": "seconds a run may take",
+    },
     "image": {
         "type": ["string", "null"],
         "default": None,
@@ -180,7 +201,7 @@ class Checker:
     def fail(self, key: str, message: str, line_key: str | None = None) -> None:
         line = self.lines.get(line_key or key)
         where = f" line {line}" if line else ""
-        problem = f"{self.source}:{where} key '{key}': {message}"
+        problem = escaped(f"{self.source}:{where} key '{key}': {message}")  # keys and values from the file
         if problem not in self.problems:  # a list item can be reached by two checks; say it once
             self.problems.append(problem)
 
@@ -200,6 +221,24 @@ class Checker:
 
 def type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def brief(value: Any, limit: int = 80) -> str:
+    """``value`` as Python writes it (control characters escaped), cut to ``limit`` characters: a
+    message quotes what was given without repeating a megabyte of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def plain_text(text: str, extra: str = "") -> bool:
+    """Whether ``text`` holds no control character (those in ``extra`` aside): nothing that a
+    terminal or a Markdown page would read as an instruction."""
+    return all(c.isprintable() or c in extra for c in text)
+
+
+def escaped(text: str) -> str:
+    """``text`` with every control character written as Python escapes it (``\\x1b``, ``\\n``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def is_int(v: Any) -> bool:
@@ -263,6 +302,8 @@ def valid(frag: dict[str, Any], value: Any) -> bool:
     if "enum" in frag and not any(value == o and type(value) is type(o) for o in frag["enum"]):
         return False
     if _is_num(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
         if "minimum" in frag and value < frag["minimum"] or "maximum" in frag and value > frag["maximum"]:
             return False
         if "exclusiveMinimum" in frag and value <= frag["exclusiveMinimum"]:
@@ -290,7 +331,7 @@ def allowed_text(frag: dict[str, Any]) -> str:
     if main == "boolean":
         return "true or false"
     if main in ("integer", "number"):
-        noun = "an integer" if main == "integer" else "a number"
+        noun = "an integer" if main == "integer" else "a finite number"
         lo, hi = frag.get("minimum"), frag.get("maximum")
         xlo, xhi = frag.get("exclusiveMinimum"), frag.get("exclusiveMaximum")
         if (lo is not None or xlo is not None) and (hi is not None or xhi is not None):
@@ -323,6 +364,9 @@ def check_value(
     A list is checked item by item too, so a bad item is named by its own path (or, with ``shown``,
     by the list's). ``kind``: the model kind whose keys apply (default: whichever kind has the key)."""
     frag = fragment_for(key, kind)
+    if isinstance(value, str) and not plain_text(value):
+        ck.fail(shown or key, f"got {brief(value)}; a control character is not allowed", line_key)
+        return
     if frag is None or "properties" in frag or valid(frag, value):
         return
     bad_items = (
@@ -333,9 +377,9 @@ def check_value(
     for i, item in bad_items:
         item_key = shown or f"{key}.{i}"
         item_line = line_key if shown else (f"{line_key}.{i}" if line_key else None)
-        ck.fail(item_key, f"got {item!r} ({type_name(item)}); allowed: {allowed_text(frag['items'])}", item_line)
+        ck.fail(item_key, f"got {brief(item)} ({type_name(item)}); allowed: {allowed_text(frag['items'])}", item_line)
     if not bad_items:
-        ck.fail(shown or key, f"got {value!r} ({type_name(value)}); allowed: {allowed_text(frag)}", line_key)
+        ck.fail(shown or key, f"got {brief(value)} ({type_name(value)}); allowed: {allowed_text(frag)}", line_key)
 
 
 def check_config(

@@ -169,7 +169,11 @@ def _load(result: RunResult) -> list[str]:
     lines = [
         "  other processes: "
         + ("not measured" if load.other_cores is None else f"{results.cores_text(load.other_cores)} {window}")
-        + (f" ({results.cores_text(block['other_cores'])} over the whole run)" if load.window == "fit" else "")
+        + (
+            f" ({results.cores_text(block['other_cores'])} over the whole run)"
+            if load.window == "fit" and block.get("other_cores") is not None
+            else ""
+        )
         + "; steal: "
         + ("?" if load.steal_share is None else f"{load.steal_share:.1%}"),
         f"  load average (1 min): {avg(load.loadavg_start)} at the start, {avg(load.loadavg_end)} at the end, "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, results, stats
+from suite import datasets, names, results, stats
 from suite.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
 
 # A run that trains to less than this test accuracy is broken, however fast: it is shown, flagged
@@ -169,6 +169,8 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
     grouped: dict[tuple[str, str, bool, str], list[tuple[Path, RunResult]]] = defaultdict(list)
     for path, result in loaded:
         machine = RUN_MACHINE.of(result) or path.relative_to(results_dir).parts[0]
+        if not names.is_safe(machine):  # a folder's name, where the record names no machine
+            raise results.ResultError(f"{path}: machine folder {machine!r}; allowed: {names.ALLOWED}")
         key = (machine, result.spec["scenario"], bool(result.spec.get("smoke")), _overrides_key(result))
         grouped[key].append((path.relative_to(results_dir), result))
     views = []

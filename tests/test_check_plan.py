@@ -60,7 +60,8 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
     path = write_scenario(tmp_path, "tiny_plan", TINY)
     walls = {(8, 0): 10.0, (8, 1): 20.0, (8, 2): 60.0, (16, 0): 30.0}
     res = _on_file(tmp_path, path, walls=walls)
-    proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m")
+    # Full size on synthetic digits (no MNIST here): run would refuse it without --allow-synthetic.
+    proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
     assert proc.returncode == 0, proc.stderr
     rows = _rows(proc.stdout)
     assert rows["width=8, device=cpu"][3:] == ["done (ok on file; --fresh reruns)", "-"]
@@ -79,7 +80,11 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
         "earlier results + at most 10 min 0 s for 3 runs without an earlier result (timeout_s each)"
     ) in proc.stdout
 
-    fresh = _rows(suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--fresh").stdout)
+    fresh = _rows(
+        suite_cli(
+            "check", path, "--backend", "local", "--results", res, "--machine", "m", "--fresh", "--allow-synthetic"
+        ).stdout
+    )
     assert fresh["width=8, device=cpu"][3:] == ["will run", "~1 min 0 s (3 x 20 s, median of 3 earlier)"]
 
 
@@ -89,13 +94,19 @@ def test_smoke_size_and_another_machine_have_their_own_results(tmp_path: Path) -
     smoke = _rows(suite_cli("check", path, "--smoke", "--backend", "local", "--results", res, "--machine", "m").stdout)
     assert smoke["width=8, device=cpu"][3:] == ["will run", "<= 1 min 40 s (timeout_s; no earlier result)"]
     other = _rows(suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "other").stdout)
+    assert other["width=8, device=cpu"][3] == "run refuses (below)", "full size on synthetic digits"
+    other = _rows(
+        suite_cli(
+            "check", path, "--backend", "local", "--results", res, "--machine", "other", "--allow-synthetic"
+        ).stdout
+    )
     assert other["width=8, device=cpu"][3] == "will run"
 
 
 def test_set_makes_other_runs_and_k_plans_only_its_points(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "tiny_plan", TINY)
     res = _on_file(tmp_path, path, walls={(8, 0): 10.0, (8, 1): 10.0, (8, 2): 10.0})
-    where = ["--backend", "local", "--results", res, "--machine", "m"]
+    where = ["--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic"]
     changed = suite_cli("check", path, *where, "--set", "training.epochs=2", "-k", "width=8")
     assert changed.returncode == 0, changed.stderr
     rows = _rows(changed.stdout)
@@ -105,7 +116,18 @@ def test_set_makes_other_runs_and_k_plans_only_its_points(tmp_path: Path) -> Non
     assert "--set, for every point: training.epochs=2" in changed.stdout
     same = _on_file(tmp_path / "again", path, walls={(8, 0): 10.0}, overrides={"training.epochs": 2})
     rows = _rows(
-        suite_cli("check", path, *where[:2], "--results", same, "--machine", "m", "--set", "training.epochs=2").stdout
+        suite_cli(
+            "check",
+            path,
+            *where[:2],
+            "--results",
+            same,
+            "--machine",
+            "m",
+            "--set",
+            "training.epochs=2",
+            "--allow-synthetic",
+        ).stdout
     )
     assert rows["width=8, device=cpu"][3] == "will run 2 of 3 (1 of 3 ok on file)"
 

@@ -50,7 +50,7 @@ hosts:
         ),
         ("hosts:\n  a: {docker: 'ssh://x', gpus: [0, 0]}\n", "line 2 key 'hosts.a.gpus': a non-empty list of distinct"),
         ("hosts:\n  a: {docker: 'ssh://x', gpus: [-1]}\n", "key 'hosts.a.gpus'"),
-        ("hosts:\n  'a b': {docker: 'ssh://x'}\n", "key 'hosts.a b': a host name"),
+        ("hosts:\n  'a b': {docker: 'ssh://x'}\n", "key 'hosts.a b': got 'a b'; allowed: 1 to 100 letters"),
         ("hosts:\n  a: {docker: 'ssh://x'}\n  b: {docker: 'ssh://x'}\n", "line 3 key 'hosts.b.docker': the same"),
         ("hosts: []\n", "key 'hosts': required"),
         ("host:\n  a: {docker: 'ssh://x'}\n", "key 'host': unknown key; did you mean hosts?; allowed: hosts"),

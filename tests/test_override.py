@@ -109,7 +109,10 @@ def test_fingerprint_is_that_of_the_file_with_the_value_written_in(tmp_path: Pat
 
 
 BAD = [
-    (["training.epochs=0"], "--set training.epochs=0: key 'training.epochs': got 0 (int); allowed: an integer >= 1"),
+    (
+        ["training.epochs=0"],
+        "--set training.epochs=0: key 'training.epochs': got 0 (int); allowed: an integer in [1, 10000]",
+    ),
     (
         ["training.epoch=3"],
         "--set training.epoch=3: key 'training.epoch': no such setting in the scenario; did you mean",

@@ -1716,8 +1716,9 @@ def test_check_shows_which_points_the_cluster_can_place(
 ) -> None:
     fake = StandInRay(gcs_address=None, node_list=cluster())
     monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
-    nobody = write_scenario(tmp_path, "nobody", SCENARIO.format(name="nobody") + "gpu_model: C\n")
-    anyone = write_scenario(tmp_path, "anyone", SCENARIO.format(name="anyone"))
+    synthetic = "data: {allow_synthetic: true}\n"  # no MNIST here: with --allow-synthetic, run would take the plan
+    nobody = write_scenario(tmp_path, "nobody", SCENARIO.format(name="nobody") + "gpu_model: C\n" + synthetic)
+    anyone = write_scenario(tmp_path, "anyone", SCENARIO.format(name="anyone") + synthetic)
     res = tmp_path / "res"
     cpu, gpu = plan.expand(scenario.load(anyone))  # as check plans them
     # On file: the cpu run by a Ray node (whose folder no node of the cluster names any more), the
@@ -1725,7 +1726,16 @@ def test_check_shows_which_points_the_cluster_can_place(
     results.save(ok_result(cpu, "gone-node"), res / "gone-node" / cpu.scenario, cpu.run_id)
     not_ray = RunResult(status="ok", spec=gpu.to_dict(), run={"backend": "docker", "machine": "box"})
     results.save(not_ray, res / "box" / gpu.scenario, gpu.run_id)
-    args = ["check", str(nobody), str(anyone), "--backend", "ray", "--ray-address", "10.0.0.1:6379"]
+    args = [
+        "check",
+        str(nobody),
+        str(anyone),
+        "--backend",
+        "ray",
+        "--ray-address",
+        "10.0.0.1:6379",
+        "--allow-synthetic",
+    ]
     rc = cli.main([*args, "--results", str(res), "--machine", "orch"])
     out = capsys.readouterr().out
     assert rc == 0, out

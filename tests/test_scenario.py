@@ -61,7 +61,7 @@ def _replace(old: str, new: str) -> str:
 BAD = {
     "unknown top key": (_replace("question:", "speed: fast\nquestion:"), "'speed'", "line 2", "allowed: name"),
     "unknown nested key": (_replace("  epochs: 2", "  epoch: 2"), "'training.epoch'", "line 7", "allowed:"),
-    "wrong type": (_replace("epochs: 2", "epochs: two"), "'training.epochs'", "line 7", "integer >= 1"),
+    "wrong type": (_replace("epochs: 2", "epochs: two"), "'training.epochs'", "line 7", "an integer in [1, 10000]"),
     "bool is not an int": (_replace("epochs: 2", "epochs: true"), "'training.epochs'", "line 7", "integer"),
     "unknown model": (_replace("model:\n", "model:\n  kind: rnn\n"), "'model.kind'", "line 4", "allowed: mlp, cnn"),
     "mlp key under kind cnn": (
@@ -71,7 +71,7 @@ BAD = {
         "unknown key for model kind 'cnn'; allowed: kind, filters, kernel_size, pool, dense",
     ),
     "misspelt key": (_replace("  epochs: 2", "  epohcs: 2"), "'training.epohcs'", "line 7", "did you mean epochs?"),
-    "bad list item": (_replace("[64, 32]", "[64, 0]"), "'model.hidden.1'", "line 4", "an integer >= 1"),
+    "bad list item": (_replace("[64, 32]", "[64, 0]"), "'model.hidden.1'", "line 4", "an integer in [1, 65536]"),
     "unknown optimizer": (_replace("optimizer: nadam", "optimizer: lion"), "'training.optimizer'", "line 6", "rmsprop"),
     "unknown loss": (_replace("  epochs: 2", "  epochs: 2\n  loss: mse"), "'training.loss'", "line 8", "categorical"),
     "unknown device in matrix": (

@@ -127,4 +127,4 @@ def test_schema_carries_the_checkers_defaults_and_descriptions(schema: dict) -> 
     assert {k: v["default"] for k, v in training.items()} == DEFAULTS["training"]
     cnn_then = next(b["then"] for b in schema["allOf"] if b["if"].get("required") == ["model"])
     filters = cnn_then["properties"]["model"]["properties"]["filters"]
-    assert filters["items"] == {"type": "integer", "minimum": 1} and filters["description"]
+    assert filters["items"] == {"type": "integer", "minimum": 1, "maximum": 4096} and filters["description"]

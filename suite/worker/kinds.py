@@ -23,6 +23,11 @@ ACTIVATIONS = ("relu", "tanh", "sigmoid", "gelu", "elu", "linear")
 OUTPUT_ACTIVATIONS = ("softmax",)
 POOLS = ("max", "none")
 MAX_CONV_LAYERS = 4  # with 2x2 pooling after each conv, 28 -> 14 -> 7 -> 3 -> 1
+# Upper bounds, far above any model these questions need, that refuse a typo before a run: two dense
+# layers of MAX_WIDTH hold 4.3 G weights (17 GB as float32), MAX_FILTERS conv filters a 4096x4096 kernel.
+MAX_WIDTH = 65_536
+MAX_FILTERS = 4096
+MAX_LAYERS = 64
 
 # Keys every kind shares, with the same meaning and fragment (a test holds the kinds to that).
 _ACTIVATION = {"enum": list(ACTIVATIONS), "default": "relu", "description": "activation of every hidden layer"}
@@ -110,8 +115,9 @@ MLP = ModelKind(
         "kind": {"const": "mlp", "default": "mlp", "description": "the kind of model"},
         "hidden": {
             "type": "array",
-            "items": {"type": "integer", "minimum": 1},
+            "items": {"type": "integer", "minimum": 1, "maximum": MAX_WIDTH},
             "minItems": 1,
+            "maxItems": MAX_LAYERS,
             "default": [512],
             "description": "widths of the hidden dense layers, first to last",
         },
@@ -204,7 +210,7 @@ CNN = ModelKind(
         "kind": {"const": "cnn", "default": "cnn", "description": "the kind of model"},
         "filters": {
             "type": "array",
-            "items": {"type": "integer", "minimum": 1},
+            "items": {"type": "integer", "minimum": 1, "maximum": MAX_FILTERS},
             "minItems": 1,
             "maxItems": MAX_CONV_LAYERS,
             "default": [32, 64],
@@ -225,6 +231,7 @@ CNN = ModelKind(
         "dense": {
             "type": "integer",
             "minimum": 1,
+            "maximum": MAX_WIDTH,
             "default": 128,
             "description": "width of the dense layer after the convs",
         },

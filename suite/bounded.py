@@ -1,0 +1,61 @@
+"""Reading files that come from outside (scenario and hosts files, result files from any machine)
+with bounded work: only regular files, only up to a size cap.
+
+A path can name a FIFO (opening it for reading waits for a writer that never comes), a device
+(``/dev/zero`` never ends) or a file far larger than any input of its kind. Each is refused with an
+``OSError`` whose ``strerror`` says why, so every caller's existing "cannot read: ..." message names
+the file and the cause. Links are followed: a scenario linked from elsewhere is an ordinary use.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+MiB = 1024 * 1024
+
+
+def read_bytes(path: Path | str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; OSError otherwise."""
+    # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer; fstat then refuses it.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file (a {_kind(info.st_mode)})", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"{info.st_size:,} bytes, more than the {_size(limit)} allowed", str(path))
+        os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while chunk := os.read(fd, min(limit + 1 - total, MiB)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while read
+                raise OSError(errno.EFBIG, f"more than the {_size(limit)} allowed", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path | str, limit: int) -> str:
+    """``read_bytes`` decoded as UTF-8 (UnicodeDecodeError where it is not)."""
+    return read_bytes(path, limit).decode("utf-8")
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "folder"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _size(limit: int) -> str:
+    return f"{limit // MiB} MiB" if limit >= MiB and limit % MiB == 0 else f"{limit:,} bytes"

@@ -1,0 +1,285 @@
+"""The result record's shape: the type of every field a reader of results uses, checked once when a
+file is read, so that a record from another machine (edited, truncated by hand, or made to harm) is
+refused with the field's name instead of failing deep inside a report with a traceback.
+
+A shape is a type word, a mapping of keys to shapes, or a one-item list (every item has that shape).
+Type words: ``str``, ``int``, ``number`` (an int or a float of magnitude at most MAX_MAGNITUDE,
+never a boolean), ``positive`` and ``nonneg`` (numbers > 0 and >= 0: times, rates, counts of work),
+``share`` (a number in [0, 1]), ``bool``, ``dict``, ``list``, ``any``, or a set of the allowed
+values; a trailing ``?`` also allows null (on a key of a mapping: that key's mapping or list may be
+null). In a mapping, a key that starts with ``!`` is required; every other key may be missing (older
+records lack newer fields); keys the shape does not name are left alone (a newer record's optional
+fields), and ``*`` gives the shape of every key.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from suite.settings import VERDICTS, brief
+
+Shape = str | frozenset[str] | dict[str, Any] | list[Any]
+# No figure a run records comes near this (a GPU's peak is about 1e15 FLOP/s); below it, products
+# and sums of two figures stay finite, so no page or export meets an infinity of its own making.
+MAX_MAGNITUDE = 1e18
+
+NUM = "number?"
+NUMS = [NUM]
+STRS = ["str?"]
+STAT = {"*": NUM}  # mean, p95, max, n over one window
+SECONDS = "nonneg?"
+TIMING: dict[str, Shape] = {
+    "epoch_s": ["positive?"],
+    "step_floor_epochs_s": [SECONDS],
+    "steady_includes_first_epoch": "bool?",
+    "*": "any",  # every other key: a figure, checked below by name
+}
+TIMING_FIGURES = (
+    "build_compile_s",
+    "data_load_s",
+    "evaluate_s",
+    "first_epoch_overhead_s",
+    "first_step_s",
+    "fit_s",
+    "launch_to_ready_s",
+    "overhead_share",
+    "steady_epoch_s",
+    "steady_examples_per_s",
+    "step_floor_s",
+    "step_s",
+    "steps_per_epoch",
+    "worker_start_unix",
+)
+TIMING.update({key: SECONDS for key in TIMING_FIGURES})
+# The figures ratios divide are times of real work; the first epoch's extra can be below a steady one.
+TIMING.update(fit_s="positive?", steady_epoch_s="positive?", step_s="positive?", first_epoch_overhead_s=NUM)
+TIMING.update(worker_start_unix=NUM)
+
+RECORD: dict[str, Shape] = {
+    "!schema_version": "int",
+    "!status": "str",
+    "message": "str?",
+    "log_tail": "str?",
+    "!spec": {
+        "!scenario": "str",
+        "scenario_file": "str?",
+        "question": "str?",
+        "point": {"*": "any"},
+        "!point_label": "str",
+        "!repetition": "int",
+        "smoke": "bool?",
+        "!config": {
+            "!device": "str",
+            "backend": "str?",
+            "image": "str?",
+            "gpu_model": "str?",
+            "timeout_s": NUM,
+            "model": {"kind": "str?", "hidden": ["int"], "filters": ["int"], "dense": "int?", "dropout": NUM},
+            "training": {
+                "batch_size": "int?",
+                "batch_mode": "str?",
+                "epochs": "int?",
+                "steps_per_execution": "int?",
+                "learning_rate": NUM,
+                "optimizer": "str?",
+                "jit_compile": "bool?",
+                "mixed_precision": "bool?",
+                "input_pipeline": "str?",
+            },
+            "data": {
+                "train_samples": "int?",
+                "test_samples": "int?",
+                "identity": {"source": "str?", "note": "str?", "sha256": "str?", "*": "any"},
+                "*": "any",
+            },
+            "threads": {"*": "int?"},
+            "measure": {"*": "bool?"},
+        },
+        "order": "int",
+        "report": {"verdict": frozenset(VERDICTS), "baseline": {"*": "any"}, "description": "str?"},
+        "calibrate_peak": "bool?",
+        "overrides": {"*": "any"},
+        "!fingerprint": "str",
+    },
+    "run": {
+        "backend": "str?",
+        "machine": "str?",
+        "started_at": "str?",
+        "finished_at": "str?",
+        "image": "str?",
+        "image_id": "str?",
+        "image_labels": {"*": "str?"},
+        "image_tags": STRS,
+        "repo_digests": STRS,
+        "engine_version": "str?",
+        "daemon": "str?",
+        "exit_code": "int?",
+        "oom_killed": "bool?",
+        "gpu_ids": ["any"],
+        "gpu_uuids": STRS,
+        "container_s": {"*": NUM},
+        "settings": {"*": "any", "global_batch": "int?", "replicas": "int?", "per_replica_batch": NUM},
+        "ray": {"attempt": "int?", "*": "any"},
+        "*": "any",
+    },
+    "timing": TIMING,
+    "quality": {
+        "test_accuracy": "share?",
+        "test_loss": NUM,
+        "final_loss": NUM,
+        "train_loss": NUMS,
+        "train_samples": "int?",
+        "test_samples": "int?",
+        "data_source": "str",
+        "data_detail": "str?",
+        "synthetic": "bool?",
+    },
+    "work": {
+        "flops_per_example_train": "nonneg?",
+        "flops_per_example_forward": "nonneg?",
+        "achieved_flops_per_s": "nonneg?",
+        "parameters": "int?",
+        "flops_counted": "str?",
+        "peak": {"flops_per_s": "positive?", "source": "str?", "batches_flops_per_s": NUMS, "*": "any"},
+        "peak_schema1": "any",
+    },
+    "environment": {
+        "host": {"*": "any", "cpu_count": "int?", "cpu_model": "str?", "hostname": "str?", "env": {"*": "str?"}},
+        "versions": {"*": "any"},
+        "devices": {"*": "any", "logical": STRS, "gpus": ["any"]},
+        "devices_used": ["str"],
+        "gpus_driver": [{"*": "any"}],
+        "gpu_identity": "any",
+    },
+    "telemetry": {
+        "interval_s": NUM,
+        "metrics": [
+            {
+                "!name": "str",
+                "unit": "str?",
+                "source": "str?",
+                "device": "any",
+                "summary": {"*": STAT},
+                "series": {"t": NUMS, "v": NUMS},
+            }
+        ],
+        "sources": [{"name": "str?", "method": "str?", "rate_hz": NUM, "samples": "int?", "error": "str?"}],
+        "windows": {"*": NUMS},
+        "load": {
+            "cores": "int?",
+            "other_cores": NUM,
+            "steal_share": NUM,
+            "machine_busy_cores": NUM,
+            "window_s": NUM,
+            "scans": "int?",
+            "method": "str?",
+            "own": "str?",
+            "loadavg_start": ["nonneg"],
+            "loadavg_end": ["nonneg"],
+            "fit": {"other_cores": NUM, "steal_share": NUM, "covered_s": NUM},
+            "top_others": [{"!name": "str", "!cores": "nonneg", "pid": "int?"}],
+            "gpu_others": {"*": [{"pid": "int?", "name": "str?", "*": "any"}]},
+        },
+    },
+    "provenance": {
+        "suite": {
+            "version": "str?",
+            "git_revision": "str?",
+            "git_dirty": "bool?",
+            "dirty_paths": STRS,
+            "diff_sha256": "str?",
+            "code_tree": "str?",
+            "suite_identity": "str?",
+        },
+        "environment": {
+            "kind": "str?",
+            "lock_file": "str?",
+            "lock_sha256": "str?",
+            "matches_lock": "bool?",
+            "lock_differences": STRS,
+        },
+        "image?": {"*": "str?"},
+        "suite_changed_during_run": {"*": "any", "dirty_paths": STRS},
+    },
+}
+
+_WORDS = {
+    "str": "text",
+    "int": "an integer",
+    "number": "a number of magnitude at most 1e18",
+    "positive": "a number > 0 and at most 1e18",
+    "nonneg": "a number >= 0 and at most 1e18",
+    "share": "a number in [0, 1]",
+    "bool": "true or false",
+    "dict": "a mapping",
+    "list": "a list",
+}
+
+
+def problem(data: Any, shape: Shape = RECORD, path: str = "") -> str | None:
+    """The first field of ``data`` that does not have its shape, in words ("field timing.fit_s:
+    got 'x' (str); allowed: a finite number or null"); None when every field does. It descends
+    only as deep as the shape names, whatever the record's own depth."""
+    if isinstance(shape, frozenset):
+        return (
+            None if isinstance(data, str) and data in shape else _said(path, data, "one of " + ", ".join(sorted(shape)))
+        )
+    if isinstance(shape, str):
+        return None if _is(data, shape) else _said(path, data, _allowed(shape))
+    if isinstance(shape, list):
+        if not isinstance(data, list):
+            return _said(path, data, "a list")
+        for i, item in enumerate(data):
+            if (found := problem(item, shape[0], f"{path}.{i}")) is not None:
+                return found
+        return None
+    if not isinstance(data, dict):
+        return _said(path, data, "a mapping")
+    for key, sub in shape.items():
+        name = key.lstrip("!").rstrip("?")
+        if name == "*":
+            continue
+        if name not in data:
+            if key.startswith("!"):
+                return f"field {path + '.' if path else ''}{name}: missing; every result has it"
+            continue
+        if key.endswith("?") and data[name] is None:
+            continue
+        if (found := problem(data[name], sub, f"{path}.{name}" if path else name)) is not None:
+            return found
+    if (every := shape.get("*")) is not None:
+        for name, value in data.items():
+            if not {name, f"!{name}", f"{name}?"} & set(shape):
+                if (found := problem(value, every, f"{path}.{name}" if path else str(name))) is not None:
+                    return found
+    return None
+
+
+def _is(value: Any, word: str) -> bool:
+    if word.endswith("?"):
+        return value is None or _is(value, word[:-1])
+    if word == "any":
+        return True
+    if word in ("number", "positive", "nonneg", "share"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, float) and not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
+            return False
+        low_ok = value > 0 if word == "positive" else value >= 0 if word in ("nonneg", "share") else True
+        return low_ok and (value <= 1 if word == "share" else True)
+    return isinstance(value, {"str": str, "int": int, "bool": bool, "dict": dict, "list": list}[word]) and not (
+        word == "int" and isinstance(value, bool)
+    )
+
+
+def _allowed(word: str) -> str:
+    base = word.rstrip("?")
+    text = _WORDS.get(base, base)
+    return f"{text} or null" if word.endswith("?") else text
+
+
+def _said(path: str, value: Any, allowed: str) -> str:
+    kind = "null" if value is None else type(value).__name__
+    return f"field {path or '(the record)'}: got {brief(value)} ({kind}); allowed: {allowed}"
+

@@ -1,0 +1,170 @@
+"""Bad and hostile input through the real CLI: bounded work for every file and flag (no hang, no
+memory exhaustion), values checked before anything runs, and a clean exit 2 naming the input."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, suite_cli, write_scenario
+from docker_fixtures import SMALL_SCENARIO
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+BOUNDED_S = 60  # a refusal comes in seconds; a hang or an expansion would run past this
+MEMORY = 1 << 30  # address space for the CLI: it needs about 300 MiB, a bomb would want gigabytes
+
+
+def _limited(*args: object, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``suite_cli`` under a memory limit and a time limit."""
+    return subprocess.run(
+        [sys.executable, "-m", "suite", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=BOUNDED_S,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY)),
+    )
+
+
+def _refused(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+
+
+def _tiny(tmp_path: Path, name: str = "tiny_hostile") -> Path:
+    return write_scenario(tmp_path, name, SMALL_SCENARIO.format(name=name, widths="[16]"))
+
+
+BOMB = """name: bomb
+question: q
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (BOMB, ["bomb.yaml", "each alias (*name) counted where it is used; at most 100,000"]),
+        ("name: deep\nquestion: q\nmatrix: " + "[" * 400 + "]" * 400 + "\n", ["nested more than 50 levels deep"]),
+        ("name: cx\nquestion: q\n? [a, b]\n: 1\n", ["(line 3, column 3)", "a key must be plain text"]),
+        ("name: big\nquestion: q\nmatrix: [" + "1, " * 400_000 + "1]\n", ["more than the 1 MiB allowed"]),
+    ],
+    ids=["alias-bomb", "deep", "complex-key", "huge"],
+)
+def test_scenario_files_are_read_with_bounded_work(tmp_path: Path, text: str, words: list[str]) -> None:
+    name = text.split("\n")[0].split(": ")[1]
+    path = write_scenario(tmp_path, name, text)
+    _refused(_limited("check", path, "--backend", "local"), str(path), *words)
+
+
+def test_a_fifo_is_no_scenario_and_no_result(tmp_path: Path) -> None:
+    fifo = tmp_path / "waits.yaml"
+    os.mkfifo(fifo)  # opened for reading, it would wait for a writer for ever
+    _refused(_limited("check", fifo, "--backend", "local"), f"{fifo}: cannot read: not a regular file (a FIFO)")
+    res = tmp_path / "res"
+    shutil.copytree(FIXTURES / "fixture-local", res / "fixture-local")
+    os.mkfifo(res / "fixture-local" / "fx_knobs" / "waits.json")
+    _refused(_limited("report", "--results", res, "--out", tmp_path / "out"), "not a regular file (a FIFO)")
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda p: p.symlink_to("/dev/zero"), ["not a regular file (a character device)"]),
+        (lambda p: p.write_bytes(b"") or os.truncate(p, 1 << 32), ["bytes, more than the 16 MiB allowed"]),
+        (lambda p: p.write_text('{"schema_version": 2, "x": NaN}'), ["NaN is not a JSON number"]),
+        (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), ["nested too deeply"]),
+    ],
+    ids=["dev-zero", "sparse-4GiB", "nan", "deep"],
+)
+def test_result_files_are_read_with_bounded_work(tmp_path: Path, make, words: list[str]) -> None:
+    res = tmp_path / "res"
+    shutil.copytree(FIXTURES / "fixture-local", res / "fixture-local")
+    bad = res / "fixture-local" / "fx_knobs" / "bad.json"
+    make(bad)
+    for command in (["report", "--results", res, "--out", tmp_path / "out"], ["compare", res, res]):
+        _refused(_limited(*command), str(bad), *words)
+    _refused(_limited("show", bad), str(bad))  # a link to a device is no file to show either
+
+
+def test_a_huge_plan_is_refused_before_it_is_made_and_the_cap_can_be_lifted(tmp_path: Path) -> None:
+    axis = list(range(1, 1001))
+    text = SMALL_SCENARIO.format(name="huge", widths=axis).replace("device: [cpu]", f"training.batch_size: {axis}")
+    path = write_scenario(tmp_path, "huge", text)  # 10^6 points
+    _refused(_limited("check", path, "--backend", "local"), "1,000,000 points", "at most 10,000", "--max-runs")
+    _refused(
+        _limited("check", path, "--backend", "local", "--repeats", "1000000000"), "allowed: an integer in [1, 1000]"
+    )
+    small = write_scenario(tmp_path, "small", SMALL_SCENARIO.format(name="small", widths=[8, 16, 32]))
+    _refused(_limited("check", small, "--backend", "local", "--max-runs", "2"), "3 runs", "at most 2")
+    proc = _limited("check", small, "--smoke", "--backend", "local", "--max-runs", "3", "--results", tmp_path / "r")
+    assert proc.returncode == 0 and "3 runs will run" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("model.dropout=.nan", ["key 'model.dropout': got nan (float); allowed: a finite number in [0, 1)"]),
+        ("timeout_s=.inf", ["key 'timeout_s': got inf (float); allowed: a finite number in (0, 604800]"]),
+        ("timeout_s=1.0e+400", ["got inf (float)"]),
+        ("threads.intra_op=100000", ["got 100000 (int); allowed: an integer in [0, 1024]"]),
+        ("training.epochs=1000000", ["allowed: an integer in [1, 10000]"]),
+        ("model.hidden.1=10000000", ["allowed: an integer in [1, 65536]"]),
+    ],
+)
+def test_values_are_checked_before_a_run_by_check_and_run_alike(tmp_path: Path, flag: str, words: list[str]) -> None:
+    path = _tiny(tmp_path)
+    for command in ("check", "run"):
+        proc = suite_cli(command, path, "--smoke", "--backend", "local", "--results", tmp_path / "r", "--set", flag)
+        _refused(proc, f"--set {flag}", *words)
+    assert not (tmp_path / "r").exists(), "nothing ran, nothing was written"
+
+
+def test_text_that_reaches_the_terminal_holds_no_control_character(tmp_path: Path) -> None:
+    escape = "\x1b]0;owned\x07\x1b[2J"  # sets the terminal's title, clears the screen
+    data = yaml.safe_load(SMALL_SCENARIO.format(name="ctl", widths="[16]"))
+    data.update(question=escape + "Why?", variants=[{"name": "v" + escape, "set": {}}])
+    data["unknown" + escape] = 1
+    path = write_scenario(tmp_path, "ctl", yaml.safe_dump(data))
+    proc = suite_cli("check", path, "--backend", "local")
+    _refused(proc, "key 'question': holds a control character", "key 'variants.0.name'", "\\x1b")
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr, "escaped, never sent to the terminal"
+
+
+def test_report_refuses_an_output_that_is_a_file_and_an_unknown_reference(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("keep\n")
+    _refused(suite_cli("report", "--results", FIXTURES, "--out", afile), f"--out {afile}: cannot be the report folder")
+    assert afile.read_text() == "keep\n"
+    proc = suite_cli("report", "--results", FIXTURES, "--out", tmp_path / "out", "--reference", "NOSUCH")
+    _refused(proc, "--reference 'NOSUCH': no such machine", "fixture-docker, fixture-local")
+
+
+def test_check_says_run_would_refuse_the_plan_it_refuses(tmp_path: Path) -> None:
+    """A full-size plan on synthetic digits: run refuses it; check no longer says "will run"."""
+    path = write_scenario(tmp_path, "needs_mnist", SMALL_SCENARIO.format(name="needs_mnist", widths="[16]"))
+    checked = suite_cli("check", path, "--backend", "local", "--results", tmp_path / "r")
+    assert checked.returncode == 0 and "will run" not in checked.stdout, checked.stdout
+    assert "| run refuses (below) |" in checked.stdout, checked.stdout
+    assert "run would refuse this plan: 1 full-size run (needs_mnist) would train on synthetic digits" in checked.stdout
+    ran = suite_cli("run", path, "--backend", "local", "--results", tmp_path / "r")
+    _refused(ran, "1 full-size run (needs_mnist) would train on synthetic digits")
+    allowed = suite_cli("check", path, "--backend", "local", "--results", tmp_path / "r", "--allow-synthetic")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr

@@ -1,0 +1,119 @@
+"""Names that become paths, from every source (scenario files, flags, result files), and writes
+through planted links: refused with exit 2 naming the source, and nothing written outside the
+folders. Through the real CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import suite_cli, write_scenario
+from docker_fixtures import SMALL_SCENARIO
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def _copy_results(tmp_path: Path) -> Path:
+    res = tmp_path / "work" / "results"
+    shutil.copytree(FIXTURES / "fixture-local" / "fx_knobs", res / "fixture-local" / "fx_knobs")
+    return res
+
+
+def _craft(res: Path, **changes: object) -> Path:
+    """The first result file with ``changes`` ("spec.scenario": "../x") applied."""
+    path = sorted(res.rglob("*.json"))[0]
+    data = json.loads(path.read_text())
+    for dotted, value in changes.items():
+        section, key = dotted.split(".")
+        data[section][key] = value
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "field, value", [("spec.scenario", "../../escaped"), ("spec.scenario", "/tmp/abs"), ("run.machine", "../m")]
+)
+def test_a_result_file_cannot_choose_where_report_and_reproduce_write(tmp_path: Path, field: str, value: str) -> None:
+    res = _copy_results(tmp_path)
+    crafted = _craft(res, **{field: value})
+    before = _tree(tmp_path)
+    proc = suite_cli("report", "--results", res, "--out", tmp_path / "work" / "out")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{crafted}: field {field}: got {value!r}; allowed: " in proc.stderr
+    again = suite_cli("reproduce", crafted, "--results", tmp_path / "work" / "again", "--anyway")
+    assert again.returncode == 2 and f"field {field}" in again.stderr and "Traceback" not in again.stderr
+    outside = {p for p in _tree(tmp_path) - before if not p.startswith("work")}
+    assert not outside and not (tmp_path / "escaped").exists(), outside
+
+
+@pytest.mark.parametrize("machine", ["../../x", "/abs/x", "..", ".hidden", "a/b", "tab\there", "x" * 101])
+def test_machine_names_are_one_safe_folder(tmp_path: Path, machine: str) -> None:
+    path = write_scenario(tmp_path, "tiny_paths", SMALL_SCENARIO.format(name="tiny_paths", widths="[32]"))
+    for command in ("check", "run"):
+        proc = suite_cli(
+            command, path, "--smoke", "--backend", "local", "--results", tmp_path / "r", "--machine", machine
+        )
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (command, proc.stderr)
+        assert f"machine name (--machine): got {machine!r}"[:70] in proc.stderr and "; allowed: " in proc.stderr
+    assert not (tmp_path / "x").exists() and not Path("/abs").exists()
+
+
+@pytest.mark.parametrize("name", ["..", ".", "tiny\n", "_x", ".x", "a" * 300, ".suite-run.lock", "a b"])
+def test_scenario_names_are_one_safe_folder(tmp_path: Path, name: str) -> None:
+    text = SMALL_SCENARIO.format(name="PLACEHOLDER", widths="[32]").replace(
+        "name: PLACEHOLDER", f"name: {json.dumps(name)}"
+    )
+    path = write_scenario(tmp_path, "named", text)
+    for command in ("check", "run"):
+        proc = suite_cli(command, path, "--smoke", "--backend", "local", "--results", tmp_path / "r")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (command, name, proc.stderr)
+        assert "key 'name'" in proc.stderr and "allowed: 1 to 100 letters" in proc.stderr, proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_link_planted_as_the_run_lock_is_not_written_through(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_lock", SMALL_SCENARIO.format(name="tiny_lock", widths="[32]"))
+    folder = tmp_path / "r" / "box"
+    folder.mkdir(parents=True)
+    target = tmp_path / "victim"
+    target.write_text("keep\n")
+    os.symlink(target, folder / ".suite-run.lock")
+    proc = suite_cli("run", path, "--smoke", "--backend", "local", "--results", tmp_path / "r", "--machine", "box")
+    assert proc.returncode == 2 and "cannot be the run lock" in proc.stderr, proc.stdout + proc.stderr
+    assert target.read_text() == "keep\n"
+
+
+def test_report_temp_files_are_not_written_through_a_planted_link(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "victim"
+    target.write_text("keep\n")
+    for name in ("README.md", "fx_knobs.md", "hardware.md"):
+        os.symlink(target, out / f".{name}.tmp")  # the fixed names pages were once written through
+    proc = suite_cli("report", "--results", FIXTURES, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert target.read_text() == "keep\n" and (out / "fx_knobs.md").is_file()
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_text(tmp_path: Path) -> None:
+    res = _copy_results(tmp_path)
+    for path in res.rglob("*.json"):
+        data = json.loads(path.read_text())
+        if data["spec"]["point_label"] == "variant=default":
+            data["spec"]["point_label"] = "=HYPERLINK(1)"
+        path.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    proc = suite_cli("report", "--results", res, "--out", out, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader((out / "points.csv").open(newline="", encoding="utf-8")))
+    assert "'=HYPERLINK(1)" in [r["point"] for r in rows]
+    overheads = [r["first_epoch_overhead_s_median"] for r in rows]
+    assert all(not v.startswith("'") for v in overheads), "numbers, negative ones too, stay numbers"

@@ -1,0 +1,103 @@
+"""No measurement is lost after training: a result that cannot be saved where it belongs (a full
+disk, a file system without hard links) is kept elsewhere with the command that moves it back,
+and the plan stops cleanly."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import suite_cli, write_scenario
+from docker_fixtures import SMALL_SCENARIO
+
+from suite import results
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 1 MiB tmpfs of this test's own (needs the right to mount: root, or skipped with the reason)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here ({proc.stderr.strip() or proc.returncode}): the full-disk case needs one"
+        )
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_keeps_the_measurement_and_stops_the_plan_cleanly(tmp_path: Path, tiny_disk: Path) -> None:
+    scenario = write_scenario(tmp_path, "tiny_full", SMALL_SCENARIO.format(name="tiny_full", widths="[8, 16]"))
+    res = tiny_disk / "results"
+    (res / "box").mkdir(parents=True)
+    filler = tiny_disk / "filler"
+    with filler.open("wb", buffering=0) as fh:  # fill the disk: the run lock and the folder check need no blocks
+        with pytest.raises(OSError) as full:
+            while True:
+                fh.write(b"\0" * 4096)
+    assert full.value.errno == errno.ENOSPC
+    fallback = tmp_path / "tmp"
+    fallback.mkdir()
+    env = {"TMPDIR": str(fallback)}  # the fallback folder is the temp folder's: this test's own
+    proc = suite_cli("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box", env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "No space left on device" in out and "it is kept as" in out, out
+    assert "the plan stopped early: a result could not be saved" in out, out
+    kept = sorted(fallback.rglob("*.json"))
+    assert len(kept) == 1, "one run trained, its result kept; the plan stopped before the second"
+    record = results.load(kept[0])
+    assert record.ok and record.timing["fit_s"] > 0 and record.spec["scenario"] == "tiny_full"
+    assert list(res.rglob("*.json")) == [], "nothing cut off where a reader looks"
+    # The message's own command moves it back once there is room; then the run resumes from it.
+    filler.unlink()
+    command = out.split("Move it back once there is room: ")[1].splitlines()[0]
+    subprocess.run(command, shell=True, check=True)
+    assert [r.ok for _, r in results.load_folder(res / "box")] == [True]
+    again = suite_cli("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box", env=env)
+    assert again.returncode == 0 and "1 already done" in again.stdout, again.stdout + again.stderr
+
+
+def test_a_file_system_without_hard_links_still_gets_the_result(tmp_path: Path, monkeypatch) -> None:
+    record = results.load(next((Path(__file__).parent / "fixtures" / "rich").rglob("*.json")))
+
+    def no_links(src: str, dst: str) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")  # what vfat answers to link()
+
+    monkeypatch.setattr(os, "link", no_links)
+    first = results.save(record, tmp_path / "box" / "s", "abc-r0")
+    second = results.save(record, tmp_path / "box" / "s", "abc-r0")
+    assert (first.name, second.name) == ("abc-r0.json", "abc-r0.2.json"), "never overwritten"
+    assert results.load(second).to_dict() == record.to_dict()
+    assert sorted(p.name for p in (tmp_path / "box" / "s").iterdir()) == ["abc-r0.2.json", "abc-r0.json"]
+
+
+def test_a_number_json_cannot_hold_is_recorded_as_null(tmp_path: Path) -> None:
+    record = results.load(next((Path(__file__).parent / "fixtures" / "rich").rglob("*.json")))
+    quality = {**record.quality, "final_loss": float("nan"), "train_loss": [1.0, float("inf")]}
+    odd = results.RunResult(**{**record.__dict__, "quality": quality})
+    path = results.save(odd, tmp_path, "nan-r0")
+    saved = json.loads(path.read_text())
+    assert saved["quality"]["final_loss"] is None and saved["quality"]["train_loss"] == [1.0, None]
+    assert results.load(path).ok
+
+
+def test_without_any_fallback_the_record_is_written_to_stderr(tmp_path: Path, capsys, monkeypatch) -> None:
+    record = results.load(next((Path(__file__).parent / "fixtures" / "rich").rglob("*.json")))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr(results, "fallback_folders", lambda: [blocked / "x", blocked / "y"])
+    with pytest.raises(results.Unsaved) as unsaved:
+        results.save(record, blocked / "box" / "s", f"{uuid.uuid4().hex[:6]}-r0")
+    assert "its record is on stderr above" in str(unsaved.value)
+    assert json.loads(capsys.readouterr().err)["spec"] == record.spec
