@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
+import resource
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,16 +45,41 @@ def mnist_dir() -> Path:
     return MNIST_DIR
 
 
-def suite_cli(*args: str, cwd: Path = REPO, timeout: float = 900, env: dict | None = None):
-    """Run `python -m suite ...` as a user would; returns the CompletedProcess."""
+def suite_cli(
+    *args: object, cwd: Path = REPO, timeout: float = 900, env: dict | None = None, memory: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m suite ...` as a user would; returns the CompletedProcess.
+
+    ``memory``: bytes of address space the process may take (``RLIMIT_AS``), so that input meant to
+    exhaust memory ends in a MemoryError instead; the CLI itself needs about 300 MiB of it."""
+    extra = {"OPENBLAS_NUM_THREADS": "1"} if memory else {}  # BLAS reserves memory per thread
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
     return subprocess.run(
         [sys.executable, "-m", "suite", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(REPO), **extra, **(env or {})},
+        preexec_fn=limit if memory else None,
     )
+
+
+@contextlib.contextmanager
+def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 with ``handler``, for as long as the block runs; its URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def write_scenario(folder: Path, name: str, text: str) -> Path:

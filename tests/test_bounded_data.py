@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import gzip
 import http.server
-import os
-import resource
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, suite_cli, write_scenario
+from conftest import http_server, suite_cli, write_scenario
 
 from suite import datasets
 from suite.worker import data as wdata
@@ -69,15 +64,8 @@ class _Slow(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slow_server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with http_server(_Slow) as url:
+        yield url
 
 
 def _left(folder: Path) -> list[str]:
@@ -134,24 +122,6 @@ def _sparse(path: Path, size: int = 4 << 30) -> Path:
     return path
 
 
-def _cli_in(address_space: int, *args: object, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``python -m suite ARGS`` as conftest's suite_cli runs it, held to ``address_space`` bytes: a
-    file read whole would need gigabytes and end in a MemoryError."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-
-    return subprocess.run(
-        [sys.executable, "-m", "suite", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-        env={**os.environ, "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", **env},
-        preexec_fn=limit,
-    )
-
-
 @pytest.mark.parametrize("kind", ["gzip bomb", "sparse plain file"])
 def test_an_idx_file_bigger_than_mnist_is_refused_in_bounded_memory(tmp_path: Path, kind: str) -> None:
     folder = tmp_path / "idx"
@@ -160,7 +130,9 @@ def test_an_idx_file_bigger_than_mnist_is_refused_in_bounded_memory(tmp_path: Pa
     big = _bomb(folder / f"{stem}.gz") if kind == "gzip bomb" else _sparse(folder / stem)
     assert big.stat().st_size < 3 << 20 or kind == "sparse plain file"
     home = tmp_path / "keras"
-    proc = _cli_in(ADDRESS_SPACE, "data", "fetch", "--from", folder, env={"KERAS_HOME": str(home)})
+    proc = suite_cli(
+        "data", "fetch", "--from", folder, env={"KERAS_HOME": str(home)}, memory=ADDRESS_SPACE, timeout=HANG_S
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr[-2000:]
     most = wdata.IDX_BYTES[stem]
     assert most == 47_040_016
@@ -185,7 +157,15 @@ data: {train_samples: 256, test_samples: 64, data_dir: DIR}
 repeats: 1
 """
     path = write_scenario(tmp_path, "tiny", scenario.replace("DIR", str(data_dir)))
-    proc = _cli_in(ADDRESS_SPACE, "check", path, "--backend", "local", env={"KERAS_HOME": str(tmp_path / "empty")})
+    proc = suite_cli(
+        "check",
+        path,
+        "--backend",
+        "local",
+        env={"KERAS_HOME": str(tmp_path / "empty")},
+        memory=ADDRESS_SPACE,
+        timeout=HANG_S,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr[-2000:]
     most = wdata.IDX_BYTES["t10k-images-idx3-ubyte"]
     assert f"data.data_dir {data_dir}: {bomb}: more than {most:,} bytes once decompressed" in proc.stderr

@@ -13,14 +13,13 @@ import hashlib
 import http.server
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import suite_cli, write_scenario
+from conftest import http_server, suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO, backend_factory, engine_client, image_fixture  # noqa: F401 - fixtures
 
 from suite import cli, datasets, plan, results, scenario
@@ -70,15 +69,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     _Handler.hits = []
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with http_server(_Handler) as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,15 +4,13 @@ memory exhaustion), values checked before anything runs, and a clean exit 2 nami
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, suite_cli, write_scenario
+from conftest import suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -20,17 +18,9 @@ BOUNDED_S = 60  # a refusal comes in seconds; a hang or an expansion would run p
 MEMORY = 1 << 30  # address space for the CLI: it needs about 300 MiB, a bomb would want gigabytes
 
 
-def _limited(*args: object, env: dict | None = None) -> subprocess.CompletedProcess:
+def _limited(*args: object) -> subprocess.CompletedProcess:
     """``suite_cli`` under a memory limit and a time limit."""
-    return subprocess.run(
-        [sys.executable, "-m", "suite", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=BOUNDED_S,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY)),
-    )
+    return suite_cli(*args, memory=MEMORY, timeout=BOUNDED_S)
 
 
 def _refused(proc: subprocess.CompletedProcess, *words: str) -> None:
