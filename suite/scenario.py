@@ -293,7 +293,7 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
         if not isinstance(name, str) or not name:
             ck.fail(f"{key}.name", "required; a non-empty string")
             continue
-        if not plain_text(name):
+        if not plain_text(name, "\n\t"):  # line breaks and tabs are folded into spaces where it is shown
             ck.fail(f"{key}.name", f"got {brief(name)}; allowed: printable text (it is shown in labels and pages)")
             continue
         if name in names:
