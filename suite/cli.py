@@ -54,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         select.SelectError,
         names.UnsafeName,
     ) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except (datasets.FetchError, results.Unsaved) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     except KeyboardInterrupt:
         print("interrupted; results written so far are kept", file=sys.stderr)
@@ -66,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`suite schema | head`): say nothing more, as a pipeline expects.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _error(exc: Exception) -> None:
+    """An error on stderr, each line with its control characters escaped: a message quotes input
+    from elsewhere (a result's fields, a flag, a lock holder's host), and a terminal must show an
+    escape sequence in it, not obey it."""
+    print("\n".join(escaped(line) for line in f"error: {exc}".split("\n")), file=sys.stderr)
 
 
 class _Version(argparse.Action):
@@ -448,9 +455,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             rows.append([scenario, label, first.device, len(runs), first.fingerprint[:12], status, estimate])
         try:  # what run refuses before anything runs: check says so instead of "will run"
             _refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
-            refused = None
+            refused = results.unwritable_here(folder)
         except UsageError as exc:
-            refused, total.refused = str(exc), True
+            refused = str(exc)
+        if refused:
+            total.refused = True
             for row in rows:  # "will run 2 of 3 (...)" -> "run refuses 2 of 3 (...) (below)"
                 if row[5].startswith("will run"):
                     row[5] = row[5].replace("will run", "run refuses", 1) + " (below)"
@@ -716,8 +725,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         return 0
     if args.source and args.url:
         raise UsageError("--from PATH takes the data from PATH; drop --url")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout}: must be > 0 seconds")
+    if not 0 < args.timeout <= 86400:  # NaN and infinity fail too
+        raise UsageError(f"--timeout {args.timeout}: allowed: seconds above 0, at most 86400")
     if args.source:
         datasets.import_from(args.source)
     else:
@@ -734,8 +743,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not args.results.is_dir():
         raise UsageError(f"no results folder {args.results}; run `python -m suite run` first")
+    if "json" in formats and args.out.resolve().is_relative_to(args.results.resolve()):
+        # report.json among the results would be read back as a result (and refused) by every later report.
+        raise UsageError(f"--out {args.out}: inside the results folder {args.results}; write report.json elsewhere")
     # A cut with -k goes to a folder of its own: it never replaces the full report's pages or index.
     out = args.out if args.select is None else report.selected_dir(args.out)
+    if out.is_symlink():
+        raise UsageError(f"{out}: a link; report -k writes only into a folder of its own there")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -461,11 +461,21 @@ def _write(path: Path, text: str) -> Path:
     return write_atomic(path, text)
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` sets it to read it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0o022
+
+
 def write_atomic(path: Path, content: str | bytes) -> Path:
     """``path`` replaced atomically by way of a temp file made with O_EXCL beside it (never a fixed
     name, which a planted link could turn into a write elsewhere)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a page is as readable as any file made here
         with os.fdopen(fd, "wb") as fh:
             fh.write(content if isinstance(content, bytes) else content.encode("utf-8"))
         os.replace(tmp, path)

@@ -29,7 +29,7 @@ from typing import Any
 from suite import names, results
 from suite.runner import previous_runs
 from suite.scenario import ScenarioError, read_yaml
-from suite.settings import Checker
+from suite.settings import Checker, plain_text
 
 SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://")
 HOST_KEYS = ("docker", "gpus")
@@ -63,8 +63,11 @@ def load_hosts(path: str | Path) -> list[Host]:
         if not ck.closed(entry, HOST_KEYS, key):
             continue
         address = entry.get("docker")
-        if not isinstance(address, str) or not address.startswith(SCHEMES):
-            ck.fail(f"{key}.docker", f"required; a Docker engine address starting with {', '.join(SCHEMES)}")
+        if not isinstance(address, str) or not address.startswith(SCHEMES) or not plain_text(address):
+            ck.fail(
+                f"{key}.docker",
+                f"required; a Docker engine address starting with {', '.join(SCHEMES)}, no control character",
+            )
             continue
         if address in addresses:
             ck.fail(f"{key}.docker", f"the same engine as host {addresses[address]!r}: its runs would collide")

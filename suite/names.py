@@ -17,9 +17,7 @@ from suite.settings import brief
 
 MAX_LENGTH = 100
 _SAFE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_LENGTH - 1}}}")
-ALLOWED = (
-    f"1 to {MAX_LENGTH} letters, digits, '_', '.' or '-', starting with a letter or a digit (it names a folder)"
-)
+ALLOWED = f"1 to {MAX_LENGTH} letters, digits, '_', '.' or '-', starting with a letter or a digit (it names a folder)"
 
 
 class UnsafeName(ValueError):

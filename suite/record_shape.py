@@ -4,12 +4,13 @@ refused with the field's name instead of failing deep inside a report with a tra
 
 A shape is a type word, a mapping of keys to shapes, or a one-item list (every item has that shape).
 Type words: ``str``, ``int``, ``number`` (an int or a float of magnitude at most MAX_MAGNITUDE,
-never a boolean), ``positive`` and ``nonneg`` (numbers > 0 and >= 0: times, rates, counts of work),
-``share`` (a number in [0, 1]), ``bool``, ``dict``, ``list``, ``any``, or a set of the allowed
-values; a trailing ``?`` also allows null (on a key of a mapping: that key's mapping or list may be
-null). In a mapping, a key that starts with ``!`` is required; every other key may be missing (older
-records lack newer fields); keys the shape does not name are left alone (a newer record's optional
-fields), and ``*`` gives the shape of every key.
+never a boolean), ``positive`` (from MIN_POSITIVE: times a ratio divides by) and ``nonneg`` (>= 0:
+other times, rates, counts of work), ``index`` (an integer from 0), ``hex`` (hex digits: a
+fingerprint, a revision), ``share`` (a number in [0, 1]), ``bool``, ``dict``, ``list``, ``any``, or
+a set of the allowed values; a trailing ``?`` also allows null (on a key of a mapping: that key's
+mapping or list may be null). In a mapping, a key that starts with ``!`` is required; every other
+key may be missing (older records lack newer fields); keys the shape does not name are left alone (a
+newer record's optional fields), and ``*`` gives the shape of every key.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ Shape = str | frozenset[str] | dict[str, Any] | list[Any]
 # No figure a run records comes near this (a GPU's peak is about 1e15 FLOP/s); below it, products
 # and sums of two figures stay finite, so no page or export meets an infinity of its own making.
 MAX_MAGNITUDE = 1e18
+MIN_POSITIVE = 1e-12
 
 NUM = "number?"
 NUMS = [NUM]
@@ -67,7 +69,7 @@ RECORD: dict[str, Shape] = {
         "question": "str?",
         "point": {"*": "any"},
         "!point_label": "str",
-        "!repetition": "int",
+        "!repetition": "index",
         "smoke": "bool?",
         "!config": {
             "!device": "str",
@@ -96,11 +98,11 @@ RECORD: dict[str, Shape] = {
             "threads": {"*": "int?"},
             "measure": {"*": "bool?"},
         },
-        "order": "int",
+        "order": "index",
         "report": {"verdict": frozenset(VERDICTS), "baseline": {"*": "any"}, "description": "str?"},
         "calibrate_peak": "bool?",
         "overrides": {"*": "any"},
-        "!fingerprint": "str",
+        "!fingerprint": "hex",  # names the result's file: hex digits only
     },
     "run": {
         "backend": "str?",
@@ -185,7 +187,7 @@ RECORD: dict[str, Shape] = {
     "provenance": {
         "suite": {
             "version": "str?",
-            "git_revision": "str?",
+            "git_revision": "hex?",  # shown in a git checkout command
             "git_dirty": "bool?",
             "dirty_paths": STRS,
             "diff_sha256": "str?",
@@ -208,7 +210,9 @@ _WORDS = {
     "str": "text",
     "int": "an integer",
     "number": "a number of magnitude at most 1e18",
-    "positive": "a number > 0 and at most 1e18",
+    "positive": "a number from 1e-12 to 1e18",
+    "index": "an integer from 0 to 1e9",
+    "hex": "7 to 64 hexadecimal digits (0-9, a-f)",
     "nonneg": "a number >= 0 and at most 1e18",
     "share": "a number in [0, 1]",
     "bool": "true or false",
@@ -261,12 +265,17 @@ def _is(value: Any, word: str) -> bool:
         return value is None or _is(value, word[:-1])
     if word == "any":
         return True
+    if word == "hex":
+        return isinstance(value, str) and 7 <= len(value) <= 64 and all(c in "0123456789abcdef" for c in value)
+    if word == "index":
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**9
     if word in ("number", "positive", "nonneg", "share"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
         if isinstance(value, float) and not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
             return False
-        low_ok = value > 0 if word == "positive" else value >= 0 if word in ("nonneg", "share") else True
+        # A positive figure divides others: one below 1e-12 (a denormal) would make their ratio infinite.
+        low_ok = value >= MIN_POSITIVE if word == "positive" else value >= 0 if word in ("nonneg", "share") else True
         return low_ok and (value <= 1 if word == "share" else True)
     return isinstance(value, {"str": str, "int": int, "bool": bool, "dict": dict, "list": list}[word]) and not (
         word == "int" and isinstance(value, bool)
@@ -282,4 +291,3 @@ def _allowed(word: str) -> str:
 def _said(path: str, value: Any, allowed: str) -> str:
     kind = "null" if value is None else type(value).__name__
     return f"field {path or '(the record)'}: got {brief(value)} ({kind}); allowed: {allowed}"
-

@@ -279,6 +279,9 @@ def superseded_text(points: list[Original]) -> str | None:
 
 def spec_of(point: Original) -> plan.RunSpec:
     """The point's recorded spec as a RunSpec (repetition 0), the fingerprint kept as recorded."""
+    problems = config_problems(point.spec.get("config") or {}, f"{point.files[0]}: field spec.config")
+    if problems:
+        raise ReproduceError("\n".join(problems))
     known = {f.name for f in fields(plan.RunSpec)}
     data = {k: v for k, v in point.spec.items() if k in known}
     data["calibrate_peak"] = False  # the runner asks for a peak measurement where it needs one
@@ -286,6 +289,23 @@ def spec_of(point: Original) -> plan.RunSpec:
         return plan.RunSpec.from_dict(data)
     except TypeError as exc:
         raise ReproduceError(f"{point.files[0]}: the spec cannot be run again ({exc})") from None
+
+
+def config_problems(config: dict[str, Any], source: str) -> list[str]:
+    """Why a recorded config must not run here: the scenario checker's rules (every value in its
+    range, keys of their sections), as ``run`` and ``check`` apply them; a result from elsewhere
+    may hold what no scenario file could (a million epochs, a timeout past the platform's clock)."""
+    from suite.settings import Checker, check_config, cross_checks
+
+    ck = Checker(source, {})
+    data = {k: v for k, v in (config.get("data") or {}).items() if k != "identity"}  # the host's fact
+    check_config(ck, {**config, "data": data})
+    if not ck.problems:
+        try:
+            cross_checks(ck, config, "the point")
+        except (KeyError, TypeError):
+            ck.fail("device", "the config lacks device, backend or training.input_pipeline")
+    return ck.problems
 
 
 def rerun_specs(points: list[Original], repeats: int | None) -> list[plan.RunSpec]:
@@ -1105,6 +1125,8 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
         if left_out:
             raise ReproduceError("nothing to rerun: no point given has an ok run to compare with")
         raise ReproduceError("no result files given")
+    for point in points:  # every recorded config is checked as run checks a scenario, before anything starts
+        spec_of(point)
     dropped = superseded_text(points)
     if dropped:
         say(dropped)

@@ -64,6 +64,7 @@ import json
 import math
 import os
 import shlex
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -73,6 +74,7 @@ from typing import Any, NamedTuple
 
 from suite import bounded, names, record_shape
 from suite import telemetry as tm
+from suite.settings import brief
 
 SCHEMA_VERSION = 2
 
@@ -120,6 +122,19 @@ def unwritable(folder: Path) -> str | None:
             pass
     except OSError as exc:
         return f"results folder {folder} cannot be created or written: {exc.strerror or exc}"
+    return None
+
+
+def unwritable_here(folder: Path) -> str | None:
+    """``unwritable`` without making anything: whether the nearest existing folder on the way to
+    ``folder`` is a folder this process may write in (for ``check``, which writes nothing)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"results folder {folder} cannot be created or written: {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"results folder {folder} cannot be created or written: {existing} is not writable here"
     return None
 
 
@@ -392,6 +407,8 @@ def save(result: RunResult, folder: Path, stem: str) -> Path:
 
 def _save_text(text: str, folder: Path, stem: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
+    if folder.is_symlink():  # a link planted as a scenario's folder would take the result elsewhere
+        raise OSError(errno.ELOOP, "it is a link; results are never written through one", str(folder))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -434,13 +451,25 @@ def fallback_folders() -> list[Path]:
     return [Path(tempfile.gettempdir()) / user, Path.home() / ".cache" / "suite-unsaved"]
 
 
+def _private_folder(base: Path) -> Path:
+    """``base``, made (0700) if missing, and only if it is a real folder of this user's: a shared
+    temp folder lets anyone plant a link or a folder of their own at the name first."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(base))
+    return base
+
+
 def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
     """Keep ``text`` in a fallback folder (under the machine and scenario folder names it had);
     the message naming where, with the command that moves it back."""
     wanted = folder / f"{stem}.json"
     for base in fallback_folders():
         try:
-            kept = _save_text(text, base / folder.parent.name[:100] / folder.name[:100], stem[:100])
+            kept = _save_text(text, _private_folder(base) / folder.parent.name[:100] / folder.name[:100], stem[:100])
         except OSError:
             continue
         return (
@@ -477,7 +506,8 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
     JSON) or is not a result. ``in_folder``: it was found in a results folder, which it blocks."""
     advice = "; move it out of the results folder" if in_folder else ""
     try:
-        data = json.loads(bounded.read_text(path, MAX_RESULT_BYTES), parse_constant=_not_a_number)
+        text = bounded.read_text(path, MAX_RESULT_BYTES)
+        data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
     except OSError as exc:
         raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, NaN; nesting
@@ -512,18 +542,34 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
     # Names that become paths of pages and reruns: a result from elsewhere cannot choose where they go.
     for key, value in (("spec.scenario", result.spec.get("scenario")), ("run.machine", result.run.get("machine"))):
         if (value is not None or key == "spec.scenario") and not names.is_safe(value):
-            raise ResultError(f"{path}: field {key}: got {value!r}; allowed: {names.ALLOWED}")
+            raise ResultError(f"{path}: field {key}: got {brief(value)}; allowed: {names.ALLOWED}")
     return result
 
 
-# A result is 3-20 KB (telemetry series are capped at 600 points per metric); a file far larger is
-# not one, and reading it whole could exhaust memory (a link to /dev/zero never ends).
-MAX_RESULT_BYTES = 16 * bounded.MiB
+# A result is 3-20 KB (telemetry series are capped at 600 points per metric; eight GPUs' metrics
+# make about 1.5 MB); a file far larger is not one, and reading it whole could exhaust memory (a
+# link to /dev/zero never ends; a megabyte of "[]" is a hundred megabytes of lists).
+MAX_RESULT_BYTES = 4 * bounded.MiB
 
 
 def _not_a_number(word: str) -> float:
     """json's hook for NaN and Infinity, which Python's json accepts and JSON does not."""
     raise ValueError(f"{word} is not a JSON number; a result holds finite numbers only")
+
+
+def _finite_float(text: str) -> float:
+    """json's hook for numbers with a fraction or exponent: ``1e400`` would read as infinity."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is out of a float's range; a result holds finite numbers only")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    """json's hook for integers: none a run records has more than 19 digits."""
+    if len(text.lstrip("-")) > 19:
+        raise ValueError(f"an integer of {len(text.lstrip('-')):,} digits; a result holds none above 19")
+    return int(text)
 
 
 def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:

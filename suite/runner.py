@@ -26,11 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suite import names, results, verdicts, views
+from suite import bounded, names, results, verdicts, views
 from suite.backends.base import Backend
 from suite.plan import RunSpec, parse_device
 from suite.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
 from suite.results import FAILED, FIT_S, PEAK, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
+from suite.settings import escaped
 
 LOCK_NAME = ".suite-run.lock"  # a dot name: never read as a result
 
@@ -129,8 +130,8 @@ def hold_folder(folder: Path, *, wait: bool = False, say: Callable[[str], None] 
 
 def _holder(path: Path) -> str:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return f"`suite run` process {data['pid']} on host {data['host']} (since {data['started_at']})"
+        data = json.loads(bounded.read_text(path, 4096))  # whoever could write the file wrote it: shown, not obeyed
+        return escaped(f"`suite run` process {data['pid']} on host {data['host']} (since {data['started_at']})")
     except (OSError, ValueError, KeyError, TypeError):
         return "another `suite run`"  # it holds the lock but has not written its name yet
 
@@ -318,9 +319,7 @@ def run_plan(
     return summary
 
 
-def _saved(
-    result: results.RunResult, folder: Path, spec: RunSpec, summary: Summary, progress: Progress
-) -> Path | None:
+def _saved(result: results.RunResult, folder: Path, spec: RunSpec, summary: Summary, progress: Progress) -> Path | None:
     """``results.save``; None where it could not save the result where it belongs: then the record
     was kept elsewhere (the line says where), and ``summary.stopped`` ends the plan, whose next
     results would meet the same full disk or unwritable folder."""

@@ -93,7 +93,7 @@ def _lines(node: yaml.Node, prefix: str = "", out: dict[str, int] | None = None)
 # KiB, nested four or five levels, and has no reason for more than a handful of aliases; an alias
 # repeated inside an alias (the "billion laughs") describes 10^9 nodes in a few hundred bytes and
 # would exhaust memory once walked, and PyYAML's composer recurses once per level of nesting.
-MAX_YAML_BYTES = bounded.MiB
+MAX_YAML_BYTES = 256 * 1024
 MAX_YAML_DEPTH = 50
 MAX_YAML_NODES = 100_000  # with every alias expanded where it is used
 
@@ -122,26 +122,34 @@ def safe_yaml(text: str) -> tuple[Any, yaml.Node | None]:
             depth -= 1
     node = yaml.compose(text, Loader=_Loader)
     if node is not None:
-        size = _expanded_size(node, {})
+        size = _expanded_size(node, {}, set())
         if size > MAX_YAML_NODES:
             raise YamlRefused(
                 f"{size:,} values, each alias (*name) counted where it is used; at most {MAX_YAML_NODES:,} are allowed"
             )
-    return yaml.load(text, Loader=_Loader), node
+    try:
+        return yaml.load(text, Loader=_Loader), node
+    except (ValueError, OverflowError) as exc:  # a number past Python's limits (4,300 digits; a float's range)
+        raise YamlRefused(f"a number too large to read ({str(exc).split(';')[0]})") from None
 
 
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
-    """Nodes in ``node``'s tree with every alias expanded, each distinct node walked once (memo by id)."""
+def _expanded_size(node: yaml.Node, memo: dict[int, int], open_: set[int]) -> int:
+    """Nodes in ``node``'s tree with every alias expanded, each distinct node walked once (memo by
+    id); ``open_``: the nodes being walked, so an alias inside its own anchor (``&a [*a]``) is found."""
     if id(node) in memo:
         return memo[id(node)]
+    if id(node) in open_:
+        raise YamlRefused("an alias (*name) refers to the value that holds it", node.start_mark)
+    open_.add(id(node))
     size = 1
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if not isinstance(key, yaml.ScalarNode):
                 raise YamlRefused("a key must be plain text, not a list or mapping", key.start_mark)
-            size += 1 + _expanded_size(value, memo)
+            size += 1 + _expanded_size(value, memo, open_)
     elif isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded_size(item, memo) for item in node.value)
+        size += sum(_expanded_size(item, memo, open_) for item in node.value)
+    open_.discard(id(node))
     memo[id(node)] = size
     return size
 

@@ -29,8 +29,10 @@ INPUT_PIPELINES = ("numpy", "tf_data")
 DATASETS = ("mnist",)
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 VERDICTS = ("none", "gpu_crossover", "scaling", "knobs")
-DEVICE_RE = re.compile(r"^(cpu|gpu)(:([1-9][0-9]*))?$")
-DEVICE_ALLOWED = "'cpu', 'gpu', 'cpu:N' (N logical CPU devices) or 'gpu:N' (N >= 1)"
+# N at most 256: far more devices than a host has, and a cpu:N of 100,000 logical devices took a
+# gigabyte and a core for minutes before its first step.
+DEVICE_RE = re.compile(r"^(cpu|gpu)(:(25[0-6]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]?))?$")
+DEVICE_ALLOWED = "'cpu', 'gpu', 'cpu:N' (N logical CPU devices) or 'gpu:N' (N GPUs), N from 1 to 256"
 
 
 def _enum(options: tuple[str, ...], default: str, description: str) -> dict[str, Any]:
@@ -226,7 +228,10 @@ def type_name(value: Any) -> str:
 def brief(value: Any, limit: int = 80) -> str:
     """``value`` as Python writes it (control characters escaped), cut to ``limit`` characters: a
     message quotes what was given without repeating a megabyte of it."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's 4,300-digit limit for text
+        return f"an integer of {value.bit_length():,} bits"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -459,7 +464,7 @@ def _index(part: str) -> int | None:
     """A list index as a path writes it: ASCII digits without a leading zero (``0``, ``12``; not
     ``00`` or ``01``, which would name the same item as another text and slip past the checks that
     compare paths as text); None otherwise."""
-    if part.isascii() and part.isdigit() and part == str(int(part)):
+    if part.isascii() and part.isdigit() and len(part) <= 9 and part == str(int(part)):
         return int(part)
     return None
 
@@ -467,7 +472,7 @@ def _index(part: str) -> int | None:
 def _non_canonical(path: str) -> str | None:
     """``path`` with its list indices written plainly, when one has a leading zero; else None."""
     parts = path.split(".")
-    fixed = [str(int(p)) if p.isascii() and p.isdigit() else p for p in parts]
+    fixed = [p.lstrip("0") or "0" if p.isascii() and p.isdigit() else p for p in parts]
     return ".".join(fixed) if fixed != parts else None
 
 

@@ -3,6 +3,7 @@ memory exhaustion), values checked before anything runs, and a clean exit 2 nami
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from conftest import suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
+RICH = Path(__file__).parent / "fixtures" / "rich"  # one ok run of a real smoke plan
 BOUNDED_S = 60  # a refusal comes in seconds; a hang or an expansion would run past this
 MEMORY = 1 << 30  # address space for the CLI: it needs about 300 MiB, a bomb would want gigabytes
 
@@ -54,7 +56,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
         (BOMB, ["bomb.yaml", "each alias (*name) counted where it is used; at most 100,000"]),
         ("name: deep\nquestion: q\nmatrix: " + "[" * 400 + "]" * 400 + "\n", ["nested more than 50 levels deep"]),
         ("name: cx\nquestion: q\n? [a, b]\n: 1\n", ["(line 3, column 3)", "a key must be plain text"]),
-        ("name: big\nquestion: q\nmatrix: [" + "1, " * 400_000 + "1]\n", ["more than the 1 MiB allowed"]),
+        ("name: big\nquestion: q\nmatrix: [" + "1, " * 400_000 + "1]\n", ["more than the 256 KiB allowed"]),
     ],
     ids=["alias-bomb", "deep", "complex-key", "huge"],
 )
@@ -78,7 +80,7 @@ def test_a_fifo_is_no_scenario_and_no_result(tmp_path: Path) -> None:
     "make, words",
     [
         (lambda p: p.symlink_to("/dev/zero"), ["not a regular file (a character device)"]),
-        (lambda p: p.write_bytes(b"") or os.truncate(p, 1 << 32), ["bytes, more than the 16 MiB allowed"]),
+        (lambda p: p.write_bytes(b"") or os.truncate(p, 1 << 32), ["bytes, more than the 4 MiB allowed"]),
         (lambda p: p.write_text('{"schema_version": 2, "x": NaN}'), ["NaN is not a JSON number"]),
         (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), ["nested too deeply"]),
     ],
@@ -158,3 +160,85 @@ def test_check_says_run_would_refuse_the_plan_it_refuses(tmp_path: Path) -> None
     _refused(ran, "1 full-size run (needs_mnist) would train on synthetic digits")
     allowed = suite_cli("check", path, "--backend", "local", "--results", tmp_path / "r", "--allow-synthetic")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("name: n\nquestion: q\ntraining: {epochs: " + "9" * 5000 + "}\n", ["a number too large to read"]),
+        ("name: n\nquestion: q\ndescription: &a [*a]\n", ["an alias (*name) refers to the value that holds it"]),
+        ("name: n\nquestion: q\ndevice: cpu:100000\n", ["key 'device'", "N from 1 to 256"]),
+    ],
+    ids=["5000-digit", "self-alias", "100000-devices"],
+)
+def test_more_yaml_that_is_refused_cleanly(tmp_path: Path, text: str, words: list[str]) -> None:
+    path = write_scenario(tmp_path, "n", text)
+    _refused(_limited("check", path, "--backend", "local"), str(path), *words)
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("model.hidden." + "1" * 5000 + "=1", ["no such setting"]),
+        ("training.epochs=&a [*a]", ["refers to the value that holds it"]),
+        ("training.optimizer=\x1b[31madam", ["\\x1b[31madam"]),
+    ],
+    ids=["5000-digit-index", "self-alias", "escape"],
+)
+def test_more_set_values_that_are_refused_cleanly(tmp_path: Path, flag: str, words: list[str]) -> None:
+    proc = _limited("check", _tiny(tmp_path), "--backend", "local", "--set", flag)
+    _refused(proc, *words)
+    assert "\x1b" not in proc.stderr, "shown escaped, never sent to the terminal"
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda t: t.replace('"fit_s": ', '"fit_s": 1e400, "x": '), ["out of a float's range"]),
+        (lambda t: t.replace('"spec": {', '"spec": {"huge": ' + "9" * 4000 + ", "), ["an integer of 4,000 digits"]),
+        (lambda t: t.replace('"fit_s": ', '"fit_s": 5e-324, "x": '), ["field timing.fit_s", "from 1e-12 to 1e18"]),
+    ],
+    ids=["1e400", "4000-digits", "denormal"],
+)
+def test_numbers_no_figure_could_hold_are_refused_in_results(tmp_path: Path, edit, words: list[str]) -> None:
+    res = tmp_path / "res"
+    shutil.copytree(RICH, res)
+    [bad] = res.rglob("*.json")
+    bad.write_text(edit(bad.read_text()))
+    for command in (["report", "--results", res, "--out", tmp_path / "out", "--format", "md,json"], ["show", bad]):
+        _refused(_limited(*command), str(bad), *words)
+
+
+def test_reproduce_checks_a_recorded_config_as_run_checks_a_scenario(tmp_path: Path) -> None:
+    """A result from elsewhere may hold what no scenario file could: it is refused before anything runs."""
+    res = tmp_path / "res"
+    shutil.copytree(RICH, res)
+    [bad] = res.rglob("*.json")
+    record = json.loads(bad.read_text())
+    record["spec"]["config"]["training"]["epochs"] = 1_000_000
+    record["spec"]["config"]["timeout_s"] = 1e15
+    bad.write_text(json.dumps(record))
+    proc = _limited("reproduce", bad, "--results", tmp_path / "again", "--backend", "local", "--anyway")
+    _refused(proc, f"{bad}: field spec.config: key 'training.epochs': got 1000000", "key 'timeout_s'")
+    assert not (tmp_path / "again").exists(), "nothing ran"
+
+
+def test_a_hosts_file_address_holds_no_control_character(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text('hosts:\n  box1: {docker: "tcp://127.0.0.1:1\\e]0;pwned\\a"}\n')
+    proc = suite_cli("run", _tiny(tmp_path), "--smoke", "--hosts", hosts, "--results", tmp_path / "r")
+    _refused(proc, "key 'hosts.box1.docker'", "no control character")
+    assert "\x1b" not in proc.stdout + proc.stderr
+
+
+def test_flags_out_of_range_are_refused(tmp_path: Path) -> None:
+    _refused(suite_cli("data", "fetch", "--timeout", "inf", "--url", "http://127.0.0.1:1/x"), "--timeout inf")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    proc = suite_cli("check", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", afile)
+    assert proc.returncode == 0 and "will run" not in proc.stdout, proc.stdout
+    assert (
+        f"run would refuse this plan: results folder {afile}/" in proc.stdout
+        and f"{afile} is not a folder" in proc.stdout
+    )
+    _refused(suite_cli("run", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", afile), f"{afile}")

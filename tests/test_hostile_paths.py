@@ -39,7 +39,13 @@ def _craft(res: Path, **changes: object) -> Path:
 
 
 @pytest.mark.parametrize(
-    "field, value", [("spec.scenario", "../../escaped"), ("spec.scenario", "/tmp/abs"), ("run.machine", "../m")]
+    "field, value",
+    [
+        ("spec.scenario", "../../escaped"),
+        ("spec.scenario", "/tmp/abs"),
+        ("run.machine", "../m"),
+        ("spec.fingerprint", "./../../../escaped"),  # a rerun's file is named after it
+    ],
 )
 def test_a_result_file_cannot_choose_where_report_and_reproduce_write(tmp_path: Path, field: str, value: str) -> None:
     res = _copy_results(tmp_path)
@@ -47,7 +53,7 @@ def test_a_result_file_cannot_choose_where_report_and_reproduce_write(tmp_path: 
     before = _tree(tmp_path)
     proc = suite_cli("report", "--results", res, "--out", tmp_path / "work" / "out")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"{crafted}: field {field}: got {value!r}; allowed: " in proc.stderr
+    assert f"{crafted}: field {field}: got {value!r}" in proc.stderr and "; allowed: " in proc.stderr
     again = suite_cli("reproduce", crafted, "--results", tmp_path / "work" / "again", "--anyway")
     assert again.returncode == 2 and f"field {field}" in again.stderr and "Traceback" not in again.stderr
     outside = {p for p in _tree(tmp_path) - before if not p.startswith("work")}
@@ -117,3 +123,68 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_text(tmp_path: Path) -> None
     assert "'=HYPERLINK(1)" in [r["point"] for r in rows]
     overheads = [r["first_epoch_overhead_s_median"] for r in rows]
     assert all(not v.startswith("'") for v in overheads), "numbers, negative ones too, stay numbers"
+
+
+def test_a_link_planted_as_a_scenario_folder_is_not_written_through(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_link", SMALL_SCENARIO.format(name="tiny_link", widths="[16]"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "r" / "box").mkdir(parents=True)
+    os.symlink(outside, tmp_path / "r" / "box" / "tiny_link")
+    kept = tmp_path / "tmp"
+    kept.mkdir()
+    proc = suite_cli(
+        "run",
+        path,
+        "--smoke",
+        "--backend",
+        "local",
+        "--results",
+        tmp_path / "r",
+        "--machine",
+        "box",
+        env={"TMPDIR": str(kept)},
+    )
+    assert proc.returncode == 1 and "it is a link; results are never written through one" in proc.stdout + proc.stderr
+    assert list(outside.iterdir()) == [] and len(list(kept.rglob("*.json"))) == 1, "kept aside, not lost"
+
+
+def test_a_link_planted_as_the_fallback_folder_is_not_followed(tmp_path: Path) -> None:
+    """The fallback lies in the shared temp folder, where anyone may plant a link at its name first."""
+    path = write_scenario(tmp_path, "tiny_fall", SMALL_SCENARIO.format(name="tiny_fall", widths="[16]"))
+    temp, outside = tmp_path / "tmp", tmp_path / "outside"
+    temp.mkdir()
+    outside.mkdir()
+    os.symlink(outside, temp / f"suite-unsaved-{os.getuid()}")
+    (tmp_path / "r" / "box").mkdir(parents=True)
+    os.symlink(tmp_path / "nowhere", tmp_path / "r" / "box" / "tiny_fall")  # the results folder fails
+    env = {"TMPDIR": str(temp), "HOME": str(tmp_path / "home")}
+    proc = suite_cli(
+        "run", path, "--smoke", "--backend", "local", "--results", tmp_path / "r", "--machine", "box", env=env
+    )
+    assert proc.returncode == 1 and list(outside.iterdir()) == [], proc.stdout + proc.stderr
+    assert len(list((tmp_path / "home" / ".cache" / "suite-unsaved").rglob("*.json"))) == 1
+
+
+def test_report_k_does_not_write_through_a_planted_selected_link(tmp_path: Path) -> None:
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    os.symlink(outside, out / "selected")
+    proc = suite_cli("report", "--results", FIXTURES, "--out", out, "-k", "device=cpu")
+    assert proc.returncode == 2 and "a link" in proc.stderr and list(outside.iterdir()) == [], proc.stderr
+
+
+def test_report_json_is_not_written_among_the_results_it_reads(tmp_path: Path) -> None:
+    res = _copy_results(tmp_path)
+    proc = suite_cli("report", "--results", res, "--out", res, "--format", "json")
+    assert proc.returncode == 2 and "inside the results folder" in proc.stderr, proc.stderr
+    assert suite_cli("report", "--results", res, "--out", tmp_path / "out").returncode == 0
+
+
+def test_pages_are_as_readable_as_any_file_made_here(tmp_path: Path) -> None:
+    proc = suite_cli("report", "--results", FIXTURES, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (tmp_path / "out" / "README.md").stat().st_mode & 0o777 == 0o666 & ~umask

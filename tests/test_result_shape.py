@@ -82,9 +82,9 @@ def test_every_field_of_a_result_holding_a_wrong_value_is_a_clean_exit(tmp_path:
         (
             ("timing", "fit_s"),
             "1.2",
-            "field timing.fit_s: got '1.2' (str); allowed: a number > 0 and at most 1e18 or null",
+            "field timing.fit_s: got '1.2' (str); allowed: a number from 1e-12 to 1e18 or null",
         ),
-        (("timing", "fit_s"), -1, "field timing.fit_s: got -1 (int); allowed: a number > 0 and at most 1e18 or null"),
+        (("timing", "fit_s"), -1, "field timing.fit_s: got -1 (int); allowed: a number from 1e-12 to 1e18 or null"),
         (("spec", "config"), [], "field spec.config: got [] (list); allowed: a mapping"),
         (("spec", "fingerprint"), DELETE, "field spec.fingerprint: missing; every result has it"),
         (

@@ -80,7 +80,7 @@ BAD = {
         "line 10",
         "'gpu:N'",
     ),
-    "unknown device": (GOOD + "device: gpu:0\n", "'device'", "line 13", "N >= 1"),
+    "unknown device": (GOOD + "device: gpu:0\n", "'device'", "line 13", "N from 1 to 256"),
     "empty matrix values": (_replace("[cpu, gpu]", "[]"), "'matrix.device'", "line 10", "non-empty list"),
     "matrix values not a list": (_replace("[cpu, gpu]", "cpu"), "'matrix.device'", "line 10", "non-empty list"),
     "matrix path missing": (

@@ -341,7 +341,7 @@ def test_summaries_per_window_and_round_trip(tmp_path: Path) -> None:
     util = _entry(section, telemetry.GPU_UTIL_PERCENT)
     assert util["summary"]["steady"]["mean"] == 80.0
     assert util["summary"]["run"]["mean"] == pytest.approx((21 * 80 + 29 * 20) / 50)
-    spec = {"scenario": "s", "point_label": "p", "repetition": 0, "fingerprint": "f", "config": {"device": "cpu"}}
+    spec = {"scenario": "s", "point_label": "p", "repetition": 0, "fingerprint": "ab" * 32, "config": {"device": "cpu"}}
     result = RunResult(status="ok", spec=spec, telemetry=section)
     loaded = results.load(results.save(result, tmp_path, "r"))
     assert loaded == result
