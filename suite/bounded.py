@@ -58,10 +58,6 @@ def _kind(mode: int) -> str:
 
 
 def _size(limit: int) -> str:
-    return (
-        f"{limit // MiB} MiB"
-        if limit >= MiB and limit % MiB == 0
-        else f"{limit // 1024} KiB"
-        if limit % 1024 == 0
-        else f"{limit:,} bytes"
-    )
+    if limit % MiB == 0:
+        return f"{limit // MiB} MiB"
+    return f"{limit // 1024} KiB" if limit % 1024 == 0 else f"{limit:,} bytes"

@@ -29,7 +29,7 @@ from typing import Any
 from suite import names, results
 from suite.runner import previous_runs
 from suite.scenario import ScenarioError, read_yaml
-from suite.settings import Checker, plain_text
+from suite.settings import Checker, brief, plain_text
 
 SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://")
 HOST_KEYS = ("docker", "gpus")
@@ -58,7 +58,7 @@ def load_hosts(path: str | Path) -> list[Host]:
     for name, entry in raw.items():
         key = f"hosts.{name}"
         if not names.is_safe(name):
-            ck.fail(key, f"got {name!r}; allowed: {names.ALLOWED}")
+            ck.fail(key, f"got {brief(name)}; allowed: {names.ALLOWED}")
             continue
         if not ck.closed(entry, HOST_KEYS, key):
             continue

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from suite.settings import escaped
+
 # CommonMark lets a backslash escape any ASCII punctuation; these are the ones that start or end
 # inline markup (emphasis, code, links, HTML, entities, GitHub's math, strikethrough) or split a
 # table cell. An underscore
@@ -23,7 +25,7 @@ _BLOCK_START = re.compile(r"^(#|[-+=>]|\d+[.)])")
 def one_line(value: Any) -> str:
     """``value`` on one line, any other control character (an escape sequence from a result file
     made elsewhere) written as Python escapes it, so a page shows it instead of a terminal obeying it."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(value).split()))
+    return escaped(" ".join(str(value).split()))
 
 
 def cell(value: Any) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from suite import names
 from suite.settings import VERDICTS, brief
 
 Shape = str | frozenset[str] | dict[str, Any] | list[Any]
@@ -31,32 +32,26 @@ NUMS = [NUM]
 STRS = ["str?"]
 STAT = {"*": NUM}  # mean, p95, max, n over one window
 SECONDS = "nonneg?"
+RATIO_TIME = "positive?"  # a time of real work that ratios divide by
 TIMING: dict[str, Shape] = {
-    "epoch_s": ["positive?"],
+    "fit_s": RATIO_TIME,
+    "steady_epoch_s": RATIO_TIME,
+    "step_s": RATIO_TIME,
+    "epoch_s": [RATIO_TIME],
+    "first_epoch_overhead_s": NUM,  # the first epoch's extra can be below a steady one's time
+    "worker_start_unix": NUM,
+    "build_compile_s": SECONDS,
+    "data_load_s": SECONDS,
+    "evaluate_s": SECONDS,
+    "first_step_s": SECONDS,
+    "launch_to_ready_s": SECONDS,
+    "overhead_share": SECONDS,
+    "steady_examples_per_s": SECONDS,
+    "step_floor_s": SECONDS,
+    "steps_per_epoch": SECONDS,
     "step_floor_epochs_s": [SECONDS],
     "steady_includes_first_epoch": "bool?",
-    "*": "any",  # every other key: a figure, checked below by name
 }
-TIMING_FIGURES = (
-    "build_compile_s",
-    "data_load_s",
-    "evaluate_s",
-    "first_epoch_overhead_s",
-    "first_step_s",
-    "fit_s",
-    "launch_to_ready_s",
-    "overhead_share",
-    "steady_epoch_s",
-    "steady_examples_per_s",
-    "step_floor_s",
-    "step_s",
-    "steps_per_epoch",
-    "worker_start_unix",
-)
-TIMING.update({key: SECONDS for key in TIMING_FIGURES})
-# The figures ratios divide are times of real work; the first epoch's extra can be below a steady one.
-TIMING.update(fit_s="positive?", steady_epoch_s="positive?", step_s="positive?", first_epoch_overhead_s=NUM)
-TIMING.update(worker_start_unix=NUM)
 
 RECORD: dict[str, Shape] = {
     "!schema_version": "int",
@@ -64,7 +59,7 @@ RECORD: dict[str, Shape] = {
     "message": "str?",
     "log_tail": "str?",
     "!spec": {
-        "!scenario": "str",
+        "!scenario": "name",  # names the folder of its pages and reruns
         "scenario_file": "str?",
         "question": "str?",
         "point": {"*": "any"},
@@ -106,7 +101,7 @@ RECORD: dict[str, Shape] = {
     },
     "run": {
         "backend": "str?",
-        "machine": "str?",
+        "machine": "name?",  # names the folder of its pages and reruns
         "started_at": "str?",
         "finished_at": "str?",
         "image": "str?",
@@ -213,6 +208,7 @@ _WORDS = {
     "positive": "a number from 1e-12 to 1e18",
     "index": "an integer from 0 to 1e9",
     "hex": "7 to 64 hexadecimal digits (0-9, a-f)",
+    "name": names.ALLOWED,
     "nonneg": "a number >= 0 and at most 1e18",
     "share": "a number in [0, 1]",
     "bool": "true or false",
@@ -265,6 +261,8 @@ def _is(value: Any, word: str) -> bool:
         return value is None or _is(value, word[:-1])
     if word == "any":
         return True
+    if word == "name":
+        return names.is_safe(value)
     if word == "hex":
         return isinstance(value, str) and 7 <= len(value) <= 64 and all(c in "0123456789abcdef" for c in value)
     if word == "index":

@@ -72,9 +72,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from suite import bounded, names, record_shape
+from suite import bounded, record_shape
 from suite import telemetry as tm
-from suite.settings import brief
 
 SCHEMA_VERSION = 2
 
@@ -521,29 +520,22 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
             f"{path}: schema_version {version} is newer than this suite understands ({SCHEMA_VERSION}); "
             "update the suite (git pull) to read it"
         )
-    checked = False
     while version < SCHEMA_VERSION:
         if version not in _MIGRATIONS:
             raise ResultError(
                 f"{path}: schema_version {version} has no migration to {SCHEMA_VERSION}; "
                 "rerun the scenario with --fresh to record it again"
             )
-        if not checked and (found := record_shape.problem(data)) is not None:  # before a migration reads it
+        if (found := record_shape.problem(data)) is not None:  # before a migration reads it
             raise ResultError(f"{path}: {found}{advice}")
-        checked = True
         data = _MIGRATIONS[version](data)
         version = data["schema_version"]
     if (found := record_shape.problem(data)) is not None:
         raise ResultError(f"{path}: {found}{advice}")
     try:
-        result = RunResult.from_dict(data)
+        return RunResult.from_dict(data)
     except (TypeError, ValueError) as exc:
         raise ResultError(f"{path}: malformed result ({exc})") from None
-    # Names that become paths of pages and reruns: a result from elsewhere cannot choose where they go.
-    for key, value in (("spec.scenario", result.spec.get("scenario")), ("run.machine", result.run.get("machine"))):
-        if (value is not None or key == "spec.scenario") and not names.is_safe(value):
-            raise ResultError(f"{path}: field {key}: got {brief(value)}; allowed: {names.ALLOWED}")
-    return result
 
 
 # A result is 3-20 KB (telemetry series are capped at 600 points per metric; eight GPUs' metrics
