@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import backends, datasets, hostinfo, names, plan, results, runner, select
+from suite.markdown import escaped
 from suite.progress import NORMAL, QUIET, VERBOSE, duration_text
 from suite.scenario import (
     Override,
@@ -27,7 +28,7 @@ from suite.scenario import (
     overrides_problems,
     parse_overrides,
 )
-from suite.settings import MAX_REPEATS, SETTINGS, escaped
+from suite.settings import MAX_REPEATS, SETTINGS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCENARIOS = REPO_ROOT / "scenarios"

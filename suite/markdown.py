@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from suite.settings import escaped
-
 # CommonMark lets a backslash escape any ASCII punctuation; these are the ones that start or end
 # inline markup (emphasis, code, links, HTML, entities, GitHub's math, strikethrough) or split a
 # table cell. An underscore
@@ -20,6 +18,11 @@ from suite.settings import escaped
 _SPECIAL = re.compile(r"([\\`*\[\]<>|~&$])|(?<![^\W_])_|_(?![^\W_])")
 # What opens a block when it starts a line: a heading, a list item, a quote, a rule.
 _BLOCK_START = re.compile(r"^(#|[-+=>]|\d+[.)])")
+
+
+def escaped(text: str) -> str:
+    """``text`` with every control character written as Python escapes it (``\\x1b``, ``\\n``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def one_line(value: Any) -> str:

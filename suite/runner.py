@@ -28,10 +28,10 @@ from typing import Any
 
 from suite import bounded, names, results, verdicts, views
 from suite.backends.base import Backend
+from suite.markdown import escaped
 from suite.plan import RunSpec, parse_device
 from suite.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
 from suite.results import FAILED, FIT_S, PEAK, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
-from suite.settings import escaped
 
 LOCK_NAME = ".suite-run.lock"  # a dot name: never read as a result
 

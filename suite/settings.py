@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from suite.markdown import escaped
 from suite.worker import kinds
 from suite.worker.kinds import KINDS
 
@@ -239,11 +240,6 @@ def plain_text(text: str, extra: str = "") -> bool:
     """Whether ``text`` holds no control character (those in ``extra`` aside): nothing that a
     terminal or a Markdown page would read as an instruction."""
     return all(c.isprintable() or c in extra for c in text)
-
-
-def escaped(text: str) -> str:
-    """``text`` with every control character written as Python escapes it (``\\x1b``, ``\\n``)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def is_int(v: Any) -> bool:
