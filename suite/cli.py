@@ -308,7 +308,7 @@ def _backend_arg(p: argparse.ArgumentParser) -> None:
         choices=backends.names(),
         default=backends.AUTO,
         help="auto: the first of docker, local that can run here (docker: an engine answers and the images "
-        "are there); ray: a Ray cluster's nodes (README: On a cluster)",
+        "are there); ray: a Ray cluster's nodes (docs/cluster.md)",
     )
     p.add_argument(
         "--ray-address",

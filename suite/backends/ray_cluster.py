@@ -161,7 +161,7 @@ def placement_problem(need: dict[str, float], nodes: list[dict[str, Any]], where
             if key == SLOT:
                 return (
                     f"no node of {where} offers the resource {SLOT}; start each node with "
-                    f"--resources '{{\"{SLOT}\": 1}}' (README: On a cluster)"
+                    f"--resources '{{\"{SLOT}\": 1}}' (docs/cluster.md)"
                 )
             if key == "GPU":
                 most = max((float(n.get("Resources", {}).get("GPU", 0)) for n in alive), default=0)
