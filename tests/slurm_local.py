@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ray_local import _cmdline, _live_pids, _with_descendants, free_ports
+from ray_local import _cmdline, _live_pids, _proc_environ, _with_descendants, free_ports, processes_under
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("munge", "sbatch", "scontrol", "squeue", "sinfo")
+CLIENTS = ("munge", "sbatch", "srun", "scancel", "scontrol", "squeue", "sinfo")
 INSTALL = "apt-get install slurmctld slurmd slurm-client munge (.ci/run does)"
 SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
@@ -40,6 +41,7 @@ class SlurmCluster:
         self.start_timeout = start_timeout
         self.node = socket.gethostname().split(".")[0]
         self.conf = self.root / "slurm.conf"
+        self.partition = "cpu" if gpus == 0 else "gpu"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf), "PATH": SBIN}
         self.pids: dict[str, int] = {}
 
@@ -74,7 +76,11 @@ class SlurmCluster:
         for name in ("state", "spool", "log"):
             (self.root / name).mkdir()
         ctld_port, d_port = free_ports(2)
-        node = f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} RealMemory=1000"
+        # The CPU count slurmd itself finds (a cpuset may hold fewer than os.cpu_count()): a node
+        # configured with more than it finds is refused.
+        found = self.tool("slurmd", "-C").stdout
+        cpus = re.search(r"\bCPUs=(\d+)", found)
+        node = f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={cpus.group(1) if cpus else 1} RealMemory=1000"
         lines = [
             "ClusterName=suitetest",
             f"SlurmctldHost={self.node}(127.0.0.1)",
@@ -111,7 +117,7 @@ class SlurmCluster:
             )
             lines.append("GresTypes=gpu")
             node += f" Gres=gpu:{self.gpus}"
-        lines += [node, f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP"]
+        lines += [node, f"PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP"]
         self.conf.write_text("\n".join(lines) + "\n")
         self._daemon("slurmctld", self.root / "slurmctld.pid", "-i")
         self._daemon("slurmd", self.root / "slurmd.pid")
@@ -161,10 +167,15 @@ class SlurmCluster:
         return "\n".join(texts)
 
     def stop(self, timeout: float = 30) -> None:
-        """SIGTERM to each daemon it started and their children (slurmctld's slurmscriptd, a step's
-        slurmstepd), SIGKILL to what is left at the deadline; raises if one survives."""
+        """SIGTERM to each daemon it started, every job step of its jobs, and their children
+        (slurmctld's slurmscriptd), SIGKILL to what is left at the deadline; raises if one survives."""
         live = _live_pids()
-        ours = _with_descendants({pid for pid in self.pids.values() if pid in live}, live)
+        # slurmd starts each job step's slurmstepd through a child that calls setsid and exits, so a
+        # step is no descendant of slurmd: it is found by the configuration it inherited instead.
+        conf = f"SLURM_CONF={self.conf}".encode()
+        steps = {pid for pid in live if conf in _proc_environ(pid).split(b"\0")} - {os.getpid()}
+        started = {pid for pid in self.pids.values() if pid in live} | steps | set(processes_under(self.root, live))
+        ours = _with_descendants(started, live)
         for pid in ours:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)

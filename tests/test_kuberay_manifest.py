@@ -4,9 +4,10 @@ schema of a pinned KubeRay release, and against what the suite itself pins and b
 No Kubernetes cluster runs here. The schema is KubeRay's own file, vendored unchanged (gzipped) in
 ``tests/fixtures/kuberay/``: ``ray-operator/config/crd/bases/ray.io_rayclusters.yaml`` of
 github.com/ray-project/kuberay at tag v1.5.2 (commit 9f65eca1d6226d20f9e7c340f2af27cc4a1c9985;
-sha256 of the file 9b5ada939fdfd0edb5a6cf48f24a63bd792254c264967dd0930155a3941c2557; Apache-2.0),
-the oldest release the manifest's comment names. Validation is strict as ``kubectl apply`` is by
-default: a field the schema does not declare is an error, unless the schema preserves unknown fields.
+sha256 of the file 9b5ada939fdfd0edb5a6cf48f24a63bd792254c264967dd0930155a3941c2557, the same file
+as v1.5.1's; Apache-2.0), of the 1.5 line the manifest's comment names (v1.5.0's file differs).
+Undeclared fields are errors, as under ``kubectl apply``'s default strict field validation (this CRD
+preserves unknown fields nowhere); list-map keys and CEL rules are not checked.
 """
 
 from __future__ import annotations
@@ -112,7 +113,13 @@ def test_the_manifest_matches_what_the_suite_pins_and_builds() -> None:
     assert lock.endswith(f"-py{base}.txt") and (REPO / lock).is_file(), (lock, base)
     (ray_pin,) = re.findall(r"^ray==(\S+) ", (REPO / lock).read_text(), re.M)
     assert doc["spec"]["rayVersion"] == ray_pin
-    assert "--require-hashes" in text and '-r "$LOCK"' in text
+    # The one pip install of the recipe installs that lock, hash-checked, wheels only.
+    (install,) = [ln for ln in text.splitlines() if ln.startswith("RUN ") and "pip install" in ln]
+    words = install.split()
+    assert {"--require-hashes", "--only-binary", ":all:"} <= set(words) and words[words.index("-r") + 1] == '"$LOCK"'
+    # What the build context leaves out: a checkout's venv and results never enter the image.
+    ignored = (DOCKERFILE.parent / "Dockerfile.dockerignore").read_text().split()
+    assert {".venv", "reports/results"} <= set(ignored), ignored
 
 
 def test_the_manifest_gives_the_nodes_what_the_ray_backend_needs() -> None:

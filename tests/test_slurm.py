@@ -11,6 +11,7 @@ the job runs in this test's own venv (``SUITE_VENV``; the dev lock holds the clu
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -43,15 +44,45 @@ timeout_s: 300
 """
 
 
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
+def _cluster(gpus: int) -> Iterator[SlurmCluster]:
     missing = missing_tools()
     if missing:
         pytest.skip(f"Slurm is not installed here (no {', '.join(missing)}): {INSTALL}")
+    if os.geteuid() != 0:
+        pytest.skip("the test's Slurm daemons run as root (SlurmUser=root), and its fake GPUs need mknod")
     require_ray()
-    gpus = 2 if os.geteuid() == 0 else 0  # fake GPU devices need mknod, which needs root
+    held = _venv_environment()
+    if held not in ("dev", "cluster"):
+        # The job's run_all.sh keeps its venv in the cluster environment: any other would be
+        # reinstalled, and this venv is the one running the tests.
+        pytest.skip(f"this venv ({sys.prefix}) holds no current dev or cluster lock ({held or 'no record'})")
     with SlurmCluster(gpus=gpus) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def cpu_slurm() -> Iterator[SlurmCluster]:
+    """A node without GPUs: a CPU-only partition."""
+    yield from _cluster(0)
+
+
+@pytest.fixture(scope="module")
+def gpu_slurm() -> Iterator[SlurmCluster]:
+    """A node with two GPUs in Slurm's gres (character devices, no GPU behind them)."""
+    yield from _cluster(2)
+
+
+def _venv_environment() -> str:
+    """The environment this venv holds, when its record and stamp say it holds the current lock."""
+    venv = Path(sys.prefix)
+    try:
+        held = json.loads((venv / ".suite-lock.json").read_text())["environment"]
+        stamp = (venv / ".requirements.sha256").read_text().strip()
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    lock = REPO / "requirements" / "locks" / f"{held}-py{sys.version_info.major}.{sys.version_info.minor}.txt"
+    current = lock.is_file() and hashlib.sha256(lock.read_bytes()).hexdigest() == stamp
+    return held if current else f"{held}, not the current lock"
 
 
 def _checkout(into: Path) -> Path:
@@ -71,44 +102,60 @@ def _checkout(into: Path) -> Path:
     return into
 
 
-def _submit(slurm: SlurmCluster, tmp_path: Path, name: str, device: str, *sbatch: str, **export: str) -> dict[str, Any]:
-    """Submit the shipped script for ``name`` (one point on ``device``) and wait for the job; what it left."""
+def _ray_ports() -> str:
+    """RAY_START_ARGS that put every port of the node's Ray on a free one (the defaults are fixed
+    numbers another Ray on this machine may hold)."""
+    names = ("node-manager", "object-manager", "dashboard-agent-listen", "dashboard-agent-grpc", "metrics-export")
+    ports = free_ports(len(names) + 3)
+    args = [f"--{name}-port={port}" for name, port in zip(names, ports, strict=False)]
+    args += [f"--runtime-env-agent-port={ports[-3]}", f"--ray-client-server-port={ports[-2]}"]
+    args += [f"--dashboard-port={ports[-1]}", "--object-store-memory=100000000", "--include-log-monitor=false"]
+    return " ".join(args)
+
+
+def _submit(slurm: SlurmCluster, tmp_path: Path, name: str, device: str, *args: str, **export: str) -> dict[str, Any]:
+    """Submit the shipped script with ``args`` (sbatch's options, then ``--`` and run_all.sh's) for a
+    scenario ``name`` of one point on ``device``, and wait for the job; what it left behind."""
+    sbatch, run_all = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, ())
     checkout = _checkout(tmp_path / "checkout")
     (checkout / f"{name}.yaml").write_text(SCENARIO.format(name=name, device=device), encoding="utf-8")
     ray_tmp = Path(tempfile.mkdtemp(prefix="sr", dir="/tmp"))  # Ray's socket paths must stay short
     output = tmp_path / "job.out"
+    port = free_ports(1)[0]
     env = {
         **slurm.env,
         **AUTH,
         "SUITE_VENV": sys.prefix,
-        "SUITE_ENV": "cluster",
-        "RAY_PORT": str(free_ports(1)[0]),
+        "RAY_PORT": str(port),
         "RAY_TEMP_DIR": str(ray_tmp),
+        "RAY_START_ARGS": _ray_ports(),
+        # No download: MNIST's address is a closed port here, so data fetch fails at once.
+        "SUITE_MNIST_URL": f"http://127.0.0.1:{free_ports(1)[0]}/mnist.npz",
         **export,
     }
-    env.pop("RAY_ADDRESS", None)
-    started = time.monotonic()
-    proc = subprocess.run(
-        ["sbatch", "--parsable", f"--output={output}", *sbatch, SCRIPT, "--smoke", f"{name}.yaml"],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    job_id = proc.stdout.strip().split(";")[0]
+    for name_ in ("RAY_ADDRESS", "SUITE_ENV"):
+        env.pop(name_, None)
+    job_id = ""
     try:
+        proc = subprocess.run(
+            ["sbatch", "--parsable", f"--output={output}", *sbatch, SCRIPT, *(run_all or ("--smoke", f"{name}.yaml"))],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        job_id = proc.stdout.strip().split(";")[0]
         fields = slurm.wait(job_id, JOB_TIMEOUT_S)
     finally:
         said = output.read_text(errors="replace") if output.is_file() else ""
-    seconds = time.monotonic() - started
-    # The job's Ray steps end with it; their processes may take a moment to go.
-    deadline = time.monotonic() + 30
-    while (left := processes_under(ray_tmp) + processes_under(checkout)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    shutil.rmtree(ray_tmp, ignore_errors=True)
+        # The job's Ray steps end with it; their processes may take a moment to go.
+        deadline = time.monotonic() + 30
+        while (left := processes_under(ray_tmp) + processes_under(checkout)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     results = sorted((checkout / "reports" / "results").glob(f"*/{name}/*.json"))
     return {
         "fields": fields,
@@ -116,8 +163,7 @@ def _submit(slurm: SlurmCluster, tmp_path: Path, name: str, device: str, *sbatch
         "left": left,
         "results": [(p, json.loads(p.read_text())) for p in results],
         "checkout": checkout,
-        "seconds": seconds,
-        "address": f"{env['RAY_PORT']}",
+        "port": port,
     }
 
 
@@ -132,7 +178,7 @@ def _assert_ran(job: dict[str, Any], name: str, machine: str) -> dict[str, Any]:
     ray = result["run"]["ray"]
     # What only a node's own task reports: it ran on a Ray node, not in the orchestrator.
     assert ray["task_id"] and ray["node_ip"] and ray["machine"] == machine, ray
-    assert ray["address"].endswith(":" + job["address"]), ray
+    assert ray["address"].endswith(f":{job['port']}"), ray
     assert result["run"]["backend"] == "local", result["run"]
     page = job["checkout"] / "reports" / f"{name}.md"
     assert page.is_file(), said
@@ -140,21 +186,29 @@ def _assert_ran(job: dict[str, Any], name: str, machine: str) -> dict[str, Any]:
     return result
 
 
-def test_the_sbatch_recipe_runs_a_plan_on_a_cpu_partition(slurm: SlurmCluster, tmp_path: Path) -> None:
-    # No --gres and no GPU_MODEL: a CPU-only partition.
-    job = _submit(slurm, tmp_path, "slurm_cpu", "cpu")
-    result = _assert_ran(job, "slurm_cpu", "cpu")
+def test_the_sbatch_recipe_runs_a_plan_on_a_cpu_partition(cpu_slurm: SlurmCluster, tmp_path: Path) -> None:
+    # No --gres and no GPU_MODEL; the machine label defaults to the partition's name.
+    job = _submit(cpu_slurm, tmp_path, "slurm_cpu", "cpu")
+    assert "1 node(s) with 0 GPU(s)" in job["said"] and "SUITE_ENV=cluster," in job["said"], job["said"]
+    result = _assert_ran(job, "slurm_cpu", cpu_slurm.partition)
     assert result["status"] == "ok", result
     assert result["run"]["ray"]["gpu_ids"] == [], result["run"]["ray"]
 
 
-def test_the_sbatch_recipe_hands_the_job_gpus_to_ray(slurm: SlurmCluster, tmp_path: Path) -> None:
-    if not slurm.gpus:
-        pytest.skip("the node's fake GPU devices need mknod, which needs root")
+def test_a_failed_plan_fails_the_job_and_leaves_no_process(cpu_slurm: SlurmCluster, tmp_path: Path) -> None:
+    # run_all.sh's exit code (2: a scenario file that does not exist) is the job's, after Ray stopped.
+    job = _submit(cpu_slurm, tmp_path, "slurm_missing", "cpu", "--", "--smoke", "no_such_scenario.yaml")
+    assert job["fields"]["JobState"] == "FAILED" and job["fields"]["ExitCode"] == "2:0", (job["fields"], job["said"])
+    assert "no_such_scenario.yaml" in job["said"], job["said"]
+    assert not job["left"], f"processes left after the job: {job['left']}"
+
+
+def test_the_sbatch_recipe_hands_the_job_gpus_to_ray(gpu_slurm: SlurmCluster, tmp_path: Path) -> None:
     # Two GPUs of model FAKE from Slurm's gres: Ray offers them to the points that ask for that model,
     # gives the run one of them, and the node's worker (TensorFlow's CPU build, no GPU behind the
     # devices) records the run as skipped, from the node.
-    job = _submit(slurm, tmp_path, "slurm_gpu", "gpu", f"--gres=gpu:{slurm.gpus}", GPU_MODEL="FAKE")
+    job = _submit(gpu_slurm, tmp_path, "slurm_gpu", "gpu", "--gres=gpu:2", GPU_MODEL="FAKE")
+    assert "1 node(s) with 2 GPU(s)" in job["said"] and "GPU model 'FAKE'" in job["said"], job["said"]
     result = _assert_ran(job, "slurm_gpu", "FAKE")
     assert result["status"] == "skipped" and "this machine has no GPU" in result["message"], result
     ray = result["run"]["ray"]
@@ -166,7 +220,11 @@ def test_the_sbatch_recipe_hands_the_job_gpus_to_ray(slurm: SlurmCluster, tmp_pa
     [
         ({"GPUS_PER_NODE": "four"}, "GPUS_PER_NODE='four': a whole number is allowed"),
         ({"RAY_PORT": "63 79"}, "RAY_PORT='63 79': a whole number is allowed"),
-        ({"MACHINE": "../elsewhere"}, "MACHINE='../elsewhere': letters, digits"),
+        ({"MACHINE": "../elsewhere"}, "MACHINE='../elsewhere': 1 to 100 letters, digits"),
+        ({"MACHINE": ".hidden"}, "MACHINE='.hidden': 1 to 100 letters"),
+        ({"GPU_MODEL": "-x", "GPUS_PER_NODE": "1"}, "GPU_MODEL='-x': 1 to 100 letters"),
+        ({"RAY_PORT": "70000"}, "RAY_PORT=70000: 1 to 65535 is allowed"),
+        ({"CPUS_PER_NODE": "0"}, "CPUS_PER_NODE=0: at least 1 is allowed"),
         ({"GPU_MODEL": "H100"}, "GPU_MODEL=H100, but the job has no GPUs: submit with --gres=gpu:N"),
         ({"SUITE_VENV": "/nonexistent/venv"}, "the venv /nonexistent/venv"),
     ],
