@@ -10,6 +10,7 @@ through the suite is killed at the test's end, so a failure never leaves one tra
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -18,6 +19,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import termios
 import time
 from collections.abc import Iterator
@@ -26,8 +28,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, suite_cli, write_scenario
 
-from suite import results
-from suite.backends import lifeline, oom
+from suite import plan, results, scenario
+from suite.backends import lifeline, local, oom
 from suite.backends.base import classify_exit
 from suite.worker import lifeline as worker_lifeline
 
@@ -174,9 +176,44 @@ def test_sighup_stops_the_run_as_sigterm_does(tmp_path: Path, orchestrator: list
     assert code == 130, (code, run.output())
     assert "interrupted; results written so far are kept" in run.err.read_text(), run.output()
     assert _until(lambda: _ended(worker), GONE_S), f"worker {worker} still runs"
-    assert not folder.exists() and not list(run.tmp.glob("suite-run-*")), "the temp folder was removed"
+    assert not folder.exists() and not list(run.tmp.glob("suite-run-*")), "the temp folder was left behind"
     saved = _saved(run.res)
     assert [r.status for r in saved] == ["skipped"], "the skip record is kept, the stopped run is not recorded"
+
+
+@pytest.mark.parametrize("window", ["before the run holds the worker", "while the telemetry starts"])
+def test_a_stop_in_a_runs_first_moments_leaves_no_worker_and_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: str
+) -> None:
+    # A stop signal raises KeyboardInterrupt wherever the main thread is; under load it can land just
+    # after the worker started, before the code that ends a run holds it. Made to land there: the
+    # worker must be ended and its temp folder removed all the same.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    path = write_scenario(tmp_path, "early", ENDLESS.format(name="early", devices="cpu"))
+    (spec,) = plan.expand(scenario.load(path), smoke=True)
+    workers: list[int] = []
+    before = set(_children(os.getpid()))
+
+    def interrupt(*args: object) -> None:
+        workers.extend(c for c in _children(os.getpid()) if c not in before and "suite.worker" in _cmdline(c))
+        raise KeyboardInterrupt("a stop signal")
+
+    if window == "while the telemetry starts":
+        monkeypatch.setattr(local._Process, "telemetry_sources", interrupt)
+    else:
+        monkeypatch.setattr(local.OomWitness, "__init__", interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            local.LocalBackend(machine="m").run(spec)
+        assert len(workers) == 1, "the worker had started when the stop came"
+        assert _ended(workers[0]), f"worker {workers[0]} still runs"
+        assert not list(tmp.glob("suite-run-*")), "the temp folder was left behind"
+    finally:
+        for pid in workers:  # none is left when the test passes
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
 
 def _controlling_terminal() -> None:

@@ -222,23 +222,27 @@ class RunSkeleton:
         except Unavailable as exc:
             run = {**info, **self.run_info(), **exc.facts, "finished_at": now_iso()}
             return RunResult(status=exc.status, spec=spec.to_dict(), message=str(exc), run=run)
-        if self.closed:
-            # Closed by another thread while this worker was starting (a Ray task asked to stop): the
-            # close found no worker to stop, so it is stopped here, before it runs.
-            try:
-                execution.kill()
-            except Exception:  # noqa: BLE001 - the cleanup removes it anyway
-                pass
-            execution.cleanup()
-            facts = getattr(execution, "facts", {})
-            run = {**info, **self.run_info(), **facts, "finished_at": now_iso()}
-            why = f"stopped as its {self.what} started: the backend was closed (the plan was stopping)"
-            return RunResult(status="error", spec=spec.to_dict(), message=why, run=run)
-        info.update(self.run_info())  # what launching learnt (the engine's version)
-        deadline = Deadline(spec.timeout_s)
-        recorder = start_telemetry(execution, started)
-        pump = LogPump(execution.lines(), recorder.sink(on_event))
+        # From here on the worker exists: whatever ends this attempt (a stop signal arriving while
+        # the telemetry starts included) ends it through the cleanup below, never leaving its folder.
+        recorder: telemetry.Recorder | None = None
+        deadline: Deadline | None = None
         try:
+            if self.closed:
+                # Closed by another thread while this worker was starting (a Ray task asked to stop): the
+                # close found no worker to stop, so it is stopped here, before it runs.
+                try:
+                    execution.kill()
+                except Exception:  # noqa: BLE001 - the cleanup removes it anyway
+                    pass
+                execution.cleanup()
+                facts = getattr(execution, "facts", {})
+                run = {**info, **self.run_info(), **facts, "finished_at": now_iso()}
+                why = f"stopped as its {self.what} started: the backend was closed (the plan was stopping)"
+                return RunResult(status="error", spec=spec.to_dict(), message=why, run=run)
+            info.update(self.run_info())  # what launching learnt (the engine's version)
+            deadline = Deadline(spec.timeout_s)
+            recorder = start_telemetry(execution, started)
+            pump = LogPump(execution.lines(), recorder.sink(on_event))
             deadline.arm(execution.kill)
             pump.start()
             try:
@@ -280,8 +284,10 @@ class RunSkeleton:
                 pass
             raise
         finally:
-            recorder.halt()
-            deadline.disarm()
+            if recorder is not None:
+                recorder.halt()
+            if deadline is not None:
+                deadline.disarm()
             execution.cleanup()
 
 

@@ -13,6 +13,7 @@ only starts, reads, kills and cleans up a process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -154,10 +155,20 @@ class LocalBackend(RunSkeleton):
         except BaseException:
             line.cut()
             raise
-        line.spawned()
-        process = _Process(proc, folder, result_file, self, line, lock_fd)
-        process.facts["cuda_visible_devices"] = full_env["CUDA_VISIBLE_DEVICES"]
-        process.facts["gpu_pool"] = self.inventory().get("pool")
+        try:
+            line.spawned()
+            process = _Process(proc, folder, result_file, self, line, lock_fd)
+            process.facts["cuda_visible_devices"] = full_env["CUDA_VISIBLE_DEVICES"]
+            process.facts["gpu_pool"] = self.inventory().get("pool")
+        except BaseException:
+            # A stop signal before the run holds the worker: it goes now (launch removes the folder).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            line.cut()
+            if proc.stdout is not None:
+                proc.stdout.close()
+            raise
         self._current = process
         return process
 
