@@ -8,5 +8,5 @@ cd "$(dirname "$0")"
 . requirements/ensure_venv.sh
 VENV=${SUITE_VENV:-.venv}
 ensure_venv "$VENV" dev
-"$VENV/bin/python" -m ruff check suite tests benchmarks
+"$VENV/bin/python" -m ruff check suite tests benchmarks setup.py
 exec "$VENV/bin/python" -m pytest "$@"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite import backends, datasets, hostinfo, names, plan, results, runner, select
+from suite import backends, datasets, hostinfo, names, paths, plan, results, runner, select
 from suite.markdown import escaped
 from suite.progress import NORMAL, QUIET, VERBOSE, duration_text
 from suite.scenario import (
@@ -30,10 +30,9 @@ from suite.scenario import (
 )
 from suite.settings import MAX_REPEATS, SETTINGS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SCENARIOS = REPO_ROOT / "scenarios"
-DEFAULT_RESULTS = REPO_ROOT / "reports" / "results"
-DEFAULT_REPORTS = REPO_ROOT / "reports"
+DEFAULT_SCENARIOS = paths.default_scenarios()
+DEFAULT_RESULTS = paths.default_results()
+DEFAULT_REPORTS = paths.default_reports()
 
 
 class UsageError(Exception):
@@ -91,23 +90,21 @@ def version_text() -> str:
     """``keras-speed-suite 0.1.0 (git 1a2b3c4d5e6f)``; where the tree differs from that revision,
     ``+ uncommitted changes (N files, diff sha256 ...)``: the words and hash a result's provenance
     records, so a checkout can be matched to a result by eye before ``reproduce`` checks it."""
-    import tomllib
-
     from suite import provenance
 
-    try:
-        project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-        name, version = project["name"], project["version"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        name, version = "keras-speed-suite", "unknown"
-    identity = provenance.suite_identity(REPO_ROOT)
+    name, version = paths.DISTRIBUTION, paths.version()
+    if paths.CHECKOUT is None:
+        return f"{name} {version} (installed package at {paths.PACKAGE_DIR}: no git revision)"
+    identity = provenance.suite_identity(paths.CHECKOUT)
     if not identity.get("git_revision"):
         return f"{name} {version} (no git revision: not a git checkout, or git is missing)"
     return f"{name} {version} (git {provenance.suite_text(identity)})"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
+    # `suite` where the installed command runs this, else the module form every doc shows.
+    prog = "suite" if Path(sys.argv[0]).name == "suite" else "python -m suite"
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("--version", action=_Version, help="the suite's version (pyproject.toml) and git revision")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -851,6 +848,11 @@ def cmd_images(args: argparse.Namespace) -> int:
                 from_debian=True if args.from_debian else None,
             )
         else:
+            if paths.CHECKOUT is None:
+                raise UsageError(
+                    f"images lock writes docker/images.lock, a file of the suite's own repository; this suite is an "
+                    f"installed package ({paths.PACKAGE_DIR}): run it from a clone (docs/install.md)"
+                )
             images.lock_images(args.names or None, docker_host=args.docker_host)
     except images.UnknownImage as exc:
         raise UsageError(str(exc)) from None

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from suite import paths
 from suite.worker import data as wdata  # one definition of the digests, shared with the worker
 
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"  # Keras' own origin
@@ -432,9 +433,10 @@ def _idx_digest_cached(folder: Path) -> tuple[str, list[str]]:
 
 
 def resolve_data_dir(data_dir: str) -> Path:
-    """A scenario's data.data_dir on the host: absolute, or relative to the repository (where the worker runs)."""
+    """A scenario's data.data_dir on the host: absolute, or relative to the project (the checkout, or
+    the working directory of an installed suite)."""
     path = Path(data_dir)
-    return path if path.is_absolute() else (Path(__file__).resolve().parents[1] / path).resolve()
+    return path if path.is_absolute() else (paths.project_root() / path).resolve()
 
 
 def identity_for(data_cfg: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ unchanged.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +23,11 @@ from typing import Any
 
 import yaml
 
+from suite import paths
 from suite.locks import lock_sha256
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DOCKER_DIR = REPO_ROOT / "docker"
+REPO_ROOT = paths.CHECKOUT  # None for an installed package: no git checkout to label a build with
+DOCKER_DIR = paths.DOCKER_DIR
 CATALOG = DOCKER_DIR / "images.yaml"
 LOCK = DOCKER_DIR / "images.lock"
 IMAGE_KEYS = {
@@ -247,11 +247,8 @@ def recipe_hash(catalog: Catalog, name: str) -> str:
 
 
 def project_version() -> str:
-    """The suite's version from pyproject.toml; ``unknown`` where it cannot be read."""
-    try:
-        return str(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"])
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        return "unknown"
+    """The suite's version (pyproject.toml, or the installed distribution's); ``unknown`` where it cannot be read."""
+    return paths.version()
 
 
 def pinned_base(base: str, lock: Mapping[str, Mapping[str, str]]) -> str:

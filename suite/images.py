@@ -239,7 +239,7 @@ def _build_one(
     raise AssertionError("an image has at least one recipe")
 
 
-def build_labels(repo: Path = REPO_ROOT) -> dict[str, str]:
+def build_labels(repo: Path | None = REPO_ROOT) -> dict[str, str]:
     """The labels that change from build to build, so they enter no hash: time, git revision, source.
 
     ``org.opencontainers.image.revision`` is the plain commit; ``suite.source.dirty`` says whether
@@ -247,6 +247,8 @@ def build_labels(repo: Path = REPO_ROOT) -> dict[str, str]:
     ``origin`` remote's URL, any user and password removed) where there is no such remote.
     """
     labels = {OCI_PREFIX + "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if repo is None:  # an installed package: no checkout to name
+        return labels
     revision = _git(repo, "rev-parse", "--verify", "HEAD")
     if revision:
         labels[OCI_PREFIX + "revision"] = revision

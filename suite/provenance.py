@@ -29,10 +29,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from suite import locks
+from suite import locks, paths
 from suite.markdown import code as markdown_code
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = paths.IMPORT_ROOT  # the folder holding suite/: the checkout, or site-packages when installed
 LOCK_MARKER = locks.LOCK_RECORD  # written into a venv by requirements/ensure_venv.sh after a locked install
 NO_LOCK = "not installed from a lock"
 MAX_DIRTY_PATHS = 50
@@ -241,6 +241,8 @@ def _index_copy(root: Path, dirs: _GitDirs, index: Path, hidden: list[str]) -> d
 def _version(root: Path) -> str | None:
     import tomllib
 
+    if paths.CHECKOUT is None and root == paths.IMPORT_ROOT:
+        return paths.version()  # an installed package: its distribution's version
     try:
         return str(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"])
     except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
@@ -437,7 +439,7 @@ def environment_here() -> dict[str, Any]:
     if not isinstance(lock_file, str) or not isinstance(lock_sha, str):
         why = f"{Path(prefix) / LOCK_MARKER}: keys lock_file and lock_sha256 must be strings"
         return _environment("venv", None, None, None, [why])
-    path = Path(lock_file) if Path(lock_file).is_absolute() else REPO_ROOT / lock_file
+    path = Path(lock_file) if Path(lock_file).is_absolute() else paths.DATA_DIR / lock_file
     if not path.is_file() and not Path(lock_file).is_absolute():
         # The lock path is relative to the checkout the venv was made in, which holds the venv; this
         # code may be a copy elsewhere (a Ray node runs the job's shipped copy of the suite).

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from tabulate import tabulate
 
-from suite import compare, export, plots, provenance, verdicts
+from suite import compare, export, paths, plots, provenance, verdicts
 from suite.markdown import cell, code, paragraph
 from suite.plan import override_flag
 from suite.results import (
@@ -326,18 +326,18 @@ def _notes(figures: list[export.PointFigures], view: ScenarioView) -> list[str]:
     return [f"- {cell(f.point)}: {cell('; '.join(f.notes))}" for f in figures if f.notes]
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = Path("reports") / "results"  # what ``run --results`` and ``report --results`` default to
 
 
 def _folder_text(results_dir: Path | None) -> str | None:
-    """The results folder as a command names it: relative to the repository's top when inside it
-    (commands run there, and a page must not depend on where this checkout lies); None for the default."""
+    """The results folder as a command names it: relative to the project's top when inside it (the
+    checkout, or the working directory of an installed suite: commands run there, and a page must not
+    depend on where the project lies); None for the default."""
     if results_dir is None:
         return None
     path = Path(results_dir)
     try:
-        path = path.resolve().relative_to(REPO_ROOT)
+        path = path.resolve().relative_to(paths.project_root())
     except (OSError, ValueError):
         pass
     return None if path == DEFAULT_RESULTS else str(path)
@@ -359,7 +359,7 @@ def _takes_every_point(view: ScenarioView) -> bool:
     if not name:
         return False
     try:  # a result names the file: read with the files' bounds (a FIFO or a huge matrix is refused)
-        specs = plan.expand(scenario.load(REPO_ROOT / name, repeats=1), smoke=view.smoke, repeats=1)
+        specs = plan.expand(scenario.load(paths.project_root() / name, repeats=1), smoke=view.smoke, repeats=1)
     except Exception:  # noqa: BLE001 - any unreadable or invalid file: name the points instead
         return False
     return {s.point_label for s in specs} == {p.label for p in view.points}
@@ -571,12 +571,15 @@ def write_reports(
 
 def _method_link(out_dir: Path) -> str:
     """The column definitions' page as a link from ``out_dir``: relative inside this checkout (pages
-    published in ``reports/`` link to ``../docs/...``), else the page's path in the repository."""
+    published in ``reports/`` link to ``../docs/...``), else the page's path in the repository (an
+    installed suite has no docs beside it)."""
+    if paths.CHECKOUT is None:
+        return METHOD_PAGE
     try:
-        out_dir.resolve().relative_to(REPO_ROOT)
+        out_dir.resolve().relative_to(paths.CHECKOUT)
     except (OSError, ValueError):
         return METHOD_PAGE  # a folder outside the checkout: a link into it would name where it lies
-    return Path(os.path.relpath(REPO_ROOT / METHOD_PAGE, out_dir.resolve())).as_posix()
+    return Path(os.path.relpath(paths.CHECKOUT / METHOD_PAGE, out_dir.resolve())).as_posix()
 
 
 def _write(path: Path, content: str | bytes) -> Path:

@@ -46,7 +46,20 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from suite import backends, compare, datasets, hostinfo, image_catalog, locks, plan, results, runner, select, stats
+from suite import (
+    backends,
+    compare,
+    datasets,
+    hostinfo,
+    image_catalog,
+    locks,
+    paths,
+    plan,
+    results,
+    runner,
+    select,
+    stats,
+)
 from suite.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
 from suite.settings import MAX_REPEATS
 from suite.views import ACCURACY_GATE
@@ -467,7 +480,7 @@ def lock_covered(recorded: dict[str, Any], here: dict[str, Any], python: str | N
         return None  # the same lock: nothing to cover
     if lock_python(lock_file) != (python or this_python()):
         return None
-    path = provenance.REPO_ROOT / lock_file
+    path = paths.DATA_DIR / lock_file
     try:
         if locks.lock_sha256(path) != sha:
             return None

@@ -2055,7 +2055,7 @@ def test_without_ray_the_message_names_the_lock_by_its_full_path(monkeypatch: py
         ray_cluster.import_ray()
     lock = REPO / "requirements" / "locks" / f"cluster-py{sys.version_info.major}.{sys.version_info.minor}.txt"
     assert str(lock) in str(info.value) and "--require-hashes" in str(info.value)
-    monkeypatch.setattr(ray_cluster, "REPO_ROOT", REPO / "nowhere")
+    monkeypatch.setattr(ray_cluster.paths, "REQUIREMENTS_DIR", REPO / "nowhere")
     with pytest.raises(ray_cluster.BackendUnavailable) as info:
         ray_cluster.import_ray()
     assert "no cluster lock exists" in str(info.value), str(info.value)

@@ -306,7 +306,7 @@ def test_the_reproduce_command_carries_the_overrides_and_the_repository_folder(t
         path.write_text(json.dumps(data))
     view = next(v for v in views.load_views(tmp_path) if v.machine == "box")
     assert "--set training.batch_size=64" in report._reproduce(view, tmp_path)
-    default = report._reproduce(view, report.REPO_ROOT / "reports" / "results")
+    default = report._reproduce(view, REPO / "reports" / "results")
     assert "--results" not in default and "reports/results" in report._check(view, None)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import suite_cli
+from conftest import REPO, suite_cli
 from docker_fixtures import SMALL_SCENARIO, engine_client, image_fixture  # noqa: F401 - fixtures
 from scipy import stats as sps
 
@@ -747,13 +747,13 @@ def test_a_result_from_a_modified_tree_reproduces_in_the_same_tree_only(tmp_path
     run there with the clone's code, then reproduced there (not refused), then refused once the
     file is modified another way ("other uncommitted changes")."""
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", str(cli.REPO_ROOT), str(clone)], check=True, capture_output=True)
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True, capture_output=True)
     # The suite's code as it stands in this checkout, committed in the clone: the code under test,
     # with a clean tree before the one change below.
-    tracked = subprocess.run(["git", "ls-files", "-z", "suite"], cwd=cli.REPO_ROOT, capture_output=True, check=True)
+    tracked = subprocess.run(["git", "ls-files", "-z", "suite"], cwd=REPO, capture_output=True, check=True)
     for name in filter(None, tracked.stdout.decode().split("\0")):
-        if (cli.REPO_ROOT / name).is_file():
-            shutil.copyfile(cli.REPO_ROOT / name, clone / name)
+        if (REPO / name).is_file():
+            shutil.copyfile(REPO / name, clone / name)
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
     subprocess.run([*git, "commit", "--quiet", "--allow-empty", "-am", "code under test"], cwd=clone, check=True)
     readme = clone / "README.md"
@@ -869,7 +869,7 @@ def test_k_takes_the_points_of_the_results_as_run_k_does(
 
 
 def _env(lock_file: str, sha: str | None = None) -> dict[str, Any]:
-    sha = sha or __import__("suite.locks", fromlist=["x"]).lock_sha256(cli.REPO_ROOT / lock_file)
+    sha = sha or __import__("suite.locks", fromlist=["x"]).lock_sha256(REPO / lock_file)
     return {"kind": "venv", "lock_file": lock_file, "lock_sha256": sha, "matches_lock": True, "lock_differences": []}
 
 
@@ -881,13 +881,13 @@ def test_a_dev_venv_serves_a_result_of_the_run_lock(tmp_path: Path, monkeypatch:
     venv that holds them reruns a run-lock result, its test tools named in a note, not refused."""
     from suite import locks
 
-    dev_pins = locks.read_pins(cli.REPO_ROOT / DEV_LOCK)
+    dev_pins = locks.read_pins(REPO / DEV_LOCK)
     monkeypatch.setattr(locks, "installed", lambda: dict(dev_pins))
     here = {**_here(), "environment": _env(DEV_LOCK)}
     recorded = {**here, "environment": _env(RUN_LOCK)}
     note = reproduce.lock_covered(recorded["environment"], here["environment"], "3.11")
     assert note is not None and note.startswith(reproduce.COVERED), note
-    run_pins = locks.read_pins(cli.REPO_ROOT / RUN_LOCK)
+    run_pins = locks.read_pins(REPO / RUN_LOCK)
     assert f"every one of the {len(run_pins)} packages {RUN_LOCK} pins is installed here" in note
     assert "pytest" in note.split("also installed here:")[1]
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, hostinfo, provenance, telemetry
+from suite import datasets, hostinfo, paths, provenance, telemetry
 from suite.backends import lifeline
 from suite.backends.base import (
     Exit,
@@ -43,7 +43,7 @@ from suite.plan import RunSpec
 from suite.worker import lifeline as worker_lifeline
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = paths.IMPORT_ROOT  # the folder holding suite/: the worker imports it from there
 FOLLOW_CGROUP_S = 1.0  # how often a running worker's memory cgroup is read again (oom.OomWitness)
 
 

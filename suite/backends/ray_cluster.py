@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from suite import hostinfo, provenance
+from suite import hostinfo, paths, provenance
 from suite.backends.base import BackendUnavailable, now_iso
 from suite.plan import RunSpec, parse_device
 from suite.results import RunResult
@@ -86,7 +86,7 @@ HEAD_RETRY_S = 0.5
 HEAD_SILENT_S = 120.0  # a head that neither answers nor refuses for this long is gone too
 READY_LIMIT_S = 3600.0  # what a node may spend making the run's image before the run's limit starts
 LOST_NODE_WAIT_S = 45.0  # how long a crashed task's node may take to be declared dead (Ray's health check)
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = paths.CHECKOUT  # None for an installed package
 # What the job ships (Ray's working_dir, which also leaves out what .gitignore names): the checkout
 # without its history and without results, so a node reads the same catalog, Dockerfile and locks.
 SHIP_EXCLUDES = [".git", "/reports/", "/reproduce/", "/benchmarks/wheels/"]
@@ -101,13 +101,30 @@ BOARD_GONE = "board gone"  # why a task did not run: the plan's board actor died
 NODE_BACKEND_ENV = "SUITE_RAY_NODE_BACKEND"
 
 
+def shipped_code(results_dir: Path | None) -> dict[str, Any]:
+    """The Ray runtime environment that carries this suite's code to every node.
+
+    From a checkout: the checkout itself (suite/, docker/, the locks), less git, the reports and the
+    results folder. Installed: the package, which holds its recipes and locks in ``suite/_data``.
+    """
+    if REPO_ROOT is None:
+        return {"py_modules": [str(paths.PACKAGE_DIR)]}
+    excludes = list(SHIP_EXCLUDES)
+    if results_dir is not None:
+        try:
+            excludes.append(f"/{results_dir.resolve().relative_to(REPO_ROOT)}/")
+        except ValueError:
+            pass  # outside the checkout: not shipped anyway
+    return {"working_dir": str(REPO_ROOT), "excludes": excludes}
+
+
 def import_ray() -> Any:
     """The ``ray`` module, or BackendUnavailable (exit 2) with the command that installs it."""
     try:
         import ray
     except ImportError as exc:
         xy = f"{sys.version_info.major}.{sys.version_info.minor}"
-        lock = REPO_ROOT / "requirements" / "locks" / f"cluster-py{xy}.txt"
+        lock = paths.REQUIREMENTS_DIR / "locks" / f"cluster-py{xy}.txt"
         if lock.is_file():
             how = (
                 f"install the locked cluster environment: `{sys.executable} -m pip install --require-hashes "
@@ -694,13 +711,7 @@ class RayPool:
         # The GCS going away is detected by this pool (``_head_answers``) within seconds; Ray's own
         # reconnect limit ends the whole process without a word, so it is set well beyond.
         os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
-        excludes = list(SHIP_EXCLUDES)
-        if self.results_dir is not None:
-            try:
-                excludes.append(f"/{self.results_dir.resolve().relative_to(REPO_ROOT)}/")
-            except ValueError:
-                pass  # outside the checkout: not shipped anyway
-        runtime_env = {"working_dir": str(REPO_ROOT), "excludes": excludes}
+        runtime_env = shipped_code(self.results_dir)
         kwargs: dict[str, Any] = {"runtime_env": runtime_env, "logging_level": "ERROR", "log_to_driver": False}
         try:
             if self.address:

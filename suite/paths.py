@@ -1,0 +1,82 @@
+"""Where the suite's own files lie, and where a user's files are looked for.
+
+The suite runs in one of two ways:
+
+- **from a checkout** (``./run_all.sh``, ``python -m suite`` in the clone, or ``pip install -e .``):
+  the package sits beside ``docker/``, ``requirements/`` and ``pyproject.toml``. Its data is read
+  there, and the user's folders (``scenarios/``, ``reports/``) are the checkout's, wherever the
+  command is started from, as they always were.
+- **installed** (``pip install .`` or a wheel): the image recipes and locks travel inside the
+  package as ``suite/_data/docker`` and ``suite/_data/requirements`` (the build puts them there,
+  see ``setup.py``), and the user's folders are relative to the working directory.
+
+Nothing else in the suite works out these places.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DISTRIBUTION = "keras-speed-suite"
+
+
+def _checkout(top: Path) -> Path | None:
+    """``top`` when it is this package's checkout (or a copy of its folders): the image catalog lies
+    there. Installed, ``top`` is site-packages, whose ``docker/`` is the Docker SDK."""
+    if (top / "docker" / "images.yaml").is_file():
+        return top
+    return None
+
+
+CHECKOUT: Path | None = _checkout(PACKAGE_DIR.parent)
+"""The checkout this package runs from; None for an installed package."""
+
+DATA_DIR: Path = CHECKOUT if CHECKOUT is not None else PACKAGE_DIR / "_data"
+"""The folder that holds ``docker/`` and ``requirements/`` (the image catalog, the recipes, the locks)."""
+
+DOCKER_DIR = DATA_DIR / "docker"
+REQUIREMENTS_DIR = DATA_DIR / "requirements"
+IMPORT_ROOT = PACKAGE_DIR.parent
+"""The folder that holds the ``suite`` package: what another interpreter needs on its path to import it."""
+
+
+def project_root() -> Path:
+    """Where a user's relative paths start: the checkout, or (installed) the working directory
+    (``.`` where that folder was deleted: a command then fails on the path it needs, not at start)."""
+    if CHECKOUT is not None:
+        return CHECKOUT
+    try:
+        return Path.cwd()
+    except OSError:
+        return Path(".")
+
+
+def default_scenarios() -> Path:
+    return project_root() / "scenarios"
+
+
+def default_results() -> Path:
+    return project_root() / "reports" / "results"
+
+
+def default_reports() -> Path:
+    return project_root() / "reports"
+
+
+def version() -> str:
+    """The suite's version: pyproject.toml's in a checkout, the installed distribution's otherwise;
+    ``unknown`` where neither can be read."""
+    import tomllib
+
+    if CHECKOUT is not None:
+        try:
+            return str(tomllib.loads((CHECKOUT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"])
+        except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+            return "unknown"
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
