@@ -16,6 +16,7 @@ newer record's optional fields), and ``*`` gives the shape of every key.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from suite import names
@@ -217,6 +218,72 @@ _WORDS = {
 }
 
 
+def valid(data: Any) -> bool:
+    """Whether ``problem(data)`` is None, without building a path or a message for every field:
+    the shape compiled once into nested checks (a report reads thousands of records; the words of
+    a refusal come from ``problem``, which says the same yes or no)."""
+    return _RECORD_CHECK(data)
+
+
+Check = Callable[[Any], bool]
+
+
+def _compiled(shape: Shape) -> Check:
+    if isinstance(shape, frozenset):
+        return lambda data: isinstance(data, str) and data in shape
+    if isinstance(shape, str):
+        return _word_check(shape)
+    if isinstance(shape, list):
+        item = _compiled(shape[0])
+        return lambda data: isinstance(data, list) and all(map(item, data))
+    fields = []
+    for key, sub in shape.items():
+        name = key.lstrip("!").rstrip("?")
+        if name != "*":
+            fields.append((name, key.startswith("!"), key.endswith("?"), _compiled(sub)))
+    every = _compiled(shape["*"]) if shape.get("*") is not None else None
+    # A key of the data that the shape names in any spelling (as problem's ``{name, !name, name?}``).
+    named = {*shape, *(k[1:] for k in shape if k.startswith("!")), *(k[:-1] for k in shape if k.endswith("?"))}
+
+    def check(data: Any) -> bool:
+        if not isinstance(data, dict):
+            return False
+        for name, required, nullable, sub_check in fields:
+            if name not in data:
+                if required:
+                    return False
+                continue
+            value = data[name]
+            if nullable and value is None:
+                continue
+            if not sub_check(value):
+                return False
+        if every is not None:
+            return all(every(value) for name, value in data.items() if name not in named)
+        return True
+
+    return check
+
+
+def _word_check(word: str) -> Check:
+    nullable = word.endswith("?")
+    base = word[:-1] if nullable else word
+    if base.endswith("?"):
+        inner = _word_check(base)
+        return lambda value: value is None or inner(value)
+    if base in ("number", "positive", "nonneg", "share"):
+        low = MIN_POSITIVE if base == "positive" else 0 if base in ("nonneg", "share") else -MAX_MAGNITUDE
+        high = 1 if base == "share" else MAX_MAGNITUDE
+        # A NaN fails both comparisons, an infinity the bound; a bool is an int to isinstance.
+        if nullable:
+            return lambda v: v is None or (not isinstance(v, bool) and isinstance(v, (int, float)) and low <= v <= high)
+        return lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and low <= v <= high
+    if base in ("str", "dict", "list"):
+        kind = {"str": str, "dict": dict, "list": list}[base]
+        return (lambda v: v is None or isinstance(v, kind)) if nullable else (lambda v: isinstance(v, kind))
+    return (lambda v: v is None or _is(v, base)) if nullable else (lambda v: _is(v, base))
+
+
 def problem(data: Any, shape: Shape = RECORD, path: str = "") -> str | None:
     """The first field of ``data`` that does not have its shape, in words ("field timing.fit_s:
     got 'x' (str); allowed: a finite number or null"); None when every field does. It descends
@@ -289,3 +356,6 @@ def _allowed(word: str) -> str:
 def _said(path: str, value: Any, allowed: str) -> str:
     kind = "null" if value is None else type(value).__name__
     return f"field {path or '(the record)'}: got {brief(value)} ({kind}); allowed: {allowed}"
+
+
+_RECORD_CHECK = _compiled(RECORD)

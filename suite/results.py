@@ -526,11 +526,11 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
                 f"{path}: schema_version {version} has no migration to {SCHEMA_VERSION}; "
                 "rerun the scenario with --fresh to record it again"
             )
-        if (found := record_shape.problem(data)) is not None:  # before a migration reads it
+        if not record_shape.valid(data) and (found := record_shape.problem(data)) is not None:  # before a migration
             raise ResultError(f"{path}: {found}{advice}")
         data = _MIGRATIONS[version](data)
         version = data["schema_version"]
-    if (found := record_shape.problem(data)) is not None:
+    if not record_shape.valid(data) and (found := record_shape.problem(data)) is not None:
         raise ResultError(f"{path}: {found}{advice}")
     try:
         return RunResult.from_dict(data)

@@ -1,20 +1,23 @@
 """A result file from another machine may hold anything: every field a reader uses is checked when
 the file is read, so report, show and compare end with exit 2 naming the file and the field, never
 with a traceback, whatever one field holds. Through the real CLI's entry point, in-process (a few
-hundred cases)."""
+hundred cases). And the fast yes-or-no check a report runs on every file (``record_shape.valid``)
+against the worded one it must agree with (``record_shape.problem``)."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
+import random
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from suite import cli
+from suite import cli, record_shape
 
 RICH = Path(__file__).parent / "fixtures" / "rich"  # one ok run of a real smoke plan: telemetry, load, provenance
 DELETE = object()
@@ -102,3 +105,116 @@ def test_a_wrong_field_is_named_with_what_is_allowed(tmp_path: Path, path: tuple
     bad.write_text(json.dumps(_with(json.loads(source.read_text()), path, value)))
     code, err = _cli("show", bad)
     assert code == 2 and f"error: {bad}: {said}" in err, err
+
+
+# -- the fast check against the worded one: real records changed at one random place (fixed seed) --
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+ODD_VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    7,
+    10**9,
+    10**9 + 1,
+    10**19,
+    -(10**19),
+    1e-13,
+    1e-12,
+    0.5,
+    1,
+    1.0000001,
+    1e18,
+    1.1e18,
+    -1e18,
+    -1.1e18,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    "",
+    "x",
+    "ok",
+    "abc1234",
+    "ABC1234",
+    "0123456789abcdef",
+    "a" * 65,
+    "../up",
+    [],
+    [1],
+    [None],
+    ["x"],
+    [1e19],
+    {},
+    {"a": 1},
+    {"fit_s": "x"},
+]
+
+
+def _records() -> list[dict[str, Any]]:
+    files = [*sorted(FIXTURES.rglob("*.json")), *sorted(RICH.rglob("*.json"))]
+    return [json.loads(p.read_text(encoding="utf-8")) for p in files]
+
+
+def _places(data: Any, at: tuple = ()) -> list[tuple]:
+    """The path of every value inside ``data``."""
+    out = [at]
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out += _places(value, (*at, key))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            out += _places(value, (*at, i))
+    return out
+
+
+def _changed(record: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    out = copy.deepcopy(record)
+    place = rng.choice(_places(out)[1:])
+    parent = out
+    for step in place[:-1]:
+        parent = parent[step]
+    last = place[-1]
+    what = rng.random()
+    if what < 0.1 and isinstance(parent, dict):
+        del parent[last]  # a missing field
+    elif what < 0.2 and isinstance(parent, dict):
+        parent[rng.choice(["extra", "fit_s", "status", "*", "name?", "!x"])] = rng.choice(ODD_VALUES)
+    else:
+        parent[last] = copy.deepcopy(rng.choice(ODD_VALUES))
+    return out
+
+
+def test_the_fast_check_and_the_worded_one_agree_on_thousands_of_changed_records() -> None:
+    records = _records()
+    assert len(records) >= 40 and all(record_shape.valid(r) for r in records), "the fixtures are valid records"
+    rng = random.Random(20261203)
+    verdicts = {True: 0, False: 0}
+    for trial in range(6000):
+        record = _changed(rng.choice(records), rng)
+        fast, worded = record_shape.valid(record), record_shape.problem(record)
+        assert fast == (worded is None), f"trial {trial}: valid() says {fast}, problem() says {worded!r}"
+        verdicts[fast] += 1
+    assert min(verdicts.values()) > 1000, verdicts  # both answers are exercised
+
+
+def test_every_number_word_keeps_its_bounds() -> None:
+    """Each bound, on both sides, through a field of each number word."""
+    base = _records()[0]
+    cases = [
+        (("timing", "fit_s"), [1e-12, 1e18], [0, 1e-13, 1.1e18, -1.0, True]),  # positive
+        (("timing", "first_epoch_overhead_s"), [-1e18, 0, 1e18], [-1.1e18, 1.1e18, "1"]),  # number
+        (("timing", "evaluate_s"), [0, 1e18], [-1e-9, 1.1e18, False]),  # nonneg
+    ]
+    nullable = copy.deepcopy(base)  # a key the shape marks "may be null" ("image?"), and its mapping
+    nullable.setdefault("provenance", {})["image"] = None
+    assert record_shape.valid(nullable) and record_shape.problem(nullable) is None
+    nullable["provenance"]["image"] = {"tag": 1}
+    assert not record_shape.valid(nullable) and record_shape.problem(nullable) is not None
+    for (section, key), good, bad in cases:
+        for value, expected in [(v, True) for v in good] + [(v, False) for v in bad]:
+            record = copy.deepcopy(base)
+            record.setdefault(section, {})[key] = value
+            assert record_shape.valid(record) is expected, (key, value)
+            assert (record_shape.problem(record) is None) is expected, (key, value)

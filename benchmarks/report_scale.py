@@ -1,0 +1,97 @@
+"""How long does ``suite report`` take over many result files? A timed run of the real command.
+
+The result files of ``--from`` (a scenario's folder of real results; default: the width fixture's)
+are copied as repetitions r0, r1, ... of their points until ``--files`` files exist, in a temp
+folder. Then ``python -m suite report`` of each given checkout (``--suite``, default this one) runs
+on them ``--rounds`` times, the checkouts alternating within each round so that the machine's
+noise falls on all alike. Prints each checkout's median and range in seconds, the ratio of the
+medians against the first checkout, and whether every checkout wrote the same bytes.
+
+    python benchmarks/report_scale.py [--files 10200] [--rounds 3] [--from DIR] [--suite DIR ...]
+
+Results with telemetry (those of a run on this machine, e.g. ``reports/results/<machine>/mnist_mlp_width``
+after ``./run_all.sh --smoke``) are about three times larger than the fixtures, and slower to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "results" / "fixture-local" / "fx_width"
+
+
+def make_results(source: Path, files: int, out: Path) -> int:
+    """``files`` result files under ``out/bench/<scenario>/``, each a real one as another repetition."""
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(source.glob("*.json"))]
+    if not records:
+        raise SystemExit(f"error: no result files in {source}")
+    by_point = {r["spec"]["fingerprint"]: r for r in records}
+    folder = out / "bench" / records[0]["spec"]["scenario"]
+    folder.mkdir(parents=True)
+    made, repetition = 0, 0
+    while made < files:
+        for fingerprint, record in by_point.items():
+            if made == files:
+                break
+            record["spec"]["repetition"] = repetition
+            (folder / f"{fingerprint[:12]}-r{repetition}.json").write_text(json.dumps(record, indent=2))
+            made += 1
+        repetition += 1
+    return made
+
+
+def timed_report(suite: Path, results: Path, out: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "suite", "report", "--results", str(results), "--out", str(out)],
+        cwd=suite,
+        env={**os.environ, "PYTHONPATH": str(suite)},
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - start
+
+
+def same_pages(a: Path, b: Path) -> bool:
+    cmp = filecmp.dircmp(a, b)
+    return not (cmp.left_only or cmp.right_only or filecmp.cmpfiles(a, b, cmp.common_files, shallow=False)[1])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--files", type=int, default=10200)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--from", dest="source", type=Path, default=FIXTURE, help="a folder of one scenario's results")
+    p.add_argument("--suite", type=Path, action="append", help="a checkout to time (repeatable; default: this one)")
+    args = p.parse_args()
+    suites = [s.resolve() for s in args.suite or [REPO]]
+    with tempfile.TemporaryDirectory(prefix="report-scale-") as tmp:
+        made = make_results(args.source, args.files, Path(tmp) / "results")
+        times: dict[Path, list[float]] = {s: [] for s in suites}
+        for _ in range(args.rounds):
+            for i, suite in enumerate(suites):
+                times[suite].append(timed_report(suite, Path(tmp) / "results", Path(tmp) / f"out{i}"))
+        same = all(same_pages(Path(tmp) / "out0", Path(tmp) / f"out{i}") for i in range(1, len(suites)))
+    first = statistics.median(times[suites[0]])
+    print(f"suite report over {made:,} result files, {args.rounds} rounds")
+    for suite in suites:
+        t = times[suite]
+        ratio = statistics.median(t) / first
+        print(f"  {suite}: median {statistics.median(t):.2f} s (range {min(t):.2f}-{max(t):.2f}), x{ratio:.2f}")
+    if len(suites) > 1:
+        print(f"  same pages from every checkout: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
