@@ -6,6 +6,7 @@ import contextlib
 import http.server
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -66,6 +67,23 @@ def suite_cli(
         env={**os.environ, "PYTHONPATH": str(REPO), **extra, **(env or {})},
         preexec_fn=limit if memory else None,
     )
+
+
+def copy_of_checkout(into: Path) -> Path:
+    """This checkout's files as a clone would have them (tracked and new, not ignored: no .venv, no
+    results), in a folder of its own; ``into``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src = REPO / rel
+        if src.is_file():
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, into / rel)
+    return into
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, suite_cli
+from conftest import REPO, copy_of_checkout, suite_cli
 
 from suite import cli
 
@@ -135,17 +135,7 @@ def test_the_quick_start_runs_and_prints_what_the_readme_shows(tmp_path: Path) -
     assert "./run_all.sh --smoke" in section
     quoted = re.search(r"```text\n(.*?)```", section, re.S)
     assert quoted, "the quick start shows what a smoke run prints"
-    tree = tmp_path / "clone"
-    names = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, names.split("\0")):
-        if (REPO / name).is_file():
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, tree / name)
+    tree = copy_of_checkout(tmp_path / "clone")
     venv = Path(os.environ.get("VIRTUAL_ENV") or REPO / ".venv")
     env = {**os.environ, "SUITE_VENV": str(venv), "SUITE_MNIST_URL": _closed_url(), "PYTHONPATH": ""}
     proc = subprocess.run(

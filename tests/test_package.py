@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -21,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, copy_of_checkout
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 
@@ -46,30 +45,13 @@ report:
 """
 
 
-def _tree_files() -> list[str]:
-    """The files a clone of this tree holds (tracked, and untracked but not ignored)."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=REPO,
-            capture_output=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"needs git and a git checkout to copy the tree: {exc}")
-    return [name for name in out.decode().split("\0") if name and (REPO / name).is_file()]
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Looked up, not imported: setuptools puts its vendored packages on sys.path when imported, and
     # this process's installed distributions must stay those of the lock.
     if importlib.util.find_spec("setuptools") is None:
         pytest.skip("the locked dev venv's setuptools builds the wheel offline; it is not installed")
-    src = tmp_path_factory.mktemp("src")
-    for name in _tree_files():
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, src / name)
+    src = copy_of_checkout(tmp_path_factory.mktemp("src"))
     dist = tmp_path_factory.mktemp("dist")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", dist, src],

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import copy_of_checkout
 from ray_local import AUTH, free_ports, processes_under, require_ray
 from slurm_local import INSTALL, SlurmCluster, missing_tools
 
@@ -85,23 +86,6 @@ def _venv_environment() -> str:
     return held if current else f"{held}, not the current lock"
 
 
-def _checkout(into: Path) -> Path:
-    """This checkout's files as a clone would have them (tracked and new, not ignored: no .venv, no
-    results), in a folder of its own."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        src = REPO / rel
-        if src.is_file():
-            (into / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, into / rel)
-    return into
-
-
 def _ray_ports() -> str:
     """RAY_START_ARGS that put every port of the node's Ray on a free one (the defaults are fixed
     numbers another Ray on this machine may hold)."""
@@ -117,7 +101,7 @@ def _submit(slurm: SlurmCluster, tmp_path: Path, name: str, device: str, *args: 
     """Submit the shipped script with ``args`` (sbatch's options, then ``--`` and run_all.sh's) for a
     scenario ``name`` of one point on ``device``, and wait for the job; what it left behind."""
     sbatch, run_all = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, ())
-    checkout = _checkout(tmp_path / "checkout")
+    checkout = copy_of_checkout(tmp_path / "checkout")
     (checkout / f"{name}.yaml").write_text(SCENARIO.format(name=name, device=device), encoding="utf-8")
     ray_tmp = Path(tempfile.mkdtemp(prefix="sr", dir="/tmp"))  # Ray's socket paths must stay short
     output = tmp_path / "job.out"
