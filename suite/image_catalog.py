@@ -26,7 +26,6 @@ import yaml
 from suite import paths
 from suite.locks import lock_sha256
 
-REPO_ROOT = paths.CHECKOUT  # None for an installed package: no git checkout to label a build with
 DOCKER_DIR = paths.DOCKER_DIR
 CATALOG = DOCKER_DIR / "images.yaml"
 LOCK = DOCKER_DIR / "images.lock"

@@ -34,14 +34,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from suite import debian_base
+from suite import debian_base, paths
 from suite.image_catalog import (
     CATALOG,
     DOCKER_DIR,
     LABEL_PREFIX,
     LOCK,
     OCI_PREFIX,
-    REPO_ROOT,
     BuildPlan,
     Catalog,
     ImageDef,
@@ -239,7 +238,7 @@ def _build_one(
     raise AssertionError("an image has at least one recipe")
 
 
-def build_labels(repo: Path | None = REPO_ROOT) -> dict[str, str]:
+def build_labels(repo: Path | None = paths.CHECKOUT) -> dict[str, str]:
     """The labels that change from build to build, so they enter no hash: time, git revision, source.
 
     ``org.opencontainers.image.revision`` is the plain commit; ``suite.source.dirty`` says whether

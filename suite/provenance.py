@@ -32,7 +32,6 @@ from typing import Any
 from suite import locks, paths
 from suite.markdown import code as markdown_code
 
-REPO_ROOT = paths.IMPORT_ROOT  # the folder holding suite/: the checkout, or site-packages when installed
 LOCK_MARKER = locks.LOCK_RECORD  # written into a venv by requirements/ensure_venv.sh after a locked install
 NO_LOCK = "not installed from a lock"
 MAX_DIRTY_PATHS = 50
@@ -117,7 +116,7 @@ UNTRACKED_ARGS = (
 # -- the suite's code -----------------------------------------------------------------------------
 
 
-def suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
+def suite_identity(root: Path = paths.IMPORT_ROOT) -> dict[str, Any]:
     """The "suite" block for the checkout at ``root`` now: version, HEAD, and the files that differ.
 
     ``git_revision`` is null when git is missing, ``root`` is not the top of a git checkout (a copy
@@ -322,7 +321,7 @@ _NO_CHECKOUT = ("no git checkout",)
 _cache_lock = threading.Lock()
 
 
-def current_suite_identity(root: Path = REPO_ROOT) -> dict[str, Any]:
+def current_suite_identity(root: Path = paths.IMPORT_ROOT) -> dict[str, Any]:
     """``suite_identity(root)``, asking git again only when the checkout changed since the last answer."""
     with _cache_lock:
         cached = _cache.get(root)
@@ -389,7 +388,10 @@ def venv_environment(python: str, *, in_subprocess: bool = False) -> dict[str, A
     if _same_interpreter(python) and not in_subprocess:
         return environment_here()
     code = "import json; from suite import provenance; print(json.dumps(provenance.environment_here()))"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.IMPORT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     try:
         # In a folder of its own, removed after: whatever the interpreter writes where it stands (a
         # wrapper script may write files) stays out of the checkout.

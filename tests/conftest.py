@@ -7,6 +7,7 @@ import http.server
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -84,6 +85,14 @@ def copy_of_checkout(into: Path) -> Path:
             (into / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, into / rel)
     return into
+
+
+def closed_url() -> str:
+    """An address where nothing listens: a fetch of MNIST fails at once, and nothing is downloaded."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/mnist.npz"
 
 
 @contextlib.contextmanager

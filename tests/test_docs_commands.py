@@ -11,12 +11,11 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_of_checkout, suite_cli
+from conftest import REPO, closed_url, copy_of_checkout, suite_cli
 
 from suite import cli
 
@@ -77,14 +76,6 @@ def _section(text: str, heading: str) -> str:
     return text[start : end if end != -1 else None]
 
 
-def _closed_url() -> str:
-    """An address where nothing listens: a fetch of MNIST fails at once, and nothing is downloaded."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/mnist.npz"
-
-
 @pytest.mark.slow
 def test_the_readmes_worked_scenario_checks_and_runs(tmp_path: Path) -> None:
     """The YAML of "Adding a scenario", saved as the README says, passes the `check` it shows and
@@ -102,7 +93,7 @@ def test_the_readmes_worked_scenario_checks_and_runs(tmp_path: Path) -> None:
     assert "mnist_mlp_depth" in check.stdout
 
     results = tmp_path / "reports" / "results"
-    env = {"SUITE_MNIST_URL": _closed_url()}
+    env = {"SUITE_MNIST_URL": closed_url()}
     args = (
         "run",
         scenario,
@@ -137,7 +128,7 @@ def test_the_quick_start_runs_and_prints_what_the_readme_shows(tmp_path: Path) -
     assert quoted, "the quick start shows what a smoke run prints"
     tree = copy_of_checkout(tmp_path / "clone")
     venv = Path(os.environ.get("VIRTUAL_ENV") or REPO / ".venv")
-    env = {**os.environ, "SUITE_VENV": str(venv), "SUITE_MNIST_URL": _closed_url(), "PYTHONPATH": ""}
+    env = {**os.environ, "SUITE_VENV": str(venv), "SUITE_MNIST_URL": closed_url(), "PYTHONPATH": ""}
     proc = subprocess.run(
         ["./run_all.sh", "--smoke", "--backend", "local"],
         cwd=tree,

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, copy_of_checkout
+from conftest import REPO, closed_url, copy_of_checkout
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 
@@ -226,7 +226,7 @@ def test_installed_ray_ships_the_package_with_its_data(monkeypatch: pytest.Monke
     from suite.backends import ray_cluster
 
     assert ray_cluster.shipped_code(None)["working_dir"] == str(REPO)
-    monkeypatch.setattr(ray_cluster, "REPO_ROOT", None)
+    monkeypatch.setattr(ray_cluster.paths, "CHECKOUT", None)
     assert ray_cluster.shipped_code(None) == {"py_modules": [str(paths.PACKAGE_DIR)]}
 
 
@@ -238,7 +238,7 @@ def test_the_installed_package_runs_on_a_local_ray_instance(installed: Path, tmp
     work = tmp_path / "proj"
     work.mkdir()
     (work / "tiny.yaml").write_text(MY_SCENARIO, encoding="utf-8")
-    env = {**_user_env(), "SUITE_RAY_NODE_BACKEND": "local", "SUITE_MNIST_URL": "http://127.0.0.1:9/mnist.npz"}
+    env = {**_user_env(), "SUITE_RAY_NODE_BACKEND": "local", "SUITE_MNIST_URL": closed_url()}
     proc = subprocess.run(
         [installed / "suite", "run", "--smoke", "--backend", "ray", "tiny.yaml"],
         cwd=work,

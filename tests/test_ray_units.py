@@ -467,7 +467,7 @@ def test_submit_asks_for_the_points_resources_without_rays_retries(
     pool.submit(gpu)
     assert len(fake.inits) == 1 and fake.inits[0]["address"] == pool.address
     shipped = fake.inits[0]["runtime_env"]
-    assert shipped["working_dir"] == str(ray_cluster.REPO_ROOT), "the checkout: suite/, docker/, locks"
+    assert shipped["working_dir"] == str(ray_cluster.paths.CHECKOUT), "the checkout: suite/, docker/, locks"
     assert ".git" in shipped["excludes"] and "/reports/" in shipped["excludes"]
     assert fake.board_options == {"resources": {"node:__internal_head__": 0.001}}, "the board lives on the head"
     first, second = fake.submissions

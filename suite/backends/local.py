@@ -43,7 +43,6 @@ from suite.plan import RunSpec
 from suite.worker import lifeline as worker_lifeline
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
-REPO_ROOT = paths.IMPORT_ROOT  # the folder holding suite/: the worker imports it from there
 FOLLOW_CGROUP_S = 1.0  # how often a running worker's memory cgroup is read again (oom.OomWitness)
 
 
@@ -121,7 +120,9 @@ class LocalBackend(RunSkeleton):
             **os.environ,
             **env,
             **gpu_env(spec, self.inventory()),  # by UUID; replaces the inherited CUDA_VISIBLE_DEVICES
-            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            "PYTHONPATH": os.pathsep.join([str(paths.IMPORT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep
+            ),
             "SUITE_LAUNCH_UNIX": repr(time.time()),
             **tag_env(self.tags),
         }
@@ -146,7 +147,7 @@ class LocalBackend(RunSkeleton):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                cwd=REPO_ROOT,
+                cwd=paths.IMPORT_ROOT,  # the folder the worker imports suite from
                 start_new_session=True,  # its own group: a kill reaches whatever the worker started
                 # The lifeline's read end, and the folder's lock: held while the worker lives, so no
                 # sweep removes the folder of a worker that outlived its host.

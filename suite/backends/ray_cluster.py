@@ -86,7 +86,6 @@ HEAD_RETRY_S = 0.5
 HEAD_SILENT_S = 120.0  # a head that neither answers nor refuses for this long is gone too
 READY_LIMIT_S = 3600.0  # what a node may spend making the run's image before the run's limit starts
 LOST_NODE_WAIT_S = 45.0  # how long a crashed task's node may take to be declared dead (Ray's health check)
-REPO_ROOT = paths.CHECKOUT  # None for an installed package
 # What the job ships (Ray's working_dir, which also leaves out what .gitignore names): the checkout
 # without its history and without results, so a node reads the same catalog, Dockerfile and locks.
 SHIP_EXCLUDES = [".git", "/reports/", "/reproduce/", "/benchmarks/wheels/"]
@@ -107,15 +106,16 @@ def shipped_code(results_dir: Path | None) -> dict[str, Any]:
     From a checkout: the checkout itself (suite/, docker/, the locks), less git, the reports and the
     results folder. Installed: the package, which holds its recipes and locks in ``suite/_data``.
     """
-    if REPO_ROOT is None:
+    checkout = paths.CHECKOUT
+    if checkout is None:
         return {"py_modules": [str(paths.PACKAGE_DIR)]}
     excludes = list(SHIP_EXCLUDES)
     if results_dir is not None:
         try:
-            excludes.append(f"/{results_dir.resolve().relative_to(REPO_ROOT)}/")
+            excludes.append(f"/{results_dir.resolve().relative_to(checkout)}/")
         except ValueError:
             pass  # outside the checkout: not shipped anyway
-    return {"working_dir": str(REPO_ROOT), "excludes": excludes}
+    return {"working_dir": str(checkout), "excludes": excludes}
 
 
 def import_ray() -> Any:
