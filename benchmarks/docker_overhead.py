@@ -27,10 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from suite import plan, scenario  # noqa: E402
 from suite.backends.docker import IMAGE_ENV, DockerBackend  # noqa: E402
 from suite.backends.local import LocalBackend  # noqa: E402
-from suite.results import RunResult  # noqa: E402
+from suite.record.results import RunResult  # noqa: E402
+from suite.spec import plan, scenario  # noqa: E402
 
 SCENARIO = """\
 name: docker_overhead

@@ -208,7 +208,7 @@ if [ "$PREPARE" -eq 1 ]; then
     "${plat[@]}" "${locked[@]}" -d "$WHEELS" "${WANT[@]}"
   rm -f "$WHEELS/.lock-constraints.txt"
   if [ -f "$LOCK" ]; then
-    if ! (cd "$REPO" && "$pydl" -m suite.locks check-wheels "$LOCK" "$WHEELS"); then
+    if ! (cd "$REPO" && "$pydl" -m suite.environment.locks check-wheels "$LOCK" "$WHEELS"); then
       die "a downloaded wheel is not a file $LOCK hashes (above); the index served other bytes than the lock's"
     fi
     echo "every wheel's sha256 is one $LOCK lists for it"
@@ -311,7 +311,7 @@ KERAS_BACKEND=jax "$RUNPY" -c 'import keras' >/dev/null 2>&1 \
   || die "Keras does not start on JAX in $RUNPY: $(KERAS_BACKEND=jax "$RUNPY" -c 'import keras' 2>&1 | tail -n1)"
 
 cd "$REPO"
-[ -n "$MACHINE" ] || MACHINE=$("$RUNPY" -c 'from suite import hostinfo; print(hostinfo.machine_name())')
+[ -n "$MACHINE" ] || MACHINE=$("$RUNPY" -c 'from suite.environment import host_facts; print(host_facts.machine_name())')
 [[ $MACHINE =~ ^[A-Za-z0-9_.-]+$ ]] || die "flag --machine: got '$MACHINE'; allowed: letters, digits, '_', '.', '-'"
 MDIR="$RESULTS/$MACHINE"
 mkdir -p "$MDIR/scenarios" || die "cannot create $MDIR"

@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from scipy.stats import t as t_dist  # noqa: E402
 
-from suite import plan, scenario  # noqa: E402
 from suite.backends.local import LocalBackend  # noqa: E402
+from suite.spec import plan, scenario  # noqa: E402
 
 # A Keras script as a user would write it: no suite code, same model, optimizer and batch.
 BARE = r"""

@@ -26,7 +26,7 @@ engine), so no image build is ever timed.
    the engine (GPU probe); on the direct side that first contact. Both sides' first runs also
    measure the device peak (the runner's peak cache, empty then). ``ray - docker`` is the median of
    the per-round differences; the ratio ray/docker is the ratio of geometric means with
-   suite.stats' 95% Welch interval (3 rounds or more).
+   suite.report.stats' 95% Welch interval (3 rounds or more).
 
 2. Plan wall time: ``runner.run_plan_pool`` with the same plan (``--points`` points of one
    repetition, fresh results folder) on a fresh cluster with one slot node and on one with two
@@ -58,11 +58,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from suite import plan, runner, scenario, stats  # noqa: E402
 from suite.backends.docker import IMAGE_ENV, DockerBackend  # noqa: E402
 from suite.backends.ray_cluster import SLOT, RayPool  # noqa: E402
-from suite.plan import RunSpec  # noqa: E402
-from suite.results import RunResult  # noqa: E402
+from suite.record.results import RunResult  # noqa: E402
+from suite.report import stats  # noqa: E402
+from suite.run import runner  # noqa: E402
+from suite.spec import plan, scenario  # noqa: E402
+from suite.spec.plan import RunSpec  # noqa: E402
 
 SCENARIO = """\
 name: bench_ray_overhead
@@ -106,9 +108,9 @@ def pick_image(asked: str | None) -> str:
     """--image, else $SUITE_DOCKER_IMAGE, else the newest suite-bench:* tag the engine holds."""
     if asked or os.environ.get(IMAGE_ENV):
         return str(asked or os.environ[IMAGE_ENV])
-    from suite import engine
+    from suite.environment import docker_engine
 
-    client, _ = engine.connect(timeout=30)
+    client, _ = docker_engine.connect(timeout=30)
     try:
         found = [
             (img.attrs.get("Created", ""), tag)

@@ -25,7 +25,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from suite import reproduce, stats  # noqa: E402
+from suite import reproduce  # noqa: E402
+from suite.report import stats  # noqa: E402
 
 NOISES = (0.02, 0.05, 0.10)
 RUNS = (3, 5, 10)

@@ -9,7 +9,7 @@
 # pip is installed first. A venv holding another environment, or one no locked install made, is
 # recreated; packages the lock does not name are removed before the install; the venv is checked
 # against the lock before <VENV_DIR>/.suite-lock.json records which lock it holds (results carry
-# that record; suite/locks.py reads it). The locks are for Linux x86_64: elsewhere this stops.
+# that record; suite/environment/locks.py reads it). The locks are for Linux x86_64: elsewhere this stops.
 # A Python without a lock (or another platform) stops here, unless SUITE_UNLOCKED=1: then the
 # top-level requirement files are installed without hashes (their dependencies float) and the
 # record says "unlocked".
@@ -163,7 +163,7 @@ print(facts["environment"] if locked else "")
     # 3.11) left goes before the install: removed after it, a package sharing files with one the lock
     # installs would delete them.
     local extra
-    extra=$(cd "$root" && "$venv/bin/python" -m suite.locks extraneous "$lock") || return 1
+    extra=$(cd "$root" && "$venv/bin/python" -m suite.environment.locks extraneous "$lock") || return 1
     if [ -n "$extra" ]; then
       echo "removing packages the lock does not name: $(echo "$extra" | paste -sd' ' -)" >&2
       # shellcheck disable=SC2086
@@ -173,7 +173,7 @@ print(facts["environment"] if locked else "")
     # --only-binary: the lock hashes sdists too; a machine without a matching wheel must stop, not build.
     local installer
     installer=$(mktemp) || return 1
-    if ! (cd "$root" && "$venv/bin/python" -m suite.locks installer "$lock") >"$installer" ||
+    if ! (cd "$root" && "$venv/bin/python" -m suite.environment.locks installer "$lock") >"$installer" ||
       { [ -s "$installer" ] && ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         --require-hashes --no-deps --only-binary :all: -r "$installer"; }; then
       rm -f "$installer"
@@ -181,7 +181,7 @@ print(facts["environment"] if locked else "")
     fi
     rm -f "$installer"
     "$venv/bin/python" -m pip install --quiet --require-hashes --only-binary :all: -r "$lock" || return 1
-    (cd "$root" && "$venv/bin/python" -m suite.locks check "$lock") || return 1
+    (cd "$root" && "$venv/bin/python" -m suite.environment.locks check "$lock") || return 1
   else
     echo "WARNING: $unlocked_why; SUITE_UNLOCKED=1 installs the top-level pins of ${inputs[*]}" >&2
     echo "WARNING: without hashes: their dependencies float and results record the environment as unlocked." >&2

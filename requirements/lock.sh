@@ -42,7 +42,7 @@ HOST_PYTHONS=(3.11 3.12)
 # The images' interpreter: every base in docker/images.yaml is a python:3.11 image.
 IMAGE_PYTHON=3.11
 # The venv's Python reads the catalog and the environments through the suite's own code (one
-# definition each: suite/image_catalog.py, suite/locks.py); it has PyYAML (host.txt pins it).
+# definition each: suite/environment/image_catalog.py, suite/environment/locks.py); it has PyYAML (host.txt pins it).
 PY=$VENV/bin/python
 [ -x "$PY" ] || PY=python3
 
@@ -72,12 +72,12 @@ extra_args=("$@")
 
 # One line per image: NAME<TAB>LOCK<TAB>CONSTRAINTS<TAB>REQUIREMENT REQUIREMENT ... (tensorflow, then extra);
 # LOCK and CONSTRAINTS relative to docker/. The catalog is read and checked as every other command
-# reads it (suite.image_catalog.load_catalog), except that a lock file may not exist yet: this writes
+# reads it (suite.environment.image_catalog.load_catalog), except that a lock file may not exist yet: this writes
 # it. Read first, so that a catalog error stops the script before any lock is written.
 images=$("$PY" - <<'EOF'
 import sys
 
-from suite.image_catalog import ImageError, load_catalog
+from suite.environment.image_catalog import ImageError, load_catalog
 
 try:
     catalog = load_catalog(locks_may_be_missing=True)
@@ -88,8 +88,8 @@ for name, d in catalog.images.items():
 EOF
 )
 
-# One line per environment: NAME<TAB>INPUT INPUT ... (suite/locks.py ENVIRONMENTS).
-environments=$("$PY" -m suite.locks environments)
+# One line per environment: NAME<TAB>INPUT INPUT ... (suite/environment/locks.py ENVIRONMENTS).
+environments=$("$PY" -m suite.environment.locks environments)
 for py in "${HOST_PYTHONS[@]}"; do
   while IFS=$'\t' read -r env inputs; do
     case "$env" in dev | cluster | cluster-gpu) continue ;; esac  # below, each under the lock it extends

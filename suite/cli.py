@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite import backends, datasets, hostinfo, names, paths, plan, results, runner, select
-from suite.markdown import escaped
-from suite.progress import NORMAL, QUIET, VERBOSE, duration_text
-from suite.scenario import (
+from suite import backends, paths
+from suite.environment import datasets, host_facts
+from suite.record import results
+from suite.run import runner
+from suite.run.progress import NORMAL, QUIET, VERBOSE, duration_text
+from suite.safe.markdown import escaped
+from suite.spec import names, plan, select
+from suite.spec.scenario import (
     Override,
     ScenarioError,
     as_dict,
@@ -28,7 +32,7 @@ from suite.scenario import (
     overrides_problems,
     parse_overrides,
 )
-from suite.settings import MAX_REPEATS, SETTINGS
+from suite.spec.settings import MAX_REPEATS, SETTINGS
 
 DEFAULT_SCENARIOS = paths.default_scenarios()
 DEFAULT_RESULTS = paths.default_results()
@@ -90,7 +94,7 @@ def version_text() -> str:
     """``keras-speed-suite 0.1.0 (git 1a2b3c4d5e6f)``; where the tree differs from that revision,
     ``+ uncommitted changes (N files, diff sha256 ...)``: the words and hash a result's provenance
     records, so a checkout can be matched to a result by eye before ``reproduce`` checks it."""
-    from suite import provenance
+    from suite.record import provenance
 
     name, version = paths.DISTRIBUTION, paths.version()
     if paths.CHECKOUT is None:
@@ -431,7 +435,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     _check_ray_args(args)
-    machine = args.machine or hostinfo.machine_name()
+    machine = args.machine or host_facts.machine_name()
     folder = runner.machine_dir(args.results, machine)
     backend, chosen = _check_backend(args)
     try:
@@ -569,7 +573,7 @@ def _point_plan(
 def _backend_options(args: argparse.Namespace) -> backends.BackendOptions:
     gpus = getattr(args, "gpus", None)
     return backends.BackendOptions(
-        machine=args.machine or hostinfo.machine_name(),
+        machine=args.machine or host_facts.machine_name(),
         results_dir=args.results,
         docker_host=args.docker_host,
         gpus=[g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
@@ -627,7 +631,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.hosts is not None:
         _refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
-    machine = args.machine or hostinfo.machine_name()
+    machine = args.machine or host_facts.machine_name()
     folder = runner.machine_dir(args.results, machine)
     _check_writable(folder)
     live = sys.stdout.isatty() and level > QUIET
@@ -671,7 +675,8 @@ def _refuse_without_data(specs: list[plan.RunSpec], args: argparse.Namespace) ->
 
 def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
     """``run --hosts``: the same plan on every host of the file at once, one child ``suite run`` each."""
-    from suite import engine, fleet
+    from suite.environment import docker_engine
+    from suite.run import fleet
 
     for flag in ("machine", "docker_host", "gpus"):
         if getattr(args, flag):
@@ -694,7 +699,7 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
         run_args += ["--set", text]
     names = ", ".join(h.name for h in hosts)
     print(f"{len(specs)} runs on each of {len(hosts)} hosts ({names}), results in {args.results}")
-    return fleet.run_fleet(hosts, run_args, args.results, specs, probe=engine.why_not_answering)
+    return fleet.run_fleet(hosts, run_args, args.results, specs, probe=docker_engine.why_not_answering)
 
 
 def _check_writable(folder: Path) -> None:
@@ -733,10 +738,10 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from suite import export, report
+    from suite.report import figures, pages
 
     try:
-        formats = export.parse_formats(args.format)
+        formats = figures.parse_formats(args.format)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not args.results.is_dir():
@@ -745,7 +750,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # report.json among the results would be read back as a result (and refused) by every later report.
         raise UsageError(f"--out {args.out}: inside the results folder {args.results}; write report.json elsewhere")
     # A cut with -k goes to a folder of its own: it never replaces the full report's pages or index.
-    out = args.out if args.select is None else report.selected_dir(args.out)
+    out = args.out if args.select is None else pages.selected_dir(args.out)
     if out.is_symlink():
         raise UsageError(f"{out}: a link; report -k writes only into a folder of its own there")
     try:
@@ -753,9 +758,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot be the report folder ({exc.strerror})") from None
     try:
-        written = report.write_reports(args.results, out, args.reference, args.select) if "md" in formats else []
-        written += export.write_exports(args.results, out, formats, args.select)
-    except report.UnknownReference as exc:
+        written = pages.write_reports(args.results, out, args.reference, args.select) if "md" in formats else []
+        written += figures.write_exports(args.results, out, formats, args.select)
+    except pages.UnknownReference as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off
         print(f"error: cannot write the report into {out}: {exc.strerror or exc} ({exc.filename})", file=sys.stderr)
@@ -771,8 +776,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """The first folder is the reference. Each folder's views are named after the folder."""
     import dataclasses
 
-    from suite import compare
-    from suite.views import load_views
+    from suite.report import compare
+    from suite.report.points import load_views
 
     views = []
     for folder in args.folders:
@@ -814,7 +819,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from suite import show
+    from suite.report import show
 
     result = show.load(args.result)
     if args.json:  # JSON escapes control characters itself
@@ -828,7 +833,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_images(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from suite import images
+    from suite.environment import images
 
     try:
         if args.action == "list":
@@ -873,7 +878,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
-    from suite.schema import scenario_schema
+    from suite.spec.schema import scenario_schema
 
     print(json.dumps(scenario_schema(), indent=2))
     return 0

@@ -10,17 +10,19 @@ import platform
 import sys
 from typing import Any
 
-from suite import hostinfo, results, telemetry
+from suite import telemetry
+from suite.environment import host_facts
+from suite.record import results
 from suite.worker.facts import collect_host
 
 PACKAGES = ("tensorflow", "tensorflow-cpu", "keras", "jax", "torch", "numpy", "docker", "nvidia-ml-py")
 
 
 def collect(docker_host: str | None = None) -> dict[str, Any]:
-    gpus, note = hostinfo.gpu_inventory()
+    gpus, note = host_facts.gpu_inventory()
     pool = _pool(gpus)
     facts: dict[str, Any] = {
-        "machine": hostinfo.machine_name(),
+        "machine": host_facts.machine_name(),
         "python": f"{platform.python_version()} ({sys.executable})",
         "cpu": f"{collect_host()['cpu_model']}, {os.cpu_count()} logical cores",
         "packages": {name: _version(name) for name in PACKAGES},

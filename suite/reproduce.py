@@ -46,23 +46,15 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from suite import (
-    backends,
-    compare,
-    datasets,
-    hostinfo,
-    image_catalog,
-    locks,
-    paths,
-    plan,
-    results,
-    runner,
-    select,
-    stats,
-)
-from suite.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
-from suite.settings import MAX_REPEATS
-from suite.views import ACCURACY_GATE
+from suite import backends, paths
+from suite.environment import datasets, host_facts, image_catalog, locks
+from suite.record import results
+from suite.record.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
+from suite.report import compare, stats
+from suite.report.points import ACCURACY_GATE
+from suite.run import runner
+from suite.spec import plan, select
+from suite.spec.settings import MAX_REPEATS
 
 FORMAT = "keras-speed-suite/reproduce"
 VERSION = 2  # 2: gate misses moved from rerun.failures to rerun.below_gate; 90% bounds
@@ -308,7 +300,7 @@ def config_problems(config: dict[str, Any], source: str) -> list[str]:
     """Why a recorded config must not run here: the scenario checker's rules (every value in its
     range, keys of their sections), as ``run`` and ``check`` apply them; a result from elsewhere
     may hold what no scenario file could (a million epochs, a timeout past the platform's clock)."""
-    from suite.settings import Checker, check_config, cross_checks
+    from suite.spec.settings import Checker, check_config, cross_checks
 
     ck = Checker(source, {})
     data = {k: v for k, v in (config.get("data") or {}).items() if k != "identity"}  # the host's fact
@@ -385,7 +377,7 @@ class Here:
 
 
 def current_local() -> Here:
-    from suite import provenance
+    from suite.record import provenance
 
     return Here(
         {
@@ -400,8 +392,9 @@ def current_docker(backend: Any, spec: plan.RunSpec) -> Here:
     """The image this rerun would run in, as the engine has it, with the recipe an image of that
     name built from this checkout would carry today. An engine that does not answer is a problem
     of its own ("docker engine: ..."): no image can be looked at, so none can be blamed."""
-    from suite import images, provenance
     from suite.backends.base import Unavailable
+    from suite.environment import images
+    from suite.record import provenance
 
     catalog = image_catalog.load_catalog()
     name = spec.config.get("image") or catalog.default_for(plan.parse_device(spec.device)[0] == "gpu")
@@ -469,7 +462,7 @@ def lock_covered(recorded: dict[str, Any], here: dict[str, Any], python: str | N
     KERAS_BACKEND before Keras is imported.
 
     ``python``: this interpreter's X.Y (default: the running one's)."""
-    from suite import provenance
+    from suite.record import provenance
 
     if recorded.get("kind") != "venv" or here.get("kind") != "venv" or recorded.get("matches_lock") is False:
         return None
@@ -516,7 +509,7 @@ def differences(point: Original, here: Here) -> tuple[list[str], list[str]]:
 def differences_in_files(point: Original, here: Here) -> dict[str, list[Path]]:
     """Each line of ``differences`` (notes included), in order, with the point's files it applies
     to: a provenance line to the ok runs that recorded that provenance, the rest to every file."""
-    from suite import provenance
+    from suite.record import provenance
 
     out: dict[str, list[Path]] = {}
 
@@ -558,7 +551,7 @@ def differences_in_files(point: Original, here: Here) -> dict[str, list[Path]]:
 def mixed_line(groups: list[tuple[dict[str, Any] | None, list[RunResult]]]) -> str:
     """The difference of a point whose ok runs recorded more than one provenance: which
     repetitions were made how, naming only what tells the groups apart."""
-    from suite import provenance
+    from suite.record import provenance
 
     def parts(p: dict[str, Any] | None) -> dict[str, str]:
         if p is None:
@@ -589,7 +582,7 @@ def mixed_line(groups: list[tuple[dict[str, Any] | None, list[RunResult]]]) -> s
 
 def _changes_text(suite: dict[str, Any]) -> str:
     """ "diff sha256 ab12cd34ef56; paths suite/x.py, suite/y.py" for a recorded dirty tree."""
-    from suite import provenance
+    from suite.record import provenance
 
     paths = [str(x) for x in suite.get("dirty_paths") or []]
     return f"diff sha256 {provenance.short(suite.get('diff_sha256'))}; paths {files_text([Path(x) for x in paths])}"
@@ -1144,7 +1137,7 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
     if dropped:
         say(dropped)
     names = {p.fingerprint: opts.backend or p.backend for p in points}  # fingerprint -> backend asked
-    machine = hostinfo.machine_name()
+    machine = host_facts.machine_name()
     made: dict[str, tuple[str, Any]] = {}  # backend asked -> (its name, the backend)
     try:
         for name in dict.fromkeys(names.values()):

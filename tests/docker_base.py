@@ -1,6 +1,6 @@
 """The Docker tests' image, built without any registry by the product's own Debian route.
 
-The test engine has no images and cannot pull, so the base is the one ``suite.debian_base`` makes
+The test engine has no images and cannot pull, so the base is the one ``suite.environment.debian_base`` makes
 for the ``tf2.21-cpu`` image (a debootstrapped bookworm root with that image's hash-locked packages,
 ``docker/locks/tf2.21-cpu.txt``, installed by the host's pip with ``--require-hashes``, imported into
 the engine and tagged by a hash of its recipe: a second run finds it in a second instead of minutes).
@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # when run as a script
     sys.path.insert(0, str(REPO_ROOT))
 
-from suite import debian_base, image_catalog  # noqa: E402 - after the path set-up above
+from suite.environment import debian_base, image_catalog  # noqa: E402 - after the path set-up above
 
 TEST_VARIANT = "tf2.21-cpu"  # the images.yaml entry built on top: the CPU image the worker's runs use
 
@@ -49,7 +49,7 @@ def ensure_base_image(client: Any, progress: Callable[[str], None] = print) -> s
 
 def ensure_test_image(client: Any, progress: Callable[[str], None] = print) -> str:
     """The project's Dockerfile built on the base above; returns the image tag the tests run."""
-    from suite import images
+    from suite.environment import images
 
     base = ensure_base_image(client, progress)
     try:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from suite import plan, scenario
 from suite.backends.docker import DockerBackend
-from suite.plan import RunSpec
+from suite.spec import plan, scenario
+from suite.spec.plan import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = os.environ.get("SUITE_REQUIRE_DOCKER") == "1"
@@ -61,9 +61,9 @@ def engine_client() -> Any:
     try:
         import docker  # noqa: F401
 
-        from suite import engine
+        from suite.environment import docker_engine
 
-        engine_client, _ = engine.connect(timeout=60)
+        engine_client, _ = docker_engine.connect(timeout=60)
         engine_client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure here means "no engine": skip or fail below
         _unavailable(f"no Docker engine answers ({type(exc).__name__}: {exc})")

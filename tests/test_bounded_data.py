@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import http_server, suite_cli, write_scenario
 
-from suite import datasets
+from suite.environment import datasets
 from suite.worker import data as wdata
 
 HANG_S = 30  # a hang is a failure; every run here takes seconds

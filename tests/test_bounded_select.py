@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import suite_cli, write_scenario
 
-from suite import plan, scenario, select
+from suite.spec import plan, scenario, select
 
 HANG_S = 60  # a hang is a failure; every run here takes seconds
 LONG = "a" * 80  # C(80, 13) ways to place 13 a's: a backtracking matcher never finishes

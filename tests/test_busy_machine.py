@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from conftest import suite_cli, write_scenario
 
-from suite import results, show, telemetry
-from suite.results import RunResult
+from suite import telemetry
+from suite.record import results
+from suite.record.results import RunResult
+from suite.report import show
 
 HOG = "while True: pass"
 NOT_YET = telemetry.load.Process("", 0, 0, 0, 0)  # a process not yet in /proc: no ticks

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import suite_cli, write_scenario
 
-from suite import plan, results, scenario
+from suite.record import results
+from suite.spec import plan, scenario
 
 TINY = """\
 name: tiny_plan

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from conftest import write_scenario
 
-from suite import plan, scenario
 from suite.backends.base import Deadline, Exit, RunLost, RunSkeleton, classify_exit, parse_event, split_lines
 from suite.backends.docker_run import exit_signal
-from suite.plan import RunSpec
+from suite.spec import plan, scenario
+from suite.spec.plan import RunSpec
 
 # -- the rule -------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import suite_cli, write_scenario
 
-from suite import progress
+from suite.run import progress
 
 # Two CPU points (one that cannot learn, one that does) and their two GPU points, which this
 # CPU-only machine skips.

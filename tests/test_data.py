@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite import datasets
+from suite.environment import datasets
 from suite.worker import data
 
 CFG = {"train_samples": None, "test_samples": None, "allow_synthetic": True, "data_dir": None, "shuffle_labels": False}

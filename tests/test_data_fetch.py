@@ -22,7 +22,10 @@ import pytest
 from conftest import http_server, suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO, backend_factory, engine_client, image_fixture  # noqa: F401 - fixtures
 
-from suite import cli, datasets, plan, results, scenario
+from suite import cli
+from suite.environment import datasets
+from suite.record import results
+from suite.spec import plan, scenario
 from suite.worker import data as wdata
 
 PAYLOAD = os.urandom(300_000)  # stands in for mnist.npz: big enough to arrive in several reads
@@ -390,7 +393,7 @@ def test_no_data_and_no_synthetic_allowed_is_refused_even_in_smoke(tmp_path: Pat
 
 
 def test_fleet_passes_allow_synthetic_to_each_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from suite import fleet
+    from suite.run import fleet
 
     path = write_scenario(tmp_path, "tiny", SMALL.replace("SYN", "true"))
     hosts = tmp_path / "hosts.yaml"

@@ -29,11 +29,11 @@ from docker_fixtures import (  # noqa: F401 - fixtures
     with_config,
 )
 
-from suite import results
 from suite.backends.base import Deadline
 from suite.backends.docker import auto_choice, container_data_dir, engine_answers, engine_facts
 from suite.backends.docker_run import ContainerRun
 from suite.backends.local import LocalBackend
+from suite.record import results
 
 pytestmark = pytest.mark.docker
 
@@ -359,7 +359,7 @@ def test_signal_to_suite_run_leaves_no_container_and_keeps_results(
 
 
 def test_unbuildable_image_says_why(client: Any) -> None:
-    from suite import images
+    from suite.environment import images
 
     with pytest.raises(images.ImageError, match="cannot pull base image registry.invalid/nothing:1"):
         images.build_images(

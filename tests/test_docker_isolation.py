@@ -157,7 +157,7 @@ measure: {{step_overhead: false}}
 
 
 def long_spec(tmp_path: Path, timeout_s: float) -> Any:
-    from suite import plan, scenario
+    from suite.spec import plan, scenario
 
     path = tmp_path / "long.yaml"
     path.write_text(LONG_SCENARIO.format(name="long", timeout=timeout_s), encoding="utf-8")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from docker_fixtures import backend_factory, engine_client, image_fixture, small_specs  # noqa: F401 - fixtures
 
-from suite.engine import engine_answers, engine_facts
+from suite.environment.docker_engine import engine_answers, engine_facts
 
 pytestmark = pytest.mark.docker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SCENARIOS, suite_cli
 
-from suite import results
+from suite.record import results
 
 pytestmark = pytest.mark.slow
 

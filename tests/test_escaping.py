@@ -13,7 +13,7 @@ import pytest
 from conftest import suite_cli, write_scenario
 from markdown_it import MarkdownIt
 
-from suite.markdown import cell, code, plot_text
+from suite.safe.markdown import cell, code, plot_text
 
 NAMES = ["spe=4 | fused", "*bold* `tick` _u_ $x$ <b>", "two\nlines ~~x~~ [l](u)"]
 

@@ -18,7 +18,8 @@ import pytest
 from conftest import suite_cli
 from markdown_it import MarkdownIt
 
-from suite import export, results, stats
+from suite.record import results
+from suite.report import figures, stats
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "export.md"
@@ -258,9 +259,9 @@ def test_points_csv_holds_the_json_numbers_exactly(exported) -> None:
             if key == "notes":
                 assert value == "; ".join(p["notes"])
             elif key == "overrides":
-                assert value == export.overrides_text(p["overrides"])
-            elif key.startswith(export.COORD_PREFIX):
-                axis = key.removeprefix(export.COORD_PREFIX)
+                assert value == figures.overrides_text(p["overrides"])
+            elif key.startswith(figures.COORD_PREFIX):
+                axis = key.removeprefix(figures.COORD_PREFIX)
                 expected = p["coords"].get(axis)
                 assert value == ("" if expected is None else str(expected)), (p["point"], key, value)
             elif key.startswith("runs_") and key not in p:
@@ -280,12 +281,12 @@ def test_runs_csv_has_one_row_per_result_file_with_every_timing(exported) -> Non
     for row in rows:
         raw = json.loads((res / row["file"]).read_text())
         timing = raw["timing"]
-        unexported = set(timing) - set(export.RUN_TIMINGS) - set(export.TIMINGS_LEFT_OUT)
+        unexported = set(timing) - set(figures.RUN_TIMINGS) - set(figures.TIMINGS_LEFT_OUT)
         assert not {k for k in unexported if not k.endswith("_schema1")}, f"timings not exported: {unexported}"
-        for key in export.RUN_TIMINGS:
-            if key in export.LIST_COLUMNS:
+        for key in figures.RUN_TIMINGS:
+            if key in figures.LIST_COLUMNS:
                 values = timing.get(key) or []
-                cells = [row.get(export.LIST_COLUMNS[key].format(i)) for i in range(1, len(values) + 1)]
+                cells = [row.get(figures.LIST_COLUMNS[key].format(i)) for i in range(1, len(values) + 1)]
                 assert [float(c) for c in cells] == values, (row["file"], key)
             elif isinstance(timing.get(key), bool):
                 assert row[key] == str(timing[key]).lower()
@@ -299,7 +300,7 @@ def test_every_exported_field_is_documented(exported) -> None:
     doc, text = _json(exported[1]), DOC.read_text()
     fields = set(doc) | set(doc["views"][0]) | set(doc["points"][0]) | set(doc["runs"][0])
     fields |= set(_csv_rows(exported[1] / "points.csv")[0])
-    fields = {"coord.<axis>" if f.startswith(export.COORD_PREFIX) else f for f in fields}
+    fields = {"coord.<axis>" if f.startswith(figures.COORD_PREFIX) else f for f in fields}
     missing = sorted(f for f in fields if f"`{f}`" not in text and not re.fullmatch(r"runs_\w+", f))
     assert not missing, f"docs/export.md does not describe: {missing}"
     assert "`runs_<status>`" in text and "`epoch_<i>_s`" in text

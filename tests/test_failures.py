@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, suite_cli, write_scenario
 
-from suite import plan, results, scenario
 from suite.backends.local import LocalBackend
+from suite.record import results
+from suite.spec import plan, scenario
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from suite import fleet
-from suite.scenario import ScenarioError
+from suite.run import fleet
+from suite.spec.scenario import ScenarioError
 
 
 def _hosts(tmp_path: Path, text: str) -> Path:
@@ -77,7 +77,7 @@ def test_children_end_when_the_fleet_dies(tmp_path: Path) -> None:
 
     script = (
         "import subprocess, sys, time\n"
-        "from suite import fleet\n"
+        "from suite.run import fleet\n"
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True,"
         " preexec_fn=fleet._end_with_parent)\n"
         "print(p.pid, flush=True)\n"

@@ -16,7 +16,7 @@ from docker_fixtures import REPO, engine_client, image_fixture  # noqa: F401 - f
 from test_docker_ssh import Sshd
 from test_docker_ssh import sshd as sshd_fixture  # noqa: F401 - the sshd fixture, under this name here
 
-from suite import results
+from suite.record import results
 
 pytestmark = pytest.mark.docker
 

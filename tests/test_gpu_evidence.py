@@ -19,8 +19,9 @@ import pytest
 import yaml
 from conftest import REPO, write_scenario
 
-from suite import plan, results, scenario
 from suite.backends.local import LocalBackend
+from suite.record import results
+from suite.spec import plan, scenario
 from suite.worker import probes, train
 
 SCRIPT = REPO / "benchmarks" / "gpu_evidence.sh"

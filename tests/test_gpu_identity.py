@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
-from suite import hostinfo, plan, scenario
 from suite.backends import BackendUnavailable
 from suite.backends.base import inherit_pool, restrict_gpus, worker_env
 from suite.backends.local import LocalBackend
+from suite.environment import host_facts
+from suite.spec import plan, scenario
 from suite.worker import facts, identity
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
@@ -155,7 +156,7 @@ def test_tensorflow_device_descriptions_give_the_bus_id() -> None:
 
 def test_host_inventory_through_nvidia_smi(fake_smi) -> None:
     bin_dir = fake_smi("hpe-a100x2.query-gpu.csv")
-    gpus, note = hostinfo.gpu_inventory()
+    gpus, note = host_facts.gpu_inventory()
     assert note == "nvidia-smi"
     assert [(g["index"], g["pci_bus_id"]) for g in gpus] == [(0, "00000000:12:00.0"), (1, "00000000:8A:00.0")]
     assert {g["cuda_driver_version"] for g in gpus} == {"12.5"}
@@ -449,7 +450,7 @@ def test_env_command_shows_the_pool_and_the_recorded_facts(fake_smi, monkeypatch
 
     fake_smi("hpe-a100x2.query-gpu.csv")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    gpus, note = hostinfo.gpu_inventory()
+    gpus, note = host_facts.gpu_inventory()
     facts_ = {"machine": "m", "python": "p", "cpu": "c", "packages": {}, "gpus": gpus, "gpu_note": note}
     text = envinfo.render({**facts_, "pool": envinfo._pool(gpus), "docker": {"error": "none here"}})
     assert "bus 00000000:8A:00.0" in text and "VBIOS 92.00.25.00.08" in text and "CUDA 12.5" in text

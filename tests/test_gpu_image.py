@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from docker_fixtures import engine_client, small_specs  # noqa: F401 - fixtures
 
-from suite import images
 from suite.backends.docker import DockerBackend
+from suite.environment import images
 
 NAME = "tf2.21-cuda12.5"
 SKIP_REASON = (

@@ -17,7 +17,7 @@ from conftest import suite_cli
 from docker_fixtures import engine_client, image_fixture  # noqa: F401 - fixtures
 from test_locks import _package_index_reachable  # noqa: F401 - fixture: a network test names an unreachable index
 
-from suite import debian_base, image_catalog, images
+from suite.environment import debian_base, image_catalog, images
 
 DOCKER = Path(__file__).resolve().parents[1] / "docker"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import suite_cli, write_scenario
 
-from suite import results
+from suite.record import results
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ import jsonschema
 import pytest
 import yaml
 
-from suite import names
+from suite.spec import names
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "docs" / "cluster" / "raycluster.yaml"

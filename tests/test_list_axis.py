@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_verdicts import _reps, _view
 
-from suite import plots, verdicts
+from suite.report import plots, verdicts
 
 DEPTHS = ([512, 512], [512, 512, 512, 512], [512] * 8)
 

@@ -1,5 +1,5 @@
 """The hash locks hold what their inputs ask for, real pip resolves those inputs to exactly them,
-requirements/ensure_venv.sh installs nothing whose sha256 differs, and suite/locks.py reports the truth.
+requirements/ensure_venv.sh installs nothing whose sha256 differs, and suite/environment/locks.py reports the truth.
 
 The tests marked ``network`` ask the real package index (pip's configured one): about 3 minutes in
 all on a 2-core machine that reaches it (measured: 188 s for the 15 of this module and
@@ -30,7 +30,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from suite import locks
+from suite.environment import locks
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "requirements" / "locks"
@@ -456,7 +456,7 @@ def test_check_wheels_accepts_the_locked_files_and_names_any_other(tmp_path: Pat
     lock = tmp_path / "lock.txt"
     lock.write_text(f"tiny-pkg==1.0 \\\n    --hash=sha256:{'0' * 64} \\\n    --hash=sha256:{good}\n    # via x\n")
     assert locks.read_hashes(lock) == {"tiny-pkg": {"0" * 64, good}}
-    cmd = [sys.executable, "-m", "suite.locks", "check-wheels", str(lock), str(wheels)]
+    cmd = [sys.executable, "-m", "suite.environment.locks", "check-wheels", str(lock), str(wheels)]
     ok = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and ok.stderr == "", ok.stderr
     # Other bytes under the same name and version (as an index could serve), and a package the lock lacks.
@@ -647,7 +647,7 @@ def test_unlocked_install_warns_and_records_no_lock(tmp_path: Path) -> None:
     assert (venv / ".requirements.sha256").read_text(encoding="utf-8").startswith("unlocked ")
 
 
-# --- (d) suite/locks.py ----------------------------------------------------------------------------
+# --- (d) suite/environment/locks.py ----------------------------------------------------------------------------
 
 
 def test_an_unreachable_index_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -802,7 +802,7 @@ def test_lock_sh_checks_the_catalog_as_the_suite_does_before_writing(
 
 
 def test_ensure_venv_knows_the_environments_suite_locks_defines(tmp_path: Path) -> None:
-    # ensure_venv repeats the list (it runs before any Python is known to work); lock.sh asks suite.locks.
+    # ensure_venv repeats the list (it runs before any Python is known to work); lock.sh asks suite.environment.locks.
     proc = _ensure_venv(tmp_path / "venv", "nonesuch", {})
     assert f"allowed: {', '.join(locks.ENVIRONMENTS)}" in proc.stderr, proc.stderr
     script = (REPO / "requirements" / "ensure_venv.sh").read_text(encoding="utf-8")

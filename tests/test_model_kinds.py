@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SCENARIOS, suite_cli, write_scenario
 
-from suite import plan, results, scenario, settings
-from suite.plan import axis_name
+from suite.record import results
+from suite.spec import plan, scenario, settings
+from suite.spec.plan import axis_name
 from suite.worker import kinds, probes, train
 
 CNN_TEXT = """\

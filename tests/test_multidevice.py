@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import SCENARIOS, suite_cli, write_scenario
 
-from suite import results
+from suite.record import results
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from conftest import write_scenario
 
-from suite import plan, progress, results, runner, scenario
-from suite.plan import RunSpec
-from suite.results import FAILED, STATUS_OK, STATUS_SKIPPED, RunResult
+from suite.record import results
+from suite.record.results import FAILED, STATUS_OK, STATUS_SKIPPED, RunResult
+from suite.run import progress, runner
+from suite.spec import plan, scenario
+from suite.spec.plan import RunSpec
 
 TEXT = """\
 name: fake
@@ -344,7 +346,7 @@ def test_runs_of_an_unreachable_fleet_host_carry_provenance(tmp_path: Path) -> N
     # Recorded without any backend (no engine answered), yet each names the code that planned it.
     import subprocess
 
-    from suite import fleet
+    from suite.run import fleet
 
     specs = _specs(tmp_path)
     host = fleet.Host("gone", "ssh://nobody@192.0.2.1")

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import SCENARIOS, suite_cli, write_scenario
 
-from suite import cli, fleet, plan, results, scenario
-from suite.scenario import ScenarioError
+from suite import cli
+from suite.record import results
+from suite.run import fleet
+from suite.spec import plan, scenario
+from suite.spec.scenario import ScenarioError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -159,12 +159,13 @@ def test_the_installed_command_runs_a_users_scenario_from_any_folder(installed: 
     # The image catalog and recipes come from the package's own copy: the same recipe hash as here,
     # so an installed suite and a clone of the same version run in the same images.
     code = (
-        "from suite import image_catalog as c; print(c.CATALOG); print(c.recipe_hash(c.load_catalog(), 'tf2.21-cpu'))"
+        "from suite.environment import image_catalog as c; "
+        "print(c.CATALOG); print(c.recipe_hash(c.load_catalog(), 'tf2.21-cpu'))"
     )
     shown = subprocess.run(
         [installed / "python", "-c", code], cwd=work, env=_user_env(), capture_output=True, text=True, check=True
     ).stdout.split()
-    from suite import image_catalog
+    from suite.environment import image_catalog
 
     assert shown == [
         str(Path(where).parent / "_data" / "docker" / "images.yaml"),

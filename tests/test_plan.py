@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import SCENARIOS, write_scenario
 
-from suite import plan, scenario
+from suite.spec import plan, scenario
 
 TEXT = """\
 name: grid

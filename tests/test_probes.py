@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, write_scenario
 
-from suite import plan, runner, scenario
-from suite.results import RunResult
+from suite.record.results import RunResult
+from suite.run import runner
+from suite.spec import plan, scenario
 
 PROBE = r"""
 import json, statistics

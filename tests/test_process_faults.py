@@ -28,9 +28,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, suite_cli, write_scenario
 
-from suite import plan, results, scenario
 from suite.backends import lifeline, local, oom
 from suite.backends.base import classify_exit
+from suite.record import results
+from suite.spec import plan, scenario
 from suite.worker import lifeline as worker_lifeline
 
 # Trains for its whole limit unless something ends it: a worker that outlives its orchestrator shows.

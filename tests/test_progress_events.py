@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from conftest import write_scenario
 
-from suite import plan, scenario
 from suite.backends.local import LocalBackend
+from suite.spec import plan, scenario
 
 pytestmark = pytest.mark.slow
 

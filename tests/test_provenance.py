@@ -21,10 +21,12 @@ import pytest
 from conftest import REPO, SCENARIOS
 from docker_fixtures import backend_factory, engine_client, image_fixture, small_specs  # noqa: F401 - fixtures
 
-from suite import plan, provenance, scenario, show
 from suite.backends.base import Exit, RunSkeleton
 from suite.backends.docker import DockerBackend
 from suite.backends.local import LocalBackend
+from suite.record import provenance
+from suite.report import show
+from suite.spec import plan, scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GIT = shutil.which("git")

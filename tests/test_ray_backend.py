@@ -30,8 +30,8 @@ import pytest
 import yaml
 from ray_local import HEAD, REQUIRED, RayLocalCluster, require_ray
 
-from suite import results
 from suite.backends.base import WORKER_DEADLINE_GRACE_S
+from suite.record import results
 from suite.worker.__main__ import HARD_STOP_S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,9 +64,9 @@ def nodes() -> Iterator[Nodes]:
     """Docker with the test image where an engine answers (the nodes' auto choice), else local."""
     require_ray()
     try:
-        from suite import engine
+        from suite.environment import docker_engine
 
-        client, _ = engine.connect(timeout=30)
+        client, _ = docker_engine.connect(timeout=30)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - no engine: the nodes run the local backend
         if REQUIRED:
@@ -88,7 +88,7 @@ def nodes() -> Iterator[Nodes]:
 
 def _remove_test_containers(client: Any) -> None:
     """Containers of these tests' own scenarios that a killed node left behind (a crash cleans nothing
-    up), found by their ``suite.scenario`` label: only names in OURS, made by ``unique_name``."""
+    up), found by their ``suite.spec.scenario`` label: only names in OURS, made by ``unique_name``."""
     for name in sorted(OURS):
         for container in client.containers.list(all=True, filters={"label": f"suite.scenario={name}"}):
             container.remove(force=True)
@@ -565,7 +565,7 @@ def test_a_node_given_no_image_uses_the_catalog_image_of_the_shipped_checkout(no
     and finds (or builds, by the recipe-hash rule) the catalog's default CPU image itself."""
     if nodes.client is None:
         pytest.skip("no Docker engine answers: the nodes run the local backend, which uses no image")
-    from suite import images
+    from suite.environment import images
 
     name = images.load_catalog().defaults["cpu"]
     (before,) = [row for row in images.list_images(client=nodes.client) if row["name"] == name]

@@ -22,10 +22,13 @@ from typing import Any
 import pytest
 from conftest import REPO, suite_cli, write_scenario
 
-from suite import cli, plan, results, runner, scenario
+from suite import cli
 from suite.backends import ray_cluster
 from suite.backends.ray_cluster import Finished, RayPool, demand, placement_problem
-from suite.results import RunResult
+from suite.record import results
+from suite.record.results import RunResult
+from suite.run import runner
+from suite.spec import plan, scenario
 
 # --- the stand-in ray module -------------------------------------------------------------------------
 
@@ -1823,9 +1826,9 @@ def test_within_returns_raises_or_gives_up() -> None:
 def test_a_task_given_other_gpus_gets_a_backend_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     # A Ray worker process serves many tasks; a backend keeps the GPU pool it read from the
     # CUDA_VISIBLE_DEVICES Ray set for its first task, so one cached for GPU 0 must not run GPU 1's.
-    from suite import engine
+    from suite.environment import docker_engine
 
-    monkeypatch.setattr(engine, "engine_answers", lambda _host=None: False)
+    monkeypatch.setattr(docker_engine, "engine_answers", lambda _host=None: False)
     monkeypatch.setattr(ray_cluster.provenance, "venv_environment", lambda *_a, **_k: {"kind": "venv"})
     monkeypatch.setattr(ray_cluster, "_node_backends", {})
     job = {"session": "s1", "suite": {"git_revision": "abc"}}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite import report
-from suite.results import RunResult
-from suite.views import Point, ScenarioView
+from suite.record.results import RunResult
+from suite.report import pages
+from suite.report.points import Point, ScenarioView
 
 
 def _point(timing: dict[str, Any], work: dict[str, Any] | None = None, device: str = "gpu:2") -> tuple:
@@ -27,7 +27,7 @@ def _point(timing: dict[str, Any], work: dict[str, Any] | None = None, device: s
     ]
     p = Point(spec["point_label"], spec["point"], runs)
     view = ScenarioView("m", "s", False, [p])
-    return view, p, report.point_row(view, p)
+    return view, p, pages.point_row(view, p)
 
 
 def test_probe_slower_than_the_model_is_noise_not_100_percent() -> None:
@@ -85,8 +85,8 @@ def test_gpu_facts_come_from_the_gpu_points() -> None:
         False,
         [Point("device=gpu", {"device": "gpu"}, [gpu_run]), Point("device=cpu", {"device": "cpu"}, [cpu_run])],
     )
-    assert "- GPUs: NVIDIA H100 (81559 MiB, driver 550.1)" in report._environment(view)
-    from suite import compare
+    assert "- GPUs: NVIDIA H100 (81559 MiB, driver 550.1)" in pages._environment(view)
+    from suite.report import compare
 
     facts = compare.machine_facts([view])
     assert facts["GPU model"] == "NVIDIA H100" and facts["GPU driver"] == "550.1"
@@ -95,7 +95,7 @@ def test_gpu_facts_come_from_the_gpu_points() -> None:
 def test_crossover_plot_places_points_by_value() -> None:
     import matplotlib.pyplot as plt
 
-    from suite import plots
+    from suite.report import plots
 
     def run(width: int, device: str) -> RunResult:
         spec = {
@@ -147,7 +147,7 @@ def test_gpu_busy_is_the_plain_mean_over_repetitions_and_peak_memory_the_largest
     view, p, _ = _point({"fit_s": 1.0})
     for r, busy, mem in zip(p.runs, (10.0, 20.0, 60.0), (2**30, 3 * 2**30, 2 * 2**30), strict=True):
         r.telemetry.update(_telemetry(busy, mem, hwm=mem / 2, gpu_mem=2**29))
-    row = report.point_row(view, p)
+    row = pages.point_row(view, p)
     assert row["GPU busy"] == "30%"
     assert row["peak memory"] == "3.00 GiB (GPU 0.50 GiB)"
 
@@ -156,7 +156,7 @@ def test_kernel_high_water_mark_wins_when_higher_than_the_sampled_peak() -> None
     view, p, _ = _point({"fit_s": 1.0}, device="cpu")
     for r in p.runs:
         r.telemetry.update(_telemetry(None, 2**30, hwm=1.5 * 2**30))
-    row = report.point_row(view, p)
+    row = pages.point_row(view, p)
     assert row["peak memory"] == "1.50 GiB"
     assert row["GPU busy"] == "-", "a CPU point has no GPU to be busy"
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from conftest import REPO
 
-from suite import cli, report, views
+from suite import cli
+from suite.report import pages, points
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GOLDEN = Path(__file__).parent / "golden"
@@ -25,23 +26,23 @@ GOLDEN = Path(__file__).parent / "golden"
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("reports")
-    report.write_reports(FIXTURES, out)
+    pages.write_reports(FIXTURES, out)
     return out
 
 
 def test_markdown_matches_golden(rendered: Path) -> None:
-    pages = sorted(rendered.glob("*.md"))
-    assert {p.name for p in pages} >= {"README.md", "hardware.md", "fx_width.md", "fx_scaling.md", "fx_knobs.md"}
+    md_pages = sorted(rendered.glob("*.md"))
+    assert {p.name for p in md_pages} >= {"README.md", "hardware.md", "fx_width.md", "fx_scaling.md", "fx_knobs.md"}
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.mkdir(exist_ok=True)
-        for p in pages:
+        for p in md_pages:
             shutil.copy(p, GOLDEN / p.name)
-    for p in pages:
+    for p in md_pages:
         assert p.read_text() == (GOLDEN / p.name).read_text(), f"{p.name} differs from tests/golden/{p.name}"
 
 
 def test_regeneration_is_byte_identical(rendered: Path, tmp_path: Path) -> None:
-    report.write_reports(FIXTURES, tmp_path)
+    pages.write_reports(FIXTURES, tmp_path)
     for p in rendered.iterdir():
         assert (tmp_path / p.name).read_bytes() == p.read_bytes(), p.name
     assert list(rendered.glob("*.png")), "plots are written"
@@ -71,7 +72,7 @@ def test_hardware_comparison_names_what_differs(tmp_path: Path) -> None:
         data = json.loads(path.read_text())
         data["run"]["machine"] = "box-a"
         path.write_text(json.dumps(data))
-    report.write_reports(tmp_path, tmp_path / "out", reference="box-a")
+    pages.write_reports(tmp_path, tmp_path / "out", reference="box-a")
     text = (tmp_path / "out" / "hardware.md").read_text()
     assert "Reference: `box-a`" in text
     assert "Differ: GPU model, GPU driver." in text
@@ -80,7 +81,7 @@ def test_hardware_comparison_names_what_differs(tmp_path: Path) -> None:
 
 
 def test_cells_are_escaped() -> None:
-    assert report.cell("a|b\nc") == "a\\|b c"
+    assert pages.cell("a|b\nc") == "a\\|b c"
 
 
 REV_A, REV_B = "1a2b3c4d5e6f" + "a" * 28, "9f8e7d6c5b4a" + "b" * 28
@@ -126,7 +127,7 @@ def _environment(page: str, machine: str) -> list[str]:
 def test_the_environment_says_which_code_and_lock_the_runs_came_from(tmp_path: Path) -> None:
     _machine(tmp_path, "clean", lambda d: _provenance(REV_A))
     _machine(tmp_path, "dirty", lambda d: _provenance(REV_A, dirty=["suite/x.py", "suite/y.py"], matches=False))
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     page = (tmp_path / "out" / "fx_knobs.md").read_text()
     clean = _environment(page, "clean")
     assert "- Suite revision: `1a2b3c4d5e6f`" in clean
@@ -145,7 +146,7 @@ def test_the_environment_says_which_code_and_lock_the_runs_came_from(tmp_path: P
 
 def test_a_page_whose_runs_came_from_two_revisions_says_so(tmp_path: Path) -> None:
     _machine(tmp_path, "box", lambda d: _provenance(REV_B if d["spec"]["repetition"] == 2 else REV_A))
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     lines = _environment((tmp_path / "out" / "fx_knobs.md").read_text(), "box")
     assert "- Suite revision: runs on this page came from 2 suite revisions: `1a2b3c4d5e6f` (6 runs); " in "\n".join(
         lines
@@ -158,7 +159,7 @@ def test_a_page_whose_runs_came_from_two_revisions_says_so(tmp_path: Path) -> No
 def test_hardware_says_when_two_machines_ran_different_code_or_environments(tmp_path: Path) -> None:
     _machine(tmp_path, "box-a", lambda d: _provenance(REV_A))
     _machine(tmp_path, "box-b", lambda d: _provenance(REV_B, matches=False))
-    report.write_reports(tmp_path, tmp_path / "out", reference="box-a")
+    pages.write_reports(tmp_path, tmp_path / "out", reference="box-a")
     text = (tmp_path / "out" / "hardware.md").read_text()
     assert "Differ: suite revision, environment lock." in text
     assert "Same: GPU model, GPU driver, CPU, CPU cores, backend, image ID, Docker engine" in text
@@ -170,7 +171,7 @@ def test_hardware_says_when_two_machines_ran_different_code_or_environments(tmp_
     assert "Unknown on some machine" not in text
 
     _machine(tmp_path, "box-c", lambda d: {})  # results made before provenance was recorded
-    report.write_reports(tmp_path, tmp_path / "out2", reference="box-a")
+    pages.write_reports(tmp_path, tmp_path / "out2", reference="box-a")
     text = (tmp_path / "out2" / "hardware.md").read_text()
     assert "Not recorded by the results of `box-c`, so not compared there: suite revision, environment lock." in text
     assert "`box-a` and `box-c` ran different" not in text, "an unrecorded revision is not called a difference"
@@ -189,7 +190,7 @@ def test_hardware_does_not_call_a_publishing_commit_other_code(tmp_path: Path) -
     _machine(tmp_path, "box-a", lambda d: with_tree(REV_A, "c0de" * 16))
     _machine(tmp_path, "box-b", lambda d: with_tree(REV_B, "c0de" * 16))  # a commit of reports/ later
     _machine(tmp_path, "box-c", lambda d: with_tree(REV_B, "beef" * 16))
-    report.write_reports(tmp_path, tmp_path / "out", reference="box-a")
+    pages.write_reports(tmp_path, tmp_path / "out", reference="box-a")
     text = (tmp_path / "out" / "hardware.md").read_text()
     assert "`box-a` and `box-b` ran the same suite code at different revisions" in text
     assert "`box-a` and `box-b` ran different suite code" not in text
@@ -199,14 +200,14 @@ def test_hardware_does_not_call_a_publishing_commit_other_code(tmp_path: Path) -
 def test_the_environment_names_up_to_five_dirty_paths_and_untracked_files(tmp_path: Path) -> None:
     dirty = ["README.md", *[f"suite/m{i}.py" for i in range(5)], "suite/new_mod.py (untracked)"]
     _machine(tmp_path, "box", lambda d: _provenance(REV_A, dirty=dirty))
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     lines = _environment((tmp_path / "out" / "fx_knobs.md").read_text(), "box")
     assert (
         "- Suite revision: `1a2b3c4d5e6f` + uncommitted changes (7 files: `README.md`, `suite/m0.py`, "
         "`suite/m1.py`, `suite/m2.py`, `suite/m3.py` and 2 more; diff sha256 `d1ff00000000`)"
     ) in lines
     _machine(tmp_path, "box-u", lambda d: _provenance(REV_A, dirty=["suite/new|mod.py (untracked)"]))
-    report.write_reports(tmp_path, tmp_path / "out2")
+    pages.write_reports(tmp_path, tmp_path / "out2")
     lines = _environment((tmp_path / "out2" / "fx_knobs.md").read_text(), "box-u")
     assert any("(1 file: `suite/new|mod.py` (untracked); diff sha256" in line for line in lines), lines
 
@@ -221,7 +222,7 @@ def test_the_environment_says_when_the_code_changed_while_runs_ran(tmp_path: Pat
         return section
 
     _machine(tmp_path, "box", changed_in_one)
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     lines = _environment((tmp_path / "out" / "fx_knobs.md").read_text(), "box")
     assert "- Suite revision: `1a2b3c4d5e6f`" in lines, "the code at launch"
     changed = [line for line in lines if "changed while" in line]
@@ -242,7 +243,7 @@ def test_the_image_line_gives_the_digest(tmp_path: Path) -> None:
         data = json.loads(path.read_text())
         data["run"]["repo_digests"] = ["suite-bench@sha256:" + "d" * 64]
         path.write_text(json.dumps(data))
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     page = (tmp_path / "out" / "fx_width.md").read_text()
     assert f"- Image: ID `5a942f222e6c`, digest `suite-bench@sha256:{'d' * 64}`, recipe not recorded" in page
     golden = (GOLDEN / "fx_width.md").read_text()
@@ -277,7 +278,7 @@ def test_the_reproduce_command_plans_exactly_the_runs_on_the_page(tmp_path: Path
         (d["spec"]["point_label"], d["spec"]["repetition"])
         for d in (json.loads(p.read_text()) for p in (tmp_path / "box").rglob("*.json"))
     )
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     page = (tmp_path / "out" / "fx_knobs.md").read_text()
     (run, again), check = _reproduce_commands(page, "box")
     monkeypatch.chdir(REPO)
@@ -304,10 +305,10 @@ def test_the_reproduce_command_carries_the_overrides_and_the_repository_folder(t
         data["run"]["machine"] = "box"
         data["spec"]["overrides"] = {"training.batch_size": 64}
         path.write_text(json.dumps(data))
-    view = next(v for v in views.load_views(tmp_path) if v.machine == "box")
-    assert "--set training.batch_size=64" in report._reproduce(view, tmp_path)
-    default = report._reproduce(view, REPO / "reports" / "results")
-    assert "--results" not in default and "reports/results" in report._check(view, None)
+    view = next(v for v in points.load_views(tmp_path) if v.machine == "box")
+    assert "--set training.batch_size=64" in pages._reproduce(view, tmp_path)
+    default = pages._reproduce(view, REPO / "reports" / "results")
+    assert "--results" not in default and "reports/results" in pages._check(view, None)
 
 
 def test_the_image_line_names_the_base(tmp_path: Path) -> None:
@@ -326,7 +327,7 @@ def test_the_image_line_names_the_base(tmp_path: Path) -> None:
                 data["run"]["image_labels"] = {**data["run"]["image_labels"], **labels}
                 data["run"]["oci_labels"] = {"org.opencontainers.image.base.name": names[machine]}
             path.write_text(json.dumps(data))
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     page = (tmp_path / "out" / "fx_width.md").read_text()
     image_id = "`17868520377b`"  # the fixture base's suite.base.id label
     pulled = [line for line in _environment(page, "pulled") if line.startswith("- Image:")]
@@ -378,7 +379,7 @@ def test_a_page_of_skips_only_says_what_it_knows_of_the_host(tmp_path: Path) -> 
         if data["status"] == "skipped":
             (tmp_path / "box" / "fx_width").mkdir(parents=True, exist_ok=True)
             (tmp_path / "box" / "fx_width" / path.name).write_text(json.dumps(data))
-    report.write_reports(tmp_path, tmp_path / "out")
+    pages.write_reports(tmp_path, tmp_path / "out")
     page = (tmp_path / "out" / "fx_width.md").read_text()
     assert "CPU: ?" not in page and "Python ?" not in page
     assert "- CPU, GPUs and versions: not recorded, as no run reached the worker here (needs 1 GPU(s); this " in page

@@ -22,8 +22,11 @@ from conftest import REPO, suite_cli
 from docker_fixtures import SMALL_SCENARIO, engine_client, image_fixture  # noqa: F401 - fixtures
 from scipy import stats as sps
 
-from suite import cli, hostinfo, plan, provenance, reproduce, results, scenario
+from suite import cli, reproduce
+from suite.environment import host_facts
+from suite.record import provenance, results
 from suite.reproduce import DIFFERS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, verdict
+from suite.spec import plan, scenario
 
 TOL = 0.10
 
@@ -869,7 +872,7 @@ def test_k_takes_the_points_of_the_results_as_run_k_does(
 
 
 def _env(lock_file: str, sha: str | None = None) -> dict[str, Any]:
-    sha = sha or __import__("suite.locks", fromlist=["x"]).lock_sha256(REPO / lock_file)
+    sha = sha or __import__("suite.environment.locks", fromlist=["x"]).lock_sha256(REPO / lock_file)
     return {"kind": "venv", "lock_file": lock_file, "lock_sha256": sha, "matches_lock": True, "lock_differences": []}
 
 
@@ -879,7 +882,7 @@ RUN_LOCK, DEV_LOCK, GPU_LOCK = (f"requirements/locks/{e}-py3.11.txt" for e in ("
 def test_a_dev_venv_serves_a_result_of_the_run_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The dev lock holds every run-lock pin at its version (read from the real lock files): a dev
     venv that holds them reruns a run-lock result, its test tools named in a note, not refused."""
-    from suite import locks
+    from suite.environment import locks
 
     dev_pins = locks.read_pins(REPO / DEV_LOCK)
     monkeypatch.setattr(locks, "installed", lambda: dict(dev_pins))
@@ -976,6 +979,6 @@ def test_the_default_results_folder_is_named_as_an_absolute_path(
     reproduce.reproduce(reproduce.Options([Path("res")], None, None, None, None, TOL, False, False), say=lines.append)
     out = capsys.readouterr().out
     (folder,) = (tmp_path / "reproduce").iterdir()
-    assert any(line.endswith(f"results in {folder / hostinfo.machine_name()}") for line in lines), lines
+    assert any(line.endswith(f"results in {folder / host_facts.machine_name()}") for line in lines), lines
     assert f"reruns in {folder}: `python -m suite report --results {folder}`" in out
     assert folder.is_absolute()

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from suite import cli, record_shape
+from suite import cli
+from suite.record import shape
 
 RICH = Path(__file__).parent / "fixtures" / "rich"  # one ok run of a real smoke plan: telemetry, load, provenance
 DELETE = object()
@@ -188,12 +189,12 @@ def _changed(record: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 
 def test_the_fast_check_and_the_worded_one_agree_on_thousands_of_changed_records() -> None:
     records = _records()
-    assert len(records) >= 40 and all(record_shape.valid(r) for r in records), "the fixtures are valid records"
+    assert len(records) >= 40 and all(shape.valid(r) for r in records), "the fixtures are valid records"
     rng = random.Random(20261203)
     verdicts = {True: 0, False: 0}
     for trial in range(6000):
         record = _changed(rng.choice(records), rng)
-        fast, worded = record_shape.valid(record), record_shape.problem(record)
+        fast, worded = shape.valid(record), shape.problem(record)
         assert fast == (worded is None), f"trial {trial}: valid() says {fast}, problem() says {worded!r}"
         verdicts[fast] += 1
     assert min(verdicts.values()) > 1000, verdicts  # both answers are exercised
@@ -209,12 +210,12 @@ def test_every_number_word_keeps_its_bounds() -> None:
     ]
     nullable = copy.deepcopy(base)  # a key the shape marks "may be null" ("image?"), and its mapping
     nullable.setdefault("provenance", {})["image"] = None
-    assert record_shape.valid(nullable) and record_shape.problem(nullable) is None
+    assert shape.valid(nullable) and shape.problem(nullable) is None
     nullable["provenance"]["image"] = {"tag": 1}
-    assert not record_shape.valid(nullable) and record_shape.problem(nullable) is not None
+    assert not shape.valid(nullable) and shape.problem(nullable) is not None
     for (section, key), good, bad in cases:
         for value, expected in [(v, True) for v in good] + [(v, False) for v in bad]:
             record = copy.deepcopy(base)
             record.setdefault(section, {})[key] = value
-            assert record_shape.valid(record) is expected, (key, value)
-            assert (record_shape.problem(record) is None) is expected, (key, value)
+            assert shape.valid(record) is expected, (key, value)
+            assert (shape.problem(record) is None) is expected, (key, value)

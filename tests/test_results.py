@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from suite import results
-from suite.results import SCHEMA_VERSION, ResultError, RunResult
+from suite.record import results
+from suite.record.results import SCHEMA_VERSION, ResultError, RunResult
 
 SPEC = {"scenario": "s", "point_label": "p", "repetition": 0, "fingerprint": "ab" * 32, "config": {"device": "cpu"}}
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from conftest import REPO, suite_cli, write_scenario
 
-from suite import backends, runner
+from suite import backends
+from suite.run import runner
 
 # Every point needs 64 GPUs: skipped at once on any test machine, so a run ends without TensorFlow.
 SKIPPED_ONLY = """\

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import SCENARIOS, suite_cli, write_scenario
 
-from suite import scenario
-from suite.scenario import ScenarioError
+from suite.spec import scenario
+from suite.spec.scenario import ScenarioError
 
 GOOD = """\
 name: tiny

@@ -10,8 +10,8 @@ import yaml
 from conftest import SCENARIOS, suite_cli, write_scenario
 from test_scenario import GOOD
 
-from suite import scenario
-from suite.scenario import ScenarioError
+from suite.spec import scenario
+from suite.spec.scenario import ScenarioError
 
 jsonschema = pytest.importorskip("jsonschema", reason="requirements/dev.txt installs jsonschema")
 
@@ -31,7 +31,7 @@ smoke: {model.filters: [2, 4], data.train_samples: 128}
 report: {baseline: {model.dense: 16}, verdict: gpu_crossover}
 """
 
-# Loads only once suite/scenario.py builds a file's settings for its model kind (settings.resolve).
+# Loads only once suite/spec/scenario.py builds a file's settings for its model kind (settings.resolve).
 GOOD = {
     "mlp": BASE,
     "cnn": CNN,
@@ -121,7 +121,7 @@ def test_schema_and_checker_refuse_the_same_bad_files(schema: dict, tmp_path: Pa
 
 
 def test_schema_carries_the_checkers_defaults_and_descriptions(schema: dict) -> None:
-    from suite.settings import DEFAULTS
+    from suite.spec.settings import DEFAULTS
 
     training = schema["properties"]["training"]["properties"]
     assert {k: v["default"] for k, v in training.items()} == DEFAULTS["training"]

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import SCENARIOS, suite_cli, write_scenario
 
-from suite import cli, plan, results, scenario, select
+from suite import cli
+from suite.record import results
+from suite.spec import plan, scenario, select
 
 FIXTURE_RESULTS = Path(__file__).parent / "fixtures" / "results"
 SHIPPED = [SCENARIOS / f"{name}.yaml" for name in ("mnist_mlp_width", "mlp4096_gpus", "gpu_knobs")]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from suite import stats
+from suite.report import stats
 
 
 def test_summary_median_min_max_and_spread_flag() -> None:

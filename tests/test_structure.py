@@ -27,7 +27,7 @@ def _graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 found |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                # "from suite import plan" imports suite.plan; "from suite.plan import RunSpec" imports suite.plan.
+                # "from suite.spec import plan" and "from suite.spec.plan import RunSpec" both import suite.spec.plan.
                 subs = {f"{node.module}.{a.name}" for a in node.names}
                 found |= (subs & set(modules)) or {node.module}
         graph[name] = {m for m in found if m in modules and m != name and m != "suite"}
@@ -62,7 +62,7 @@ def test_no_import_cycle_in_the_package() -> None:
 
 
 def test_plan_does_not_import_the_yaml_loader() -> None:
-    assert "suite.scenario" not in _graph()["suite.plan"]
+    assert "suite.spec.scenario" not in _graph()["suite.spec.plan"]
 
 
 def test_host_side_never_imports_the_worker_training_module() -> None:
@@ -71,7 +71,9 @@ def test_host_side_never_imports_the_worker_training_module() -> None:
     assert not users, f"host modules importing suite.worker.train: {users}"
 
 
-@pytest.mark.parametrize("module", ["suite.settings", "suite.plan", "suite.scenario", "suite.runner", "suite.cli"])
+@pytest.mark.parametrize(
+    "module", ["suite.spec.settings", "suite.spec.plan", "suite.spec.scenario", "suite.run.runner", "suite.cli"]
+)
 def test_each_module_imports_alone(module: str) -> None:
     proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -79,7 +81,8 @@ def test_each_module_imports_alone(module: str) -> None:
 
 def test_local_backend_cli_and_catalog_never_import_docker() -> None:
     code = (
-        "import sys; from pathlib import Path; from suite import backends, cli, image_catalog; "
+        "import sys; from pathlib import Path; "
+        "from suite import backends, cli; from suite.environment import image_catalog; "
         "backends.make('local', backends.BackendOptions('m', Path('r'))); "
         "assert 'docker' not in sys.modules, 'docker-py was imported'"
     )
@@ -87,12 +90,12 @@ def test_local_backend_cli_and_catalog_never_import_docker() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-READERS = ["report", "views", "verdicts", "plots", "compare", "runner"]
+READERS = ["report/pages", "report/points", "report/verdicts", "report/plots", "report/compare", "run/runner"]
 
 
 @pytest.mark.parametrize("module", READERS)
 def test_readers_name_statuses_and_figures_by_the_constants_in_results(module: str) -> None:
-    from suite import results
+    from suite.record import results
 
     fields = [v for v in vars(results).values() if isinstance(v, results.Field)]
     # run and environment keys also name settings (a config's "backend", "image"): only figures are checked.
@@ -103,4 +106,4 @@ def test_readers_name_statuses_and_figures_by_the_constants_in_results(module: s
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
-    assert not literals & spelled_once, f"{path.name} spells {sorted(literals & spelled_once)}; use suite.results"
+    assert not literals & spelled_once, f"{module} spells {sorted(literals & spelled_once)}; use suite.record.results"

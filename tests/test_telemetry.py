@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 from docker_fixtures import REPO, backend_factory, engine_client, image_fixture, small_specs  # noqa: F401 - fixtures
 
-from suite import results, telemetry
-from suite.results import RunResult
+from suite import telemetry
+from suite.record import results
+from suite.record.results import RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "telemetry"
 MIB = 1024 * 1024

@@ -15,7 +15,7 @@ import pytest
 from conftest import suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO
 
-from suite import results
+from suite.record import results
 
 
 @pytest.fixture

@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from suite import stats, telemetry, verdicts
-from suite.results import FIT_S, RunResult
-from suite.views import Point, ScenarioView
+from suite import telemetry
+from suite.record.results import FIT_S, RunResult
+from suite.report import stats, verdicts
+from suite.report.points import Point, ScenarioView
 
 
 def _run(point: dict[str, Any], fit: float, rep: int, status: str = "ok", acc: float = 0.97) -> RunResult:

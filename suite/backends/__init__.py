@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from suite.backends.base import Backend
 
 AUTO = "auto"
-DEFAULT_ENVIRONMENT = "run"  # requirements/locks/<environment>-pyX.Y.txt (suite/locks.py ENVIRONMENTS)
+DEFAULT_ENVIRONMENT = "run"  # requirements/locks/<environment>-pyX.Y.txt (suite/environment/locks.py ENVIRONMENTS)
 
 
 def __getattr__(name: str) -> Any:
@@ -61,7 +61,7 @@ class Entry:
     # Makes the backend ready to run (the docker one builds the images); raises BackendUnavailable.
     # ``chosen``: False under ``auto``, where a backend that cannot be reached at all is passed over quietly.
     prepare: Callable[[BackendOptions, Callable[[str], None], bool], None] | None = None
-    # The hash-locked environment (suite/locks.py ENVIRONMENTS) the orchestrator's venv must hold.
+    # The hash-locked environment (suite/environment/locks.py ENVIRONMENTS) the orchestrator's venv must hold.
     environment: str = DEFAULT_ENVIRONMENT
 
 
@@ -126,7 +126,7 @@ def _prepare_docker(opts: BackendOptions, say: Callable[[str], None], chosen: bo
         if not chosen:
             return
         raise BackendUnavailable(f"no Docker engine answers at {_engine_where(opts)}")
-    from suite import images
+    from suite.environment import images
 
     if os.environ.get(docker.IMAGE_ENV):
         say(f"images given by {docker.IMAGE_ENV}; nothing to build")

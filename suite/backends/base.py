@@ -26,9 +26,11 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from suite import hostinfo, provenance, telemetry
-from suite.plan import RunSpec, parse_device
-from suite.results import RunResult
+from suite import telemetry
+from suite.environment import host_facts
+from suite.record import provenance
+from suite.record.results import RunResult
+from suite.spec.plan import RunSpec, parse_device
 from suite.worker import identity
 
 LOG_TAIL_LINES = 60
@@ -396,7 +398,7 @@ def split_lines(chunks: Iterator[bytes]) -> Iterator[str]:
 def host_inventory(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The GPUs (NVML or nvidia-smi) and CPUs of the machine the suite runs on, as far as its
     inherited CUDA_VISIBLE_DEVICES lets it use them (``inherit_pool``)."""
-    gpus, note = hostinfo.gpu_inventory()
+    gpus, note = host_facts.gpu_inventory()
     return inherit_pool({"gpus": gpus, "gpu_note": note, "cpus": os.cpu_count()}, environ)
 
 

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, engine, hostinfo, images, provenance
 from suite.backends import docker_parts as parts
 from suite.backends.base import (
     WORKER_DEADLINE_GRACE_S,
@@ -48,8 +47,10 @@ from suite.backends.docker_run import (
     probe_engine,
     remove_container,
 )
-from suite.engine import engine_answers, engine_facts
-from suite.plan import RunSpec, parse_device
+from suite.environment import datasets, docker_engine, host_facts, images
+from suite.environment.docker_engine import engine_answers, engine_facts
+from suite.record import provenance
+from suite.spec.plan import RunSpec, parse_device
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
 __all__ = ["DockerBackend", "auto_choice", "engine_answers", "engine_facts"]
@@ -101,8 +102,8 @@ class DockerBackend(RunSkeleton):
         gpus: the engine host's GPUs (indices or UUIDs) the suite may hand out; None: all of them.
         """
         del results_dir
-        self.machine = machine or hostinfo.machine_name()
-        self.daemon = engine.daemon(docker_host)
+        self.machine = machine or host_facts.machine_name()
+        self.daemon = docker_engine.daemon(docker_host)
         self._docker_host = docker_host
         self.image_override = image if image is not None else _image_from_env(os.environ.get(IMAGE_ENV, ""))
         self.memory_limit, self.shm_size, self.network_mode, self.user = mem_limit, shm_size, network_mode, user
@@ -150,7 +151,7 @@ class DockerBackend(RunSkeleton):
             "machine": self.machine,
             "daemon": self.daemon.address,
             "daemon_source": self.daemon.source,
-            "daemon_link": engine.tls_mode(self.daemon.address),
+            "daemon_link": docker_engine.tls_mode(self.daemon.address),
             "session": self.session,
         }
         if self._engine:
@@ -211,7 +212,7 @@ class DockerBackend(RunSkeleton):
                 pass
             if attempt < 2:
                 try:
-                    clients.append(engine.connect(self._docker_host, timeout=30)[0])
+                    clients.append(docker_engine.connect(self._docker_host, timeout=30)[0])
                 except Exception:  # noqa: BLE001 - out of reach: the worker ends itself at its deadline
                     break
         for client in [*clients, self._stream_client]:
@@ -324,7 +325,7 @@ class DockerBackend(RunSkeleton):
     def _connect(self) -> Any:
         if self._client is None:
             try:
-                client, _ = engine.connect(self._docker_host)
+                client, _ = docker_engine.connect(self._docker_host)
                 self._engine = client.version()
             except Exception as exc:  # noqa: BLE001 - no engine is a status of every run, not a crash
                 raise Unavailable(
@@ -340,7 +341,7 @@ class DockerBackend(RunSkeleton):
     def stream_client(self) -> Any:
         """A second client without an HTTP timeout: a log stream may be quiet for a long epoch."""
         if self._stream_client is None:
-            self._stream_client, _ = engine.connect(self._docker_host, timeout=None)
+            self._stream_client, _ = docker_engine.connect(self._docker_host, timeout=None)
         return self._stream_client
 
     def _ask_engine(self) -> dict[str, Any]:
@@ -437,7 +438,7 @@ class DockerBackend(RunSkeleton):
 def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
     """("docker" | "local", why) for ``--backend auto``: docker when an engine answers and has the default images."""
     if not engine_answers(docker_host):
-        return "local", f"no Docker engine answers at {engine.daemon(docker_host).address}"
+        return "local", f"no Docker engine answers at {docker_engine.daemon(docker_host).address}"
     try:
         rows = images.list_images(docker_host=docker_host)
     except images.ImageError as exc:
@@ -451,7 +452,7 @@ def auto_choice(docker_host: str | None = None) -> tuple[str, str]:
     missing = [r["tag"] for r in rows if set(r["default_for"].split(",")) & wanted and r["state"] != "built"]
     if missing:
         return "local", f"the Docker engine lacks {', '.join(missing)} (python -m suite images build)"
-    return "docker", f"Docker engine at {engine.daemon(docker_host).address} with the default images"
+    return "docker", f"Docker engine at {docker_engine.daemon(docker_host).address} with the default images"
 
 
 def _code_with_identity(tries: int = 3) -> tuple[dict[str, bytes], dict[str, Any]]:

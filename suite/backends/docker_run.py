@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from suite import telemetry
 from suite.backends import docker_parts as parts
 from suite.backends.base import Exit, RunLost, Unavailable, split_lines
-from suite.engine import Daemon
+from suite.environment.docker_engine import Daemon
 
 WORK_DIR = "/work"  # an anonymous volume: the archive endpoints see volumes, not tmpfs or a read-only rootfs
 OUT_NAME = "out"

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, hostinfo, paths, provenance, telemetry
+from suite import paths, telemetry
 from suite.backends import lifeline
 from suite.backends.base import (
     Exit,
@@ -39,7 +39,9 @@ from suite.backends.base import (
     tag_env,
 )
 from suite.backends.oom import OomWitness
-from suite.plan import RunSpec
+from suite.environment import datasets, host_facts
+from suite.record import provenance
+from suite.spec.plan import RunSpec
 from suite.worker import lifeline as worker_lifeline
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
@@ -62,7 +64,7 @@ class LocalBackend(RunSkeleton):
         so a later ``suite run`` on that folder finds a worker still running for it
         (``lifeline.foreign_workers``)."""
         self.python = python or sys.executable
-        self.machine = machine or hostinfo.machine_name()
+        self.machine = machine or host_facts.machine_name()
         self.allowed_gpus = gpus
         self.results_folder = results_folder
         self._swept = False

@@ -56,10 +56,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from suite import hostinfo, paths, provenance
+from suite import paths
 from suite.backends.base import BackendUnavailable, now_iso
-from suite.plan import RunSpec, parse_device
-from suite.results import RunResult
+from suite.environment import host_facts
+from suite.record import provenance
+from suite.record.results import RunResult
+from suite.spec.plan import RunSpec, parse_device
 
 SLOT = "suite_slot"  # custom resource: how many benchmark runs a node takes at once
 MODEL_PREFIX = "gpu_model:"  # custom resource per GPU model, e.g. gpu_model:H100
@@ -209,7 +211,7 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
     ctx = ray.get_runtime_context()
     node_id = ctx.get_node_id()
     labels = _labels(ctx)
-    machine = labels.get(MACHINE_LABEL) or hostinfo.machine_name()
+    machine = labels.get(MACHINE_LABEL) or host_facts.machine_name()
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     # The "started" mark answers whether the plan is stopping: the board takes calls one at a time,
     # so a task marked before a stop is waited for, and one marked after it never starts its run.
@@ -250,7 +252,7 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         if stopping.is_set():
             raise StopAsked(ASKED)
         _mark(board, job["key"], "ready", backend=backend.name)  # the run's deadline counts from here
-        from suite import runner
+        from suite.run import runner
 
         # This node's calibrations so far in the plan, from the board (every run is submitted at once,
         # so what the orchestrator knew at submit time is nothing); the job's copy without a board.
@@ -430,7 +432,7 @@ def _node_backend(machine: str, job: dict[str, Any]) -> Any:
     key = _backend_key(machine, job)
     if key not in _node_backends:
         from suite.backends import docker_parts, local
-        from suite.engine import engine_answers
+        from suite.environment.docker_engine import engine_answers
 
         backend: Any
         choice = os.environ.get(NODE_BACKEND_ENV, "auto").strip() or "auto"
@@ -491,7 +493,7 @@ def sweep(session: str, attempt: str | None = None, settle_s: float = SWEEP_SETT
         import docker
 
         from suite.backends.base import tag_labels
-        from suite.engine import connect
+        from suite.environment.docker_engine import connect
 
         client, _ = connect(None, timeout=SWEEP_ENGINE_S)
         try:
@@ -542,7 +544,7 @@ def _ensure_image(backend: Any, spec: RunSpec) -> None:
     older recipe), once per worker process, one build at a time on the node (a file lock)."""
     if getattr(backend, "name", "") != "docker" or backend.image_override is not None:
         return
-    from suite import images
+    from suite.environment import images
 
     catalog = images.load_catalog()
     name = spec.config.get("image") or catalog.default_for(parse_device(spec.device)[0] == "gpu")

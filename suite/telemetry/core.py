@@ -16,7 +16,7 @@ SERIES_POINTS = 600  # points kept per stored series; more are averaged down in 
 STOP_JOIN_S = 2.0  # how long stopping waits for all sampler threads together; a stuck one is abandoned
 MAX_CONSECUTIVE_ERRORS = 5
 
-# Metric names: the result's ``metrics[].name`` (suite.results names what reports read).
+# Metric names: the result's ``metrics[].name`` (suite.record.results names what reports read).
 CPU_PERCENT = "cpu_percent"
 MEMORY_BYTES = "memory_bytes"
 PROCESS_HWM_BYTES = "process_hwm_bytes"

@@ -1,6 +1,6 @@
 """MNIST for the worker: exactly the data the host resolved, checked by SHA-256, or marked synthetic.
 
-The host decides which data a run uses before anything runs (``suite.datasets``) and writes that
+The host decides which data a run uses before anything runs (``suite.environment.datasets``) and writes that
 decision into the spec as ``config.data.identity``: ``{"source": "mnist.npz" | "idx", "sha256": ...}``
 (``"npz (sha256 override)"`` for an npz accepted under an overridden hash),
 ``{"source": "synthetic", "note": why}`` or ``{"source": "missing", "note": why}``. The worker

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite.image_catalog import DOCKER_DIR, ImageDef, ImageError, label_instruction
-from suite.locks import lock_sha256
+from suite.environment.image_catalog import DOCKER_DIR, ImageDef, ImageError, label_instruction
+from suite.environment.locks import lock_sha256
 
 RECIPE_VERSION = "3"  # bump when the steps below change what ends up in the image
 DEBIAN_SUITE = "bookworm"  # python3 is 3.11 there, like the catalog's bases

@@ -11,9 +11,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from suite import provenance, stats
-from suite.markdown import cell, code
-from suite.results import (
+from suite.record import provenance
+from suite.record.results import (
     ENV_GPUS,
     ENV_HOST,
     ENV_VERSIONS,
@@ -25,7 +24,9 @@ from suite.results import (
     RunResult,
     finished_at,
 )
-from suite.views import ScenarioView
+from suite.report import stats
+from suite.report.points import ScenarioView
+from suite.safe.markdown import cell, code
 
 
 def _gpus(r: RunResult, key: str) -> str:

@@ -1,7 +1,7 @@
 """A JSON Schema (draft 2020-12) of the scenario format, generated from the checker's own definitions.
 
 Editors validate and complete scenario files with it (``python -m suite schema``). Every setting's
-fragment is the one ``suite.settings`` checks values with, and the model section's keys are its
+fragment is the one ``suite.spec.settings`` checks values with, and the model section's keys are its
 kind's (``suite.worker.kinds``), so the schema cannot drift from the checker. What it cannot say, the
 checker still does: rules between fields (a multi-GPU device needs backend tensorflow), that a
 matrix path's list index exists, that a baseline names a matrix axis, that variant names differ.
@@ -13,7 +13,7 @@ import copy
 import re
 from typing import Any
 
-from suite.settings import SETTINGS, VERDICTS
+from suite.spec.settings import SETTINGS, VERDICTS
 from suite.worker.kinds import DEFAULT_KIND, KINDS, ModelKind
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite import names, results
-from suite.runner import previous_runs
-from suite.scenario import ScenarioError, read_yaml
-from suite.settings import Checker, brief, plain_text
+from suite.record import results
+from suite.run.runner import previous_runs
+from suite.spec import names
+from suite.spec.scenario import ScenarioError, read_yaml
+from suite.spec.settings import Checker, brief, plain_text
 
 SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://")
 HOST_KEYS = ("docker", "gpus")
@@ -103,8 +104,8 @@ def child_commands(host: Host, run_args: list[str], results_dir: Path) -> list[l
 
 def record_unreachable(specs: list[Any], host: Host, results_dir: Path, cause: str) -> int:
     """Each run of a host whose engine does not answer, recorded as ``error`` with the cause."""
-    from suite import provenance
     from suite.backends.base import now_iso
+    from suite.record import provenance
 
     previous = {key for key, r in previous_runs(results_dir / host.name).items() if r.ok}
     written = 0

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from suite import provenance, results
-from suite.export import RUN_TIMINGS, peak_of
-from suite.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
+from suite.record import provenance, results
+from suite.record.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
+from suite.report.figures import RUN_TIMINGS, peak_of
 
 LOG_LINES = 20  # of a failed run's log tail
 RUN_KEYS = ("backend", "machine", "image", "image_id", "started_at", "finished_at")

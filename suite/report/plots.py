@@ -14,12 +14,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from suite import stats  # noqa: E402
-from suite.markdown import plot_text  # noqa: E402
-from suite.plan import axis_name  # noqa: E402
-from suite.results import FIT_S  # noqa: E402
-from suite.verdicts import device_count  # noqa: E402
-from suite.views import Point, ScenarioView  # noqa: E402
+from suite.record.results import FIT_S  # noqa: E402
+from suite.report import stats  # noqa: E402
+from suite.report.points import Point, ScenarioView  # noqa: E402
+from suite.report.verdicts import device_count  # noqa: E402
+from suite.safe.markdown import plot_text  # noqa: E402
+from suite.spec.plan import axis_name  # noqa: E402
 
 SIZE, DPI = (7.0, 4.2), 100
 

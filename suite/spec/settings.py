@@ -2,7 +2,7 @@
 
 Every key set is closed and every value checked against what is allowed; a problem names the file,
 the key (as a dotted path), the line where the caller knows it, and what would have been accepted.
-Reading files is ``suite.scenario``'s job; this module sees only Python values, so the plan can
+Reading files is ``suite.spec.scenario``'s job; this module sees only Python values, so the plan can
 resolve matrix points with it without importing the YAML loader.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from suite.markdown import escaped
+from suite.safe.markdown import escaped
 from suite.worker import kinds
 from suite.worker.kinds import KINDS
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite import datasets
-from suite.settings import Scenario, apply_overrides
+from suite.environment import datasets
+from suite.spec.settings import Scenario, apply_overrides
 from suite.worker.devices import parse_device  # one definition, shared with the worker
 
 __all__ = [

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from suite.plan import RunSpec, coordinates
+from suite.spec.plan import RunSpec, coordinates
 
 SCENARIO_KEY = "scenario"
 KEYWORDS = ("and", "or", "not")
@@ -357,8 +357,8 @@ def selected_view(view: Any, **changes: Any) -> Any:
 
 @functools.cache
 def _selected_view_class() -> type:
-    # suite.views pulls in scipy (a second and more): imported when a report is cut, not for every CLI call.
-    from suite.views import ScenarioView
+    # suite.report.points pulls in scipy (a second and more): imported when a report is cut, not for every CLI call.
+    from suite.report.points import ScenarioView
 
     @dataclass
     class SelectedView(ScenarioView):

@@ -1,6 +1,6 @@
 """Where a result came from: the suite's code, the packages that ran it, the image it ran in.
 
-Every result record carries a ``provenance`` section (``suite.results`` documents it)::
+Every result record carries a ``provenance`` section (``suite.record.results`` documents it)::
 
     {"suite": {"version", "git_revision", "git_dirty", "dirty_paths", "diff_sha256"},
      "environment": {"kind": "venv" | "image", "lock_file", "lock_sha256", "matches_lock", "lock_differences"},
@@ -29,8 +29,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from suite import locks, paths
-from suite.markdown import code as markdown_code
+from suite import paths
+from suite.environment import locks
+from suite.safe.markdown import code as markdown_code
 
 LOCK_MARKER = locks.LOCK_RECORD  # written into a venv by requirements/ensure_venv.sh after a locked install
 NO_LOCK = "not installed from a lock"
@@ -387,7 +388,7 @@ def venv_environment(python: str, *, in_subprocess: bool = False) -> dict[str, A
     """
     if _same_interpreter(python) and not in_subprocess:
         return environment_here()
-    code = "import json; from suite import provenance; print(json.dumps(provenance.environment_here()))"
+    code = "import json; from suite.record import provenance; print(json.dumps(provenance.environment_here()))"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(paths.IMPORT_ROOT), os.environ.get("PYTHONPATH")])),
@@ -532,7 +533,7 @@ def base_of(run: dict[str, Any]) -> dict[str, str | None]:
     """The image's base as its labels recorded it (``images.image_record``; ``image_catalog`` sets them).
 
     ``base_source``: "registry" (pulled by digest) or "debian" (made on the build machine from
-    Debian packages, ``suite.debian_base``); null for a base given as a build override or an image
+    Debian packages, ``suite.environment.debian_base``); null for a base given as a build override or an image
     built before the label existed. ``base_name``: the OCI ``base.name`` label (the registry
     reference or the local tag), else ``suite.base.ref``. ``base_digest``: the registry digest, null
     for a base only the build machine had. ``base_id``: the base's image ID on the build machine.
@@ -587,7 +588,7 @@ def suite_text(suite: dict[str, Any] | None, *, markdown: bool = False, paths: i
 
     ``paths``: how many of the dirty paths to name after the count ("2 files: suite/x.py, README.md"),
     so a reader can tell a README edit from a code change; an untracked file reads "suite/x.py
-    (untracked)". ``markdown``: revision, hash and paths as code spans (``suite.markdown.code``:
+    (untracked)". ``markdown``: revision, hash and paths as code spans (``suite.safe.markdown.code``:
     a path is user text) for a report; plain text otherwise (a terminal, a table cell).
     """
     if not suite:

@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from suite import provenance, results, stats, verdicts
-from suite.plan import override_flag, parse_device
-from suite.results import (
+from suite.record import provenance, results
+from suite.record.results import (
     ACHIEVED_FLOPS_PER_S,
     FIRST_EPOCH_OVERHEAD_S,
     FIT_S,
@@ -36,8 +35,10 @@ from suite.results import (
     TEST_ACCURACY,
     RunResult,
 )
-from suite.select import select_views
-from suite.views import ACCURACY_GATE, Point, ScenarioView, gate_text, group_views
+from suite.report import stats, verdicts
+from suite.report.points import ACCURACY_GATE, Point, ScenarioView, gate_text, group_views
+from suite.spec.plan import override_flag, parse_device
+from suite.spec.select import select_views
 
 FORMAT = "keras-speed-suite/report"
 VERSION = 1

@@ -1,6 +1,6 @@
 """The suite's images on an engine: built from docker/Dockerfile with docker-py, listed, locked.
 
-The catalog (docker/images.yaml), the lock and each build's recipe are ``suite.image_catalog``;
+The catalog (docker/images.yaml), the lock and each build's recipe are ``suite.environment.image_catalog``;
 this module is what talks to an engine, and re-exports the catalog's names for its callers.
 
 Each image is the one Dockerfile with other build args; it installs the image's hash-locked
@@ -13,7 +13,7 @@ Base images are pinned by tag in images.yaml; ``lock`` records their registry di
 docker/images.lock, and builds then use ``base@digest`` so a moved tag changes nothing.
 
 Where the engine answers the pull of a base with an error (no registry), the image is built on a
-base made from Debian packages instead (``suite.debian_base``), with the same lock installed by
+base made from Debian packages instead (``suite.environment.debian_base``), with the same lock installed by
 this machine's pip; the build says so, and the image's labels record how its base was made.
 ``lock`` records those bases too (Debian suite, mirror, every package's version), so a later base
 made from a mirror that moved on says which packages changed.
@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from suite import debian_base, paths
-from suite.image_catalog import (
+from suite import paths
+from suite.environment import debian_base
+from suite.environment.image_catalog import (
     CATALOG,
     DOCKER_DIR,
     LABEL_PREFIX,
@@ -85,11 +86,11 @@ def needed_images(has_gpus: bool | None = None) -> list[str]:
 
     has_gpus: whether the engine's host has GPUs (a remote engine's own inventory); None: this machine's.
     """
-    from suite import hostinfo
+    from suite.environment import host_facts
 
     defaults = load_catalog().defaults
     if has_gpus is None:
-        has_gpus = bool(hostinfo.gpu_inventory()[0])
+        has_gpus = bool(host_facts.gpu_inventory()[0])
     return [defaults["cpu"]] + ([defaults["gpu"]] if has_gpus else [])
 
 
@@ -149,7 +150,7 @@ def build_images(
 
     from_debian: None (the default) builds on the catalog's base, pulled when the engine lacks it,
     and where the engine says the pull failed, on a base made from Debian packages instead
-    (``suite.debian_base``); True: on the Debian base without asking a registry; False: never on it.
+    (``suite.environment.debian_base``); True: on the Debian base without asking a registry; False: never on it.
     An image built either way is up to date under None; under True or False only one built that way.
 
     Returns one row per image: name, tag, image_id, context_hash, recipe_hash, base (registry | debian |
@@ -494,12 +495,12 @@ def image_record(image: Any) -> dict[str, Any]:
 
 
 def _connect(docker_host: str | None) -> Any:
-    from suite import engine
+    from suite.environment import docker_engine
 
     try:
-        client, _ = engine.connect(docker_host)
+        client, _ = docker_engine.connect(docker_host)
     except Exception as exc:  # noqa: BLE001 - turned into a message that says where and what to do
-        raise ImageError(f"no Docker engine answers at {engine.daemon(docker_host).address}: {exc}") from None
+        raise ImageError(f"no Docker engine answers at {docker_engine.daemon(docker_host).address}: {exc}") from None
     return client
 
 

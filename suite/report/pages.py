@@ -17,10 +17,9 @@ from urllib.parse import quote
 
 from tabulate import tabulate
 
-from suite import compare, export, paths, plots, provenance, verdicts
-from suite.markdown import cell, code, paragraph
-from suite.plan import override_flag
-from suite.results import (
+from suite import paths
+from suite.record import provenance
+from suite.record.results import (
     DATA_DETAIL,
     DATA_SOURCE,
     ENV_GPUS,
@@ -30,8 +29,11 @@ from suite.results import (
     RUN_BACKEND,
     RUN_IMAGE,
 )
-from suite.select import expression_for, select_views
-from suite.views import Point, ScenarioView, load_views
+from suite.report import compare, figures, plots, verdicts
+from suite.report.points import Point, ScenarioView, load_views
+from suite.safe.markdown import cell, code, paragraph
+from suite.spec.plan import override_flag
+from suite.spec.select import expression_for, select_views
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
 
@@ -68,7 +70,7 @@ def _span(mid: float | None, low: float | None, high: float | None, fmt: str) ->
 def point_row(view: ScenarioView, p: Point) -> dict[str, str]:
     """A point's cells in both tables, by column, and its notes: the figures ``export`` computes,
     formatted (so the JSON and CSV say the same)."""
-    f = export.point_figures(view, p)
+    f = figures.point_figures(view, p)
     return {
         **dict(zip(ANSWER_HEADERS, _answer_cells(f), strict=True)),
         **dict(zip(COST_HEADERS, _cost_cells(f), strict=True)),
@@ -76,8 +78,8 @@ def point_row(view: ScenarioView, p: Point) -> dict[str, str]:
     }
 
 
-def _answer_cells(f: export.PointFigures) -> list[str]:
-    ratio = export.ratio_of(f)
+def _answer_cells(f: figures.PointFigures) -> list[str]:
+    ratio = figures.ratio_of(f)
     speed = "baseline" if f.is_baseline else ratio.text() if ratio else "-"
     return [
         f.point,
@@ -89,7 +91,7 @@ def _answer_cells(f: export.PointFigures) -> list[str]:
     ]
 
 
-def _cost_cells(f: export.PointFigures) -> list[str]:
+def _cost_cells(f: figures.PointFigures) -> list[str]:
     return [
         f.point,
         _num(f.steady_examples_per_s_median, ",.0f"),
@@ -108,7 +110,7 @@ def _first_epoch(first: float | None) -> str:
     return f"{first:.2f}" if first >= 0 else f"{first:.2f} (noise: none measurable)"
 
 
-def _step_overhead(f: export.PointFigures) -> str:
+def _step_overhead(f: figures.PointFigures) -> str:
     """'X of Y (Z%)': the model with every width 1, trained the same way, against this model's step, in ms."""
     step, floor = f.step_s_median, f.step_floor_s_median
     if step is None or floor is None:
@@ -119,10 +121,10 @@ def _step_overhead(f: export.PointFigures) -> str:
     return f"{text} ({f.fixed_cost_fraction:.0%})"
 
 
-peak_of = export.peak_of
+peak_of = figures.peak_of
 
 
-def _flops(f: export.PointFigures) -> str:
+def _flops(f: figures.PointFigures) -> str:
     achieved, share = f.achieved_flops_per_s_median, f.peak_fraction
     if achieved is None:
         return "-"
@@ -136,7 +138,7 @@ def _flops(f: export.PointFigures) -> str:
 NOT_MEASURED = "-"
 
 
-def _gpu_busy(f: export.PointFigures) -> str:
+def _gpu_busy(f: figures.PointFigures) -> str:
     """The mean GPU utilization over the steady epochs; "-" for CPU points and old results."""
     return NOT_MEASURED if f.gpu_busy_percent is None else f"{f.gpu_busy_percent:.0f}%"
 
@@ -145,7 +147,7 @@ def gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:.2f} GiB"
 
 
-def _peak_memory(f: export.PointFigures) -> str:
+def _peak_memory(f: figures.PointFigures) -> str:
     """Peak host memory of the run (process tree or container), and of one GPU where sampled."""
     host, gpu = f.peak_memory_bytes, f.peak_gpu_memory_bytes
     if host is None and gpu is None:
@@ -321,9 +323,9 @@ def _left_out(view: ScenarioView, results_dir: Path | None) -> list[str]:
     ]
 
 
-def _notes(figures: list[export.PointFigures], view: ScenarioView) -> list[str]:
+def _notes(figs: list[figures.PointFigures], view: ScenarioView) -> list[str]:
     """A line per point that has notes (instability, the accuracy gate, load), below the table."""
-    return [f"- {cell(f.point)}: {cell('; '.join(f.notes))}" for f in figures if f.notes]
+    return [f"- {cell(f.point)}: {cell('; '.join(f.notes))}" for f in figs if f.notes]
 
 
 DEFAULT_RESULTS = Path("reports") / "results"  # what ``run --results`` and ``report --results`` default to
@@ -353,7 +355,7 @@ def _takes_every_point(view: ScenarioView) -> bool:
     """Whether the page's points are every point its scenario file has at this size: then ``run``
     needs no ``-k``. False when the file cannot be read or has other points (the runs were chosen
     with ``run -k``, which the results do not record, or the file changed since)."""
-    from suite import plan, scenario
+    from suite.spec import plan, scenario
 
     name = view.spec.get("scenario_file")
     if not name:
@@ -386,7 +388,7 @@ def _reproduce(view: ScenarioView, results_dir: Path | None = None) -> str:
     if folder:
         base.append(f"--results {shlex.quote(folder)}")
     base.append(f"--machine {shlex.quote(view.machine)}")
-    selection = getattr(view, "selection", None)  # suite.select.SelectedView: the page was cut with -k
+    selection = getattr(view, "selection", None)  # suite.spec.select.SelectedView: the page was cut with -k
     parts = list(base)
     if selection:
         parts.append(f"-k {shlex.quote(selection)}")
@@ -425,9 +427,9 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return tabulate([[cell(c) for c in row] for row in rows], headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _cost_table(figures: list[export.PointFigures]) -> list[str]:
+def _cost_table(figs: list[figures.PointFigures]) -> list[str]:
     """Where the time goes; a column no row measured is left out and named below the table."""
-    rows = [_cost_cells(f) for f in figures]
+    rows = [_cost_cells(f) for f in figs]
     keep = [i for i in range(len(COST_HEADERS)) if i == 0 or any(row[i] != "-" for row in rows)]
     dropped = [COST_HEADERS[i] for i in range(len(COST_HEADERS)) if i not in keep]
     lines = [_table([COST_HEADERS[i] for i in keep], [[row[i] for i in keep] for row in rows])]
@@ -455,8 +457,8 @@ def render_scenario(
         lines += ["", paragraph(description)]
     lines += ["", f"What each column means and how it is computed: [reading a report]({quote(method_link)})."]
     for view, verdict in zip(views, judged, strict=True):
-        figures = [export.point_figures(view, p) for p in view.points]
-        ran = [f for f in figures if f.runs_ok]
+        figs = [figures.point_figures(view, p) for p in view.points]
+        ran = [f for f in figs if f.runs_ok]
         lines += ["", f"## {view_title(view)}", ""]
         if view.overrides:
             lines += [
@@ -470,9 +472,9 @@ def render_scenario(
             notes = _notes(ran, view)
             if notes:
                 lines += ["", "Notes:", "", *notes]
-        idle = len(figures) - len(ran)
+        idle = len(figs) - len(ran)
         if idle:
-            lines += ["", f"{idle} of {len(figures)} points have no ok run: see Skips and failures below."]
+            lines += ["", f"{idle} of {len(figs)} points have no ok run: see Skips and failures below."]
         if plot_name(view) in plotted:
             alt = f"{cell(view.scenario)} on {cell(view.machine)}"
             lines += ["", f"![{alt}]({quote(plot_name(view))})"]
@@ -583,4 +585,4 @@ def _method_link(out_dir: Path) -> str:
 
 
 def _write(path: Path, content: str | bytes) -> Path:
-    return export.write_atomic(path, content)
+    return figures.write_atomic(path, content)

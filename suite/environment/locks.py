@@ -8,7 +8,7 @@ that record, so a number can be traced to the exact packages that produced it. T
 says what was installed once; ``installed_differences`` says whether it still holds (a later
 ``pip install`` in the venv would otherwise go unnoticed).
 
-Only the standard library is used: ensure_venv runs this module (``python -m suite.locks``) in a
+Only the standard library is used: ensure_venv runs this module (``python -m suite.environment.locks``) in a
 venv that may hold nothing else yet.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 LOCK_RECORD = ".suite-lock.json"
 # The host environments and the top-level requirement files each is compiled from; one lock per
-# environment and Python. requirements/lock.sh reads them here (``python -m suite.locks environments``);
+# environment and Python. requirements/lock.sh reads them here (``python -m suite.environment.locks environments``);
 # requirements/ensure_venv.sh repeats them, since it runs before any Python is known to be usable
 # (tests/test_locks.py checks the two agree).
 ENVIRONMENTS: dict[str, tuple[str, ...]] = {
@@ -205,7 +205,7 @@ def installer_requirements(path: str | Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m suite.locks extraneous LOCK`` prints one name a line; ``check LOCK`` prints the
+    """``python -m suite.environment.locks extraneous LOCK`` prints one name a line; ``check LOCK`` prints the
     differences and exits 1 when there are any; ``installer LOCK`` prints the lock's pip requirement
     with its hashes, or nothing (all for requirements/ensure_venv.sh); ``environments`` prints each
     host environment and its input files, one a line (for requirements/lock.sh); ``check-wheels LOCK
@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if wrong else 0
     if len(args) != 2 or args[0] not in ("extraneous", "check", "installer"):
         print(
-            "usage: python -m suite.locks {extraneous,check,installer} LOCK_FILE | check-wheels LOCK_FILE FOLDER"
-            " | environments",
+            "usage: python -m suite.environment.locks {extraneous,check,installer} LOCK_FILE"
+            " | check-wheels LOCK_FILE FOLDER | environments",
             file=sys.stderr,
         )
         return 2

@@ -19,8 +19,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from suite import names
-from suite.settings import VERDICTS, brief
+from suite.spec import names
+from suite.spec.settings import VERDICTS, brief
 
 Shape = str | frozenset[str] | dict[str, Any] | list[Any]
 # No figure a run records comes near this (a GPU's peak is about 1e15 FLOP/s); below it, products

@@ -2,7 +2,7 @@
 
 This module reads files: YAML with the line of every key, the file's sections (matrix, variants,
 smoke, report), and errors that name the file and the line. What the settings are and which values
-they allow is ``suite.settings``. YAML holds values only: models, optimizers, losses and verdicts
+they allow is ``suite.spec.settings``. YAML holds values only: models, optimizers, losses and verdicts
 are chosen by name from registries.
 """
 
@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
-from suite import bounded, names
-from suite.plan import MAX_RUNS, expand, overlaps, point_count, shape_text
-from suite.settings import (
+from suite.safe import bounded
+from suite.spec import names
+from suite.spec.plan import MAX_RUNS, expand, overlaps, point_count, shape_text
+from suite.spec.settings import (
     DEFAULTS,
     MAX_REPEATS,
     REPORT_KEYS,

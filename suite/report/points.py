@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite import datasets, names, results, stats
-from suite.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
+from suite.environment import datasets
+from suite.record import results
+from suite.record.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
+from suite.report import stats
+from suite.spec import names
 
 # A run that trains to less than this test accuracy is broken, however fast: it is shown, flagged
 # and kept out of every verdict. MNIST MLPs reach ~0.97; the smoke sizes ~0.9.

@@ -2,7 +2,7 @@
 
 No engine is needed here: ``plan_build`` resolves what one build sends (args, context, labels, tag)
 and the hash of it, so a recipe can be compared with what an engine holds, and a typo in a name is
-refused before any connection. Building and asking registries is ``suite.images``.
+refused before any connection. Building and asking registries is ``suite.environment.images``.
 
 Two hashes name an image's recipe. ``recipe_hash`` covers what decides the image's Python packages
 whichever way its base was obtained (the Dockerfile, the image's hash-locked requirements file, its
@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from suite import paths
-from suite.locks import lock_sha256
+from suite.environment.locks import lock_sha256
 
 DOCKER_DIR = paths.DOCKER_DIR
 CATALOG = DOCKER_DIR / "images.yaml"
@@ -189,7 +189,7 @@ def read_lock(path: Path = LOCK) -> dict[str, dict[str, dict[str, Any]]]:
     return lock
 
 
-# What `python -m suite images lock` writes for a Debian-made base (suite.images.debian_record), by type.
+# What `python -m suite images lock` writes for a Debian-made base (suite.environment.images.debian_record), by type.
 DEBIAN_TEXT_KEYS = ("base", "image_id", "made_at", "recipe", "suite", "mirror", "locked_at")
 
 
@@ -288,7 +288,7 @@ def plan_build(
 
     ``base_override`` replaces build args (e.g. ``{"BASE_IMAGE": ..., "INSTALL": "0"}`` for a base
     built offline). Such a build is tagged ``NAME-x<hash>`` so it never stands in for the real one.
-    ``debian_base``: the tag of the image's own base made from Debian packages (``suite.debian_base``,
+    ``debian_base``: the tag of the image's own base made from Debian packages (``suite.environment.debian_base``,
     its requirements already installed) where the catalog's base cannot be pulled. That build is the
     real image, tagged ``NAME``: the same requirements and pins, on another base.
     """

@@ -27,7 +27,7 @@ Optional sections added without a bump (older records simply lack them):
   around the run (``suite.telemetry.load``): cores used by processes not the run's own, CPU steal,
   the load average at the start and the end, other compute processes on the run's GPUs; read
   through ``load_of``, and ``load_note`` says when a result was measured under load.
-- ``provenance``: what produced the result, so a figure can be traced and rerun (``suite.provenance``
+- ``provenance``: what produced the result, so a figure can be traced and rerun (``suite.record.provenance``
   builds and compares it): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:
   tracked files outside ``reports/`` (the suite's output, not code; records made before that
   counted pages there too) differing from HEAD and untracked, not ignored files under ``suite/`` (code a run
@@ -72,8 +72,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from suite import bounded, record_shape
 from suite import telemetry as tm
+from suite.record import shape
+from suite.safe import bounded
 
 SCHEMA_VERSION = 2
 
@@ -153,7 +154,7 @@ class RunResult:
     work: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] = field(default_factory=dict)  # suite.telemetry: what the machine did during the run
-    provenance: dict[str, Any] = field(default_factory=dict)  # suite.provenance: the code, lock and image behind it
+    provenance: dict[str, Any] = field(default_factory=dict)  # record.provenance: the code, lock and image behind it
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -526,11 +527,11 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
                 f"{path}: schema_version {version} has no migration to {SCHEMA_VERSION}; "
                 "rerun the scenario with --fresh to record it again"
             )
-        if not record_shape.valid(data) and (found := record_shape.problem(data)) is not None:  # before a migration
+        if not shape.valid(data) and (found := shape.problem(data)) is not None:  # before a migration
             raise ResultError(f"{path}: {found}{advice}")
         data = _MIGRATIONS[version](data)
         version = data["schema_version"]
-    if not record_shape.valid(data) and (found := record_shape.problem(data)) is not None:
+    if not shape.valid(data) and (found := shape.problem(data)) is not None:
         raise ResultError(f"{path}: {found}{advice}")
     try:
         return RunResult.from_dict(data)

@@ -25,10 +25,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from suite import stats
-from suite.plan import axis_name, override_flag, parse_device
-from suite.results import FIT_S, STATUS_SKIPPED
-from suite.views import Point, ScenarioView, gate_text, leaves
+from suite.record.results import FIT_S, STATUS_SKIPPED
+from suite.report import stats
+from suite.report.points import Point, ScenarioView, gate_text, leaves
+from suite.spec.plan import axis_name, override_flag, parse_device
 
 # Below this share of time executing kernels, the GPU was idle between kernels most of the time.
 # Utilization alone does not say why (a step too small, the input pipeline, synchronisation).

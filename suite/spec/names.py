@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from suite.settings import brief
+from suite.spec.settings import brief
 
 MAX_LENGTH = 100
 _SAFE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_LENGTH - 1}}}")

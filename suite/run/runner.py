@@ -26,12 +26,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from suite import bounded, names, results, verdicts, views
 from suite.backends.base import Backend
-from suite.markdown import escaped
-from suite.plan import RunSpec, parse_device
-from suite.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
-from suite.results import FAILED, FIT_S, PEAK, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
+from suite.record import results
+from suite.record.results import FAILED, FIT_S, PEAK, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
+from suite.report import points, verdicts
+from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
+from suite.safe import bounded
+from suite.safe.markdown import escaped
+from suite.spec import names
+from suite.spec.plan import RunSpec, parse_device
 
 LOCK_NAME = ".suite-run.lock"  # a dot name: never read as a result
 
@@ -53,7 +56,7 @@ def count_key(result: results.RunResult) -> str:
 
 def _below_gate(accuracy: float | None) -> bool:
     """A test accuracy recorded and under the gate (a worker records one for every ok run)."""
-    return accuracy is not None and accuracy < views.ACCURACY_GATE
+    return accuracy is not None and accuracy < points.ACCURACY_GATE
 
 
 def counts_text(counts: Counter) -> str:
@@ -241,11 +244,12 @@ def _skip_lines(steps: list[_Step]) -> list[str]:
 
 
 def _skip_line(specs: list[RunSpec], reason: str, again: bool) -> str:
-    points = len({(s.scenario, s.point_label) for s in specs})
+    npoints = len({(s.scenario, s.point_label) for s in specs})
     kinds = {parse_device(s.device)[0] for s in specs}
     kind = f"{kinds.pop().upper()} " if len(kinds) == 1 else ""
-    runs = f" ({len(specs)} runs)" if len(specs) != points else ""
-    head = f"{points} {kind}point{'' if points == 1 else 's'}{runs} skipped{', as recorded before' if again else ''}: "
+    runs = f" ({len(specs)} runs)" if len(specs) != npoints else ""
+    head = f"{npoints} {kind}point{'' if npoints == 1 else 's'}{runs} skipped"
+    head += f"{', as recorded before' if again else ''}: "
     if len(head) + len(reason) > WIDTH:
         reason = reason.split("; ")[0]  # its first clause
     return shorten(head + reason, WIDTH)
@@ -372,7 +376,7 @@ def _outcome(result: results.RunResult) -> tuple[str, str]:
         return result.status, result.message.splitlines()[0] if result.message else ""
     accuracy, fit = TEST_ACCURACY.of(result), FIT_S.of(result)
     if _below_gate(accuracy):
-        return views.gate_text(accuracy), ""
+        return points.gate_text(accuracy), ""
     if fit is None or accuracy is None:
         return STATUS_OK, ""
     return f"ok, fit {fit:.2f} s, test accuracy {accuracy:.3f}", ""
@@ -580,16 +584,16 @@ def closing_lines(results_dir: Path, folders: list[Path], specs: list[RunSpec]) 
         for p, r in results.load_folder(f)
         if (r.fingerprint, int(r.spec.get("repetition", 0))) in wanted
     ]
-    shown = views.group_views(results_dir, loaded)
+    shown = points.group_views(results_dir, loaded)
     machines = len({v.machine for v in shown}) > 1
     return [line for v in shown for line in _scenario_lines(v, machines)]
 
 
-def _scenario_lines(view: views.ScenarioView, machine: bool) -> list[str]:
+def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
     runs = [r for p in view.points for r in p.runs]
     name = view.scenario + (f" on {view.machine}" if machine else "")
-    points = f"{len(view.points)} point{'' if len(view.points) == 1 else 's'}"
-    out = [shorten(f"{name}, {points}: {counts_text(Counter(count_key(r) for r in runs))}", WIDTH)]
+    npoints = f"{len(view.points)} point{'' if len(view.points) == 1 else 's'}"
+    out = [shorten(f"{name}, {npoints}: {counts_text(Counter(count_key(r) for r in runs))}", WIDTH)]
     out += wrapped(verdicts.verdict(view), "  verdict: ", "    ")
     timed = [(p, fit) for p in view.points if p.passes_gate and (fit := p.summary(FIT_S)) is not None]
     if not timed:
@@ -600,7 +604,7 @@ def _scenario_lines(view: views.ScenarioView, machine: bool) -> list[str]:
     return [*out, _fit_line("fastest", *timed[0]), _fit_line("slowest", *timed[-1])]
 
 
-def _fit_line(what: str, point: views.Point, fit: Any) -> str:
+def _fit_line(what: str, point: points.Point, fit: Any) -> str:
     """'  fastest: [width=100, device=cpu] fit 0.41 s (median of 3 runs, 0.39-0.44 s)'."""
     spread = f"median of {fit.n} runs, {fit.low:.2f}-{fit.high:.2f} s" if fit.n > 1 else "1 run"
     return fit_line(f"  {what}: ", point.label, f" fit {fit.median:.2f} s ({spread})")

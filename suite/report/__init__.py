@@ -1,0 +1,1 @@
+"""Results -> reports: points, figures, verdicts, statistics, Markdown pages, plots, compare and show."""

@@ -1,0 +1,1 @@
+"""Untrusted input made safe where it lands: bounded reads of outside files, user text in Markdown."""
