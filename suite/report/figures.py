@@ -36,9 +36,8 @@ from suite.record.results import (
     RunResult,
 )
 from suite.report import stats, verdicts
-from suite.report.points import ACCURACY_GATE, Point, ScenarioView, gate_text, group_views
+from suite.report.points import ACCURACY_GATE, Point, ScenarioView, gate_text, group_views, select_views
 from suite.spec.plan import override_flag, parse_device
-from suite.spec.select import select_views
 
 FORMAT = "keras-speed-suite/report"
 VERSION = 1

@@ -30,10 +30,10 @@ from suite.record.results import (
     RUN_IMAGE,
 )
 from suite.report import compare, figures, plots, verdicts
-from suite.report.points import Point, ScenarioView, load_views
+from suite.report.points import Point, ScenarioView, load_views, select_views
 from suite.safe.markdown import cell, code, paragraph
 from suite.spec.plan import override_flag
-from suite.spec.select import expression_for, select_views
+from suite.spec.select import expression_for
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
 
@@ -388,7 +388,7 @@ def _reproduce(view: ScenarioView, results_dir: Path | None = None) -> str:
     if folder:
         base.append(f"--results {shlex.quote(folder)}")
     base.append(f"--machine {shlex.quote(view.machine)}")
-    selection = getattr(view, "selection", None)  # suite.spec.select.SelectedView: the page was cut with -k
+    selection = getattr(view, "selection", None)  # points.SelectedView: the page was cut with -k
     parts = list(base)
     if selection:
         parts.append(f"-k {shlex.quote(selection)}")

@@ -5,6 +5,7 @@ Pure and deterministic: the same files give the same views in the same order.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from suite.environment import datasets
 from suite.record import results
 from suite.record.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
 from suite.report import stats
-from suite.spec import names
+from suite.spec import names, select
 
 # A run that trains to less than this test accuracy is broken, however fast: it is shown, flagged
 # and kept out of every verdict. MNIST MLPs reach ~0.97; the smoke sizes ~0.9.
@@ -260,3 +261,47 @@ def _measured(spec: dict[str, Any]) -> dict[str, Any]:
 def _short(value: object) -> str:
     text = "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
     return text if len(text) <= 24 else text[:12] + "..."
+
+
+# --------------------------------------------------------------------------- -k on views
+
+
+@dataclass
+class SelectedView(ScenarioView):
+    """A ScenarioView cut with ``-k``: it remembers the expression, so its page's "Reproduce"
+    command runs the same points."""
+
+    selection: str | None = None  # the -k expression the page was cut with
+
+
+def select_views(views: list[ScenarioView], text: str | None) -> list[ScenarioView]:
+    """Report views cut down to the points ``text`` takes; a view with none of them is left out.
+
+    Each cut view says on its page what was left out (its "Also on file" lines) and carries the
+    expression, so its "Reproduce" command runs the same points (``selection``, see SelectedView).
+    """
+    if text is None:
+        return views
+    items = [(v, p, select.item_of(v.scenario, p.coords, p.label)) for v in views for p in v.points]
+    taken = select.choose([item for _, _, item in items], text)
+    kept: dict[int, list[Point]] = {}
+    for (view, point, _), keep in zip(items, taken, strict=True):
+        if keep:
+            kept.setdefault(id(view), []).append(point)
+    out: list[ScenarioView] = []
+    for view in views:
+        points = kept.get(id(view))
+        if not points:
+            continue
+        dropped = len(view.points) - len(points)
+        notes = list(view.other_sizes)
+        if dropped:
+            notes.append(f"{dropped} of {len(view.points)} points, not shown: the page was made with -k {text!r}")
+        out.append(selected_view(view, points=points, other_sizes=notes, selection=text))
+    return out
+
+
+def selected_view(view: ScenarioView, **changes: Any) -> SelectedView:
+    """``view`` with ``changes``, as a SelectedView: a ScenarioView that remembers its ``-k``."""
+    fields = {f.name: getattr(view, f.name) for f in dataclasses.fields(view)}
+    return SelectedView(**{**fields, **changes})

@@ -22,10 +22,8 @@ lists the labels there are): a typo must not pass for an empty plan.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,7 +235,7 @@ def _term(text: str, tok: _Token) -> _Term:
     return _Term(key.lower(), value.lower())
 
 
-# --------------------------------------------------------------------------- plans and views
+# --------------------------------------------------------------------------- plans (report.points applies it to views)
 
 
 def item_of(scenario: str, point: dict[str, Any], label: str) -> Item:
@@ -319,49 +317,3 @@ def _quoted(value: str) -> str:
 
 def points_of(specs: Iterable[RunSpec]) -> int:
     return len({(s.scenario, s.point_label) for s in specs})
-
-
-def select_views(views: list[Any], text: str | None, *, make: Callable[..., Any] | None = None) -> list[Any]:
-    """Report views cut down to the points ``text`` takes; a view with none of them is left out.
-
-    Each cut view says on its page what was left out (its "Also on file" lines) and carries the
-    expression, so its "Reproduce" command runs the same points (``selection``, see SelectedView).
-    """
-    if text is None:
-        return views
-    items = [(v, p, item_of(v.scenario, p.coords, p.label)) for v in views for p in v.points]
-    taken = choose([item for _, _, item in items], text)
-    kept: dict[int, list[Any]] = {}
-    for (view, point, _), keep in zip(items, taken, strict=True):
-        if keep:
-            kept.setdefault(id(view), []).append(point)
-    out = []
-    for view in views:
-        points = kept.get(id(view))
-        if not points:
-            continue
-        dropped = len(view.points) - len(points)
-        notes = list(view.other_sizes)
-        if dropped:
-            notes.append(f"{dropped} of {len(view.points)} points, not shown: the page was made with -k {text!r}")
-        out.append((make or selected_view)(view, points=points, other_sizes=notes, selection=text))
-    return out
-
-
-def selected_view(view: Any, **changes: Any) -> Any:
-    """``view`` with ``changes``, as a SelectedView: a ScenarioView that remembers its ``-k``."""
-    cls = _selected_view_class()
-    fields = {f.name: getattr(view, f.name) for f in dataclasses.fields(view)}
-    return cls(**{**fields, **changes})
-
-
-@functools.cache
-def _selected_view_class() -> type:
-    # suite.report.points pulls in scipy (a second and more): imported when a report is cut, not for every CLI call.
-    from suite.report.points import ScenarioView
-
-    @dataclass
-    class SelectedView(ScenarioView):
-        selection: str | None = None  # the -k expression the page was cut with
-
-    return SelectedView
