@@ -14,7 +14,7 @@ engine), so no image build is ever timed.
      worker itself records as its first statement); this counts Ray's scheduling, the task's start
      on the node (``ray: task start``, the task's own mark on the pool's board), the node's Docker
      backend and the container's create, payload copy and start.
-   - ``docker``: ``DockerBackend.run`` (through the runner's peak cache, as a plan runs it) to the
+   - ``docker``: ``DockerBackend.run`` (through the peak cache, as a plan runs it) to the
      same worker timestamp: the backend and the container only.
    - ``launch->ready``: the worker's own ``launch_to_ready_s`` (container create to framework
      imported and devices set up), the same path on both sides; ``run wall``: hand-over to the
@@ -24,7 +24,7 @@ engine), so no image build is ever timed.
    it pays for joining it (``ray.init`` shipping the checkout as the job's working_dir, timed on
    its own as ``connect``), the node's first Ray worker process and its Docker backend's first contact with
    the engine (GPU probe); on the direct side that first contact. Both sides' first runs also
-   measure the device peak (the runner's peak cache, empty then). ``ray - docker`` is the median of
+   measure the device peak (the peak cache, empty then). ``ray - docker`` is the median of
    the per-round differences; the ratio ray/docker is the ratio of geometric means with
    suite.report.stats' 95% Welch interval (3 rounds or more).
 
@@ -58,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from suite.backends import peak_cache  # noqa: E402
 from suite.backends.docker import IMAGE_ENV, DockerBackend  # noqa: E402
 from suite.backends.ray_cluster import SLOT, RayPool  # noqa: E402
 from suite.record.results import RunResult  # noqa: E402
@@ -165,7 +166,7 @@ def ray_once(pool: RayPool, spec: RunSpec, rnd: int) -> Sample:
 
 def docker_once(backend: DockerBackend, spec: RunSpec, peaks: dict, rnd: int) -> Sample:
     t0 = time.time()
-    result = runner._run_with_peak(spec, backend, peaks)
+    result = peak_cache.run_with_peak(spec, backend, peaks)
     back = time.time()
     checked(result, "docker")
     return Sample(

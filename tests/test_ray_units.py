@@ -23,7 +23,7 @@ import pytest
 from conftest import REPO, suite_cli, write_scenario
 
 from suite import cli
-from suite.backends import ray_cluster
+from suite.backends import peak_cache, ray_cluster
 from suite.backends.ray_cluster import Finished, RayPool, demand, placement_problem
 from suite.record import results
 from suite.record.results import RunResult
@@ -1266,8 +1266,8 @@ def test_a_nodes_later_runs_reuse_its_peak_calibration_from_the_board(
     cpu, _ = specs_of(tmp_path)
     later, _ = specs_of(tmp_path, "later")  # another scenario's cpu point: the same peak key
     backend = PeakBackend()
-    key = runner.peak_key(cpu, backend)
-    assert runner.peak_key(later, backend) == key
+    key = peak_cache.peak_key(cpu, backend)
+    assert peak_cache.peak_key(later, backend) == key
     actor = BoardActor()
     elsewhere = {"flops_per_s": 1.0, "measured_in": "x-r1"}
     actor.board.add_peaks("n3", [[list(key), elsewhere]])  # another node's calibration: not this node's
@@ -1295,7 +1295,7 @@ def test_the_board_wins_over_the_jobs_copy_and_the_jobs_copy_serves_without_a_bo
 ) -> None:
     cpu, _ = specs_of(tmp_path)
     backend = PeakBackend()
-    key = list(runner.peak_key(cpu, backend))
+    key = list(peak_cache.peak_key(cpu, backend))
     stale = {"n2": [[key, {"flops_per_s": 3.0, "measured_in": "old-r1"}]]}
     actor = BoardActor()
     actor.board.add_peaks("n2", [[key, {"flops_per_s": 7.0, "measured_in": "new-r1"}]])

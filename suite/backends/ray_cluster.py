@@ -58,6 +58,7 @@ from typing import Any
 
 from suite import paths
 from suite.backends.base import BackendUnavailable, now_iso
+from suite.backends.peak_cache import run_with_peak
 from suite.environment import host_facts
 from suite.record import provenance
 from suite.record.results import RunResult
@@ -252,8 +253,6 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
         if stopping.is_set():
             raise StopAsked(ASKED)
         _mark(board, job["key"], "ready", backend=backend.name)  # the run's deadline counts from here
-        from suite.run import runner
-
         # This node's calibrations so far in the plan, from the board (every run is submitted at once,
         # so what the orchestrator knew at submit time is nothing); the job's copy without a board.
         known = _peaks_of(board, node_id) if board is not None else (job.get("peaks") or {}).get(node_id, [])
@@ -266,7 +265,7 @@ def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: A
             return backend.skipped(spec, reason), []
         if stopping.is_set():
             raise StopAsked(ASKED)
-        result = runner._run_with_peak(spec, backend, peaks)
+        result = run_with_peak(spec, backend, peaks)
         return result, [[list(k), v] for k, v in peaks.items() if k not in before]
 
     try:

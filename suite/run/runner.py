@@ -8,7 +8,6 @@ flight (hyperfine's rule: export after every benchmark).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import inspect
@@ -27,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from suite.backends.base import Backend
+from suite.backends.peak_cache import run_with_peak
 from suite.record import results
-from suite.record.results import FAILED, FIT_S, PEAK, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
+from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 from suite.report import points, verdicts
 from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
 from suite.safe import bounded
@@ -309,7 +309,7 @@ def run_plan(
                     progress.line(step.line(f"skipped: {step.reason} -> {path}", None), VERBOSE)
                     continue
                 progress.start(step.head(), spec.fingerprint)
-                result = _run_with_peak(spec, backend, peaks, progress.on_event if events else None)
+                result = run_with_peak(spec, backend, peaks, progress.on_event if events else None)
                 seconds = progress.finish(spec.fingerprint)
                 path = _saved(result, folder / spec.scenario, spec, summary, progress)
                 _count(summary, step, result)
@@ -529,47 +529,6 @@ def _accepts_on_event(backend: Backend) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "on_event" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def peak_key(spec: RunSpec, backend: Backend) -> tuple:
-    """Everything that changes a device's matmul peak: where it runs, the framework, the device
-    kind, the compute dtype (mixed precision) and the thread settings."""
-    kind = parse_device(spec.device)[0]
-    cfg = spec.config
-    threads = cfg.get("threads") or {}
-    return (
-        backend.name,
-        cfg.get("image") or "default",
-        cfg["backend"],
-        kind,
-        "mixed" if cfg["training"].get("mixed_precision") else "float32",
-        threads.get("intra_op"),
-        threads.get("inter_op"),
-    )
-
-
-def _run_with_peak(
-    spec: RunSpec,
-    backend: Backend,
-    peaks: dict[tuple, dict],
-    on_event: Callable[[dict], None] | None = None,
-) -> results.RunResult:
-    """Run; the first ok run of each peak key in this invocation measures the peak, later ones reuse it.
-
-    The cache lives for one ``suite run``: a figure measured on another day, under other load or
-    another driver, is never carried over.
-    """
-    key = peak_key(spec, backend)
-    cached = peaks.get(key)
-    asked = dataclasses.replace(spec, calibrate_peak=cached is None)
-    result = backend.run(asked, on_event=on_event) if on_event is not None else backend.run(asked)
-    if not result.ok:
-        return result
-    if cached is None:
-        if PEAK.of(result):
-            peaks[key] = {**PEAK.of(result), "measured_in": spec.run_id}
-        return result
-    return dataclasses.replace(result, work={**result.work, PEAK.key: {**cached, "source": "cached"}})
 
 
 def closing_lines(results_dir: Path, folders: list[Path], specs: list[RunSpec]) -> list[str]:
