@@ -1,4 +1,5 @@
-"""The package's shape: data flows one way, so imports form no cycle and the host keeps off worker training."""
+"""The package's shape: data flows one way, so imports go down the layer table, form no cycle, and the host
+keeps off worker training."""
 
 from __future__ import annotations
 
@@ -59,6 +60,65 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_cycle_in_the_package() -> None:
     cycle = _cycle(_graph())
     assert cycle is None, " -> ".join(cycle or [])
+
+
+# The stages of suite/, bottom up. A module may import its own stage and the stages of lower rows,
+# never a stage of its own row or of a row above: data flows scenario -> plan -> run -> record ->
+# report, and what a stage stands on sits below it. A new package or top-level module needs a row.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("worker", "telemetry"),  # the worker imports nothing of the host (test_worker_imports)
+    ("paths", "safe"),  # where files lie; untrusted input made safe
+    ("environment",),  # images, locks, the Docker engine, MNIST on the host, host facts
+    ("spec",),  # scenario files, settings, names, plan, -k, schema
+    ("record",),  # the result record and its provenance
+    ("report",),  # results -> points, figures, verdicts, pages
+    ("backends",),  # a RunSpec -> a RunResult
+    ("run",),  # the plan loop, fleet, progress
+    ("reproduce",),
+    ("command line",),  # cli, envinfo, __main__
+)
+COMMAND_LINE = {"suite.cli", "suite.envinfo", "suite.__main__"}
+
+
+def _stage(module: str) -> str:
+    if module in COMMAND_LINE:
+        return "command line"
+    return module.split(".")[1]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from one stage to another that is not in a lower row of LAYERS."""
+    row = {stage: i for i, stages in enumerate(LAYERS) for stage in stages}
+    return [
+        f"{module} ({_stage(module)}) imports {dep} ({_stage(dep)})"
+        for module, deps in sorted(graph.items())
+        for dep in sorted(deps)
+        if _stage(dep) != _stage(module) and row[_stage(dep)] >= row[_stage(module)]
+    ]
+
+
+def test_every_module_belongs_to_a_stage_of_the_layer_table() -> None:
+    stages = {stage for stages in LAYERS for stage in stages}
+    unplaced = sorted(m for m in _graph() if m != "suite" and _stage(m) not in stages)
+    assert not unplaced, f"add a row (or a stage to a row) of LAYERS for: {unplaced}"
+
+
+def test_no_import_goes_up_the_layer_table() -> None:
+    assert _upward(_graph()) == []
+
+
+def test_the_layer_check_sees_an_import_that_goes_up_or_sideways() -> None:
+    graph = {
+        "suite.spec.select": {"suite.report.points", "suite.spec.plan", "suite.environment.datasets"},
+        "suite.backends.ray_cluster": {"suite.run.runner"},
+        "suite.worker.train": {"suite.telemetry.core"},
+        "suite.cli": {"suite.envinfo", "suite.reproduce"},
+    }
+    assert _upward(graph) == [
+        "suite.backends.ray_cluster (backends) imports suite.run.runner (run)",
+        "suite.spec.select (spec) imports suite.report.points (report)",
+        "suite.worker.train (worker) imports suite.telemetry.core (telemetry)",
+    ]
 
 
 def test_plan_does_not_import_the_yaml_loader() -> None:
