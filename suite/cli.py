@@ -450,7 +450,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         for s in specs:
             points.setdefault((s.scenario, s.point_label), []).append(s)
-        rows, total = [], _Totals()
+        rows: list[list[Any]] = []
+        total = _Totals()
         for (scenario, label), runs in points.items():
             first = runs[0]
             status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)

@@ -403,7 +403,9 @@ def current_docker(backend: Any, spec: plan.RunSpec) -> Here:
     try:
         ref, image = backend.image_for(spec)
     except Unavailable as exc:
-        image_block = {"name": name, "id": None, "digest": None, "recipe_hash": today, "context_hash": None}
+        image_block: dict[str, Any] | None = dict(
+            name=name, id=None, digest=None, recipe_hash=today, context_hash=None
+        )
         env, _ = provenance.image_provenance({})  # the environment block of a run that got no image
         problem = f"image: {exc}" if exc.status == "image_unavailable" else f"docker engine: {exc}"
         return Here({"suite": suite_now, "environment": env, "image": image_block}, [problem], name)
@@ -757,7 +759,8 @@ def verdict(
     # inside the band (it could yet be called reproduced), the 95% one where it lies outside.
     inside = low <= r.value <= high
     shown = eq if inside else r
-    width = "is wider than" if shown.high - shown.low > high - low else "straddles"
+    shown_width = eq.high - eq.low if inside else r.high - r.low
+    width = "is wider than" if shown_width > high - low else "straddles"
     needed = repeats_needed(original, rerun, tolerance)
     if needed is not None:
         how = f"rerun with --repeats {needed} (an estimate from the spread observed)"
@@ -886,7 +889,8 @@ def fact_differences(original: list[RunResult], rerun: list[RunResult]) -> tuple
     ran = [r for r in rerun if r.environment]
     if not ran:
         return [], []
-    hardware, other = [], []
+    hardware: list[str] = []
+    other: list[str] = []
     for name, get in compare.FACTS:
         was = sorted({str(get(r)) for r in original if r.ok and r.environment})
         now = sorted({str(get(r)) for r in ran})
@@ -1154,10 +1158,10 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
     for p in points:
         mine = sorted(reruns.get(p.fingerprint, []), key=lambda item: int(item[1].spec.get("repetition", 0)))
         lines, notes, where = diffs[p.fingerprint]
-        point = compare_point(p, [r for _, r in mine], opts.tolerance, (lines, notes), made[names[p.fingerprint]][0])
-        point["difference_files"] = {d: [str(f) for f in where.get(d, [])] for d in [*lines, *notes]}
-        point["rerun"]["files"] = [str(path) for path, _ in mine]
-        compared.append(point)
+        row = compare_point(p, [r for _, r in mine], opts.tolerance, (lines, notes), made[names[p.fingerprint]][0])
+        row["difference_files"] = {d: [str(f) for f in where.get(d, [])] for d in [*lines, *notes]}
+        row["rerun"]["files"] = [str(path) for path, _ in mine]
+        compared.append(row)
     data = collect(compared, opts.tolerance, folder, opts.anyway, opts.inputs, left_out)
     if opts.as_json:
         print(json.dumps(data, indent=1, allow_nan=False))

@@ -202,7 +202,7 @@ def names() -> list[str]:
 
 def choose(opts: BackendOptions) -> tuple[str, str]:
     """(name, why) for ``auto``: the first backend in registry order that can run here."""
-    passed_over = []
+    passed_over: list[str] = []
     for name, entry in BACKENDS.items():
         ok, why = entry.usable(opts)
         if ok:

@@ -415,7 +415,7 @@ def inherit_pool(inventory: dict[str, Any], environ: Mapping[str, str] | None = 
     gpus = list(inventory.get("gpus", []))
     value = environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
-        pool = {"source": "every GPU of the host", "cuda_visible_devices": None}
+        pool: dict[str, Any] = {"source": "every GPU of the host", "cuda_visible_devices": None}
         return {**inventory, "pool": {**pool, "uuids": [g.get("uuid") for g in gpus]}, "outside_pool": []}
     try:
         kept, note = identity.visible_pool(value, gpus, environ.get("CUDA_DEVICE_ORDER"))

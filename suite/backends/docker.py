@@ -146,7 +146,7 @@ class DockerBackend(RunSkeleton):
         return device_skip_reason(spec, self.inventory())
 
     def run_info(self) -> dict[str, Any]:
-        info = {
+        info: dict[str, Any] = {
             "backend": self.name,
             "machine": self.machine,
             "daemon": self.daemon.address,
@@ -403,6 +403,7 @@ class DockerBackend(RunSkeleton):
 
         kind, _ = parse_device(spec.device)
         name = spec.config.get("image")
+        ref: str | None
         if isinstance(self.image_override, str):
             ref = self.image_override
         else:

@@ -75,7 +75,7 @@ def memory_cgroup(pid: int) -> tuple[str, Path] | None:
 
 def _cgroup_mounts() -> list[tuple[str, str, str, str]]:
     """(root within the hierarchy, mount point, fs type, super options) of each cgroup mount."""
-    mounts = []
+    mounts: list[tuple[str, str, str, str]] = []
     try:
         text = Path("/proc/self/mountinfo").read_text()
     except OSError:

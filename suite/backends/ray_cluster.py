@@ -44,6 +44,7 @@ answer the board within the grace, and for a queued task no node can place.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import signal
 import socket
@@ -453,7 +454,7 @@ def _node_backend(machine: str, job: dict[str, Any]) -> Any:
             # packages on its path, which no worker imports.
             backend._environment = provenance.venv_environment(backend.python, in_subprocess=True)
         shipped = dict(job["suite"])
-        backend.suite_provenance = lambda: dict(shipped)  # type: ignore[method-assign]
+        backend.suite_provenance = lambda: dict(shipped)
         _node_backends[key] = backend
     return _node_backends[key]
 
@@ -907,7 +908,7 @@ class RayPool:
             return
         for ref in (found or ([], []))[0]:
             try:
-                value = _within(GCS_CALL_S, lambda ref=ref: ray.get(ref, timeout=GCS_CALL_S))
+                value = _within(GCS_CALL_S, functools.partial(ray.get, ref, timeout=GCS_CALL_S))
             except Exception:  # noqa: BLE001 - a failed task: its cause is gone with the head
                 continue
             if isinstance(value, dict) and "result" in value:

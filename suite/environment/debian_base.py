@@ -274,6 +274,7 @@ def _import(client: Any, root: Path, tag: str, labels: dict[str, str]) -> None:
     proc = subprocess.Popen(
         ["tar", "--numeric-owner", "-C", str(root), "-cf", "-", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         client.api.import_image_from_data(_chunks(proc.stdout), repository=repository, tag=version, changes=changes)
     finally:

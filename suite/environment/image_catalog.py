@@ -153,7 +153,8 @@ def _image_def(path: Path, name: str, entry: Any, locks_may_be_missing: bool = F
         # Each becomes an image label or a build arg: one line of text.
         if entry.get(key) is not None and (not isinstance(entry[key], str) or "\n" in entry[key] or "\r" in entry[key]):
             raise ImageError(f"{where}.{key}: expected one line of text, got {entry[key]!r}")
-    return ImageDef(name=name, **{k: (v if k == "gpu" or v is None else str(v)) for k, v in entry.items()})
+    fields: dict[str, Any] = {k: (v if k == "gpu" or v is None else str(v)) for k, v in entry.items()}
+    return ImageDef(name=name, **fields)
 
 
 LOCK_SECTIONS = ("bases", "debian_bases")

@@ -350,7 +350,8 @@ def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Calla
             info.size, info.mode, info.mtime = len(data), 0o644, 0  # fixed metadata: same bytes, same cache
             tar.addfile(info, io.BytesIO(data))
     context.seek(0)
-    image_id, log = None, []
+    image_id: str | None = None
+    log: list[str] = []
     stream = client.api.build(
         fileobj=context,
         custom_context=True,

@@ -141,8 +141,8 @@ def installed_differences(pins: dict[str, str]) -> list[str]:
 
 def extraneous(pins: dict[str, str]) -> list[str]:
     """Installed distributions the lock does not name (pip aside): what a sync with the lock removes."""
-    pins = {normalize(name) for name in pins}
-    return sorted(name for name in installed() if name not in pins and name not in INSTALLER)
+    locked = {normalize(name) for name in pins}
+    return sorted(name for name in installed() if name not in locked and name not in INSTALLER)
 
 
 def read_hashes(path: str | Path) -> dict[str, set[str]]:

@@ -248,8 +248,8 @@ def gpu_busy_percent(result: RunResult) -> float | None:
         tm.window_stat(e, "mean", BUSY_WINDOWS, BUSY_MIN_SAMPLES)
         for e in tm.metric_entries(result.telemetry, tm.GPU_UTIL_PERCENT)
     ]
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
+    measured = [v for v in values if v is not None]
+    return sum(measured) / len(measured) if measured else None
 
 
 def peak_memory_bytes(result: RunResult) -> float | None:
@@ -266,15 +266,15 @@ def peak_memory_bytes(result: RunResult) -> float | None:
         for name in (tm.MEMORY_BYTES, tm.PROCESS_HWM_BYTES)
         for e in tm.metric_entries(result.telemetry, name)
     ]
-    peaks = [p for p in peaks if p is not None]
-    return max(peaks) if peaks else None
+    measured = [p for p in peaks if p is not None]
+    return max(measured) if measured else None
 
 
 def peak_gpu_memory_bytes(result: RunResult) -> float | None:
     """The largest memory used on any one of the run's GPUs (the device as a whole, other processes included)."""
     peaks = [tm.window_stat(e, "max", ("run",)) for e in tm.metric_entries(result.telemetry, tm.GPU_MEMORY_BYTES)]
-    peaks = [p for p in peaks if p is not None]
-    return max(peaks) if peaks else None
+    measured = [p for p in peaks if p is not None]
+    return max(measured) if measured else None
 
 
 # A result measured under load: the thresholds and the words, in one place (the console, show, the

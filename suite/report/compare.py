@@ -147,6 +147,7 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
         by_scenario.setdefault(v.scenario, {})[v.machine] = v
     scenarios, alone = [], []
     for scenario, per_machine in sorted(by_scenario.items()):
+        assert ref is not None  # there is a view, so a machine
         if len(per_machine) < 2 <= len(machines):
             alone.append({"scenario": scenario, "machine": next(iter(per_machine))})
             continue
@@ -188,13 +189,13 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
         base_fit = base.values(FIT_S) if base else []
         cells = {}
         for m in machines:
-            p = found[m]
-            fit = p.values(FIT_S) if p else []
+            got = found[m]
+            fit = got.values(FIT_S) if got else []
             r = stats.ratio(base_fit, fit) if fit and base_fit and m != ref else None  # reference time over this one's
             cells[m] = {
-                "status": p.status if p else "not run",
-                "runs_ok": len(p.ok_runs) if p else 0,
-                "runs_total": len(p.runs) if p else 0,
+                "status": got.status if got else "not run",
+                "runs_ok": len(got.ok_runs) if got else 0,
+                "runs_total": len(got.runs) if got else 0,
                 "fit_s_geomean": stats.geometric_mean(fit) if fit else None,
                 "speedup_vs_reference": r.value if r else None,
                 "speedup_ci_low": r.low if r else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from typing import Any
 
 import matplotlib
 
@@ -41,10 +42,13 @@ def _along(ax: plt.Axes, view: ScenarioView, axis: str | None, series: Callable[
     point missing in one series cannot shift that curve against the others; any other axis gets one
     shared slot per value. A series with no point that ran ok is named in the legend, not drawn.
     """
+    def at(p: Point) -> Any:
+        return None if axis is None else p.coords.get(axis)
+
     values: list = []  # in order, once each; by equality, as a value may be a list (model.hidden: [[512, 512], ...])
     for p in view.points:
-        if p.coords.get(axis) not in values:
-            values.append(p.coords.get(axis))
+        if at(p) not in values:
+            values.append(at(p))
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in values)
     drawn = False
     for name in dict.fromkeys(series(p) for p in view.points):
@@ -52,7 +56,7 @@ def _along(ax: plt.Axes, view: ScenarioView, axis: str | None, series: Callable[
         if not pts:
             ax.plot([], [], " ", label=plot_text(f"{name}: none ran ok (see the page)" if name else "none ran ok"))
             continue
-        xs = [p.coords.get(axis) if numeric else values.index(p.coords.get(axis)) for p in pts]
+        xs: list[Any] = [at(p) if numeric else values.index(at(p)) for p in pts]
         sums = [_fit_summary(p) for p in pts]
         # max(0, ...): exp(mean(log)) of equal times can round a hair outside their min-max.
         errors = [[max(0.0, g - lo) for g, lo, _ in sums], [max(0.0, hi - g) for g, _, hi in sums]]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from suite.record.results import FIT_S, STATUS_SKIPPED
 from suite.report import stats
@@ -72,7 +73,7 @@ def short_reason(message: str) -> str:
     return re.sub(r"\s+([;,.])", r"\1", re.sub(r"\s{2,}", " ", "".join(out))).strip(" ;,")
 
 
-def usable(p: Point | None) -> bool:
+def usable(p: Point | None) -> TypeGuard[Point]:
     return p is not None and p.passes_gate and len(p.ok_runs) == len(p.runs)
 
 
@@ -188,17 +189,21 @@ def _missing_count(points: list[Point], kind: str = "") -> str:
 def gpu_crossover(view: ScenarioView) -> Verdict:
     """Along the size axis (matrix order): from which point the GPU trains measurably faster."""
     axis = view.size_axis
+
+    def along(p: Point) -> Any:  # the point's value along the size axis
+        return None if axis is None else p.coords.get(axis)
+
     rows: list[tuple[object, stats.Ratio]] = []  # (value along the axis, CPU fit / GPU fit)
     busy: list[tuple[object, float | None]] = []  # (value along the axis, GPU busy % of that row's GPU point)
     missing: list[tuple[str, str]] = []
     gpu_points = [p for p in view.points if parse_device(p.device)[0] == "gpu"]
     gpu_device = next((p.device for p in gpu_points if parse_device(p.device)[1] == 1), "gpu")
     cpus = [p for p in view.points if p.device == "cpu"]
-    if all(_numeric(p.coords.get(axis)) for p in cpus):
-        cpus.sort(key=lambda p: p.coords.get(axis))  # along the axis by value, whatever the YAML's order
+    if all(_numeric(along(p)) for p in cpus):
+        cpus.sort(key=along)  # along the axis by value, whatever the YAML's order
     paired = set()
     for cpu in cpus:
-        value = cpu.coords.get(axis)
+        value = along(cpu)
         gpu = view.point(**{**cpu.coords, "device": gpu_device})
         paired.add(id(gpu))
         if usable(cpu) and usable(gpu) and (differs := not_comparable(gpu, cpu)):
@@ -211,14 +216,14 @@ def gpu_crossover(view: ScenarioView) -> Verdict:
         why = [f"{side}: {why_unusable(p)}" for side, p in (("CPU", cpu), ("GPU", gpu)) if not usable(p)]
         missing.append((_name(axis, value), "; ".join(why)))
     missing += [
-        (_name(axis, p.coords.get(axis)), f"GPU: no CPU point to compare with ({p.device})")
+        (_name(axis, along(p)), f"GPU: no CPU point to compare with ({p.device})")
         for p in gpu_points
         if id(p) not in paired and parse_device(p.device)[1] == 1
     ]
     left = tuple(missing)
     if not rows:
         reason = _skip_reason(gpu_points) or "no CPU and GPU pair ran ok on every repetition"
-        cpu_fits = [(p.coords.get(axis), stats.geometric_mean(_fit(p))) for p in cpus if _fit(p)]
+        cpu_fits = [(along(p), stats.geometric_mean(_fit(p))) for p in cpus if _fit(p)]
         ends = cpu_fits[:1] if len(cpu_fits) == 1 else [cpu_fits[0], cpu_fits[-1]] if cpu_fits else []
         times = " to ".join(f"{t:.2f} s at {_name(axis, v)}" for v, t in ends)
         span = f"CPU fit time: {times}." if ends else ""

@@ -55,7 +55,8 @@ def load_hosts(path: str | Path) -> list[Host]:
     if not isinstance(raw, dict) or not raw:
         ck.fail("hosts", "required; a mapping of host name -> {docker: ADDRESS, gpus: [...]}")
         raise ScenarioError(ck.problems)
-    hosts, addresses = [], {}
+    hosts: list[Host] = []
+    addresses: dict[str, str] = {}
     for name, entry in raw.items():
         key = f"hosts.{name}"
         if not names.is_safe(name):

@@ -102,7 +102,7 @@ MAX_YAML_NODES = 100_000  # with every alias expanded where it is used
 class YamlRefused(yaml.YAMLError):
     """A document over the bounds, or with a key that is not plain text; says where, as PyYAML's errors do."""
 
-    def __init__(self, problem: str, mark: yaml.Mark | None = None):
+    def __init__(self, problem: str, mark: Any = None):  # a yaml Mark, or None
         super().__init__(problem)
         self.problem, self.problem_mark = problem, mark
 
@@ -324,14 +324,14 @@ def _load_report(ck: Checker, raw: Any, matrix: dict[str, list[Any]], has_varian
     if not isinstance(baseline, dict):
         ck.fail("report.baseline", f"must be a mapping of matrix axis to value, got {type_name(baseline)}")
         return {}, verdict
-    axes = dict(matrix)
+    axes: dict[str, list[Any] | None] = dict(matrix)
     if has_variants:
         axes["variant"] = None  # any variant name
     for path, value in baseline.items():
         if path not in axes:
             ck.fail(f"report.baseline.{path}", f"not a matrix axis; axes: {', '.join(axes) or 'none'}")
-        elif axes[path] is not None and value not in axes[path]:
-            ck.fail(f"report.baseline.{path}", f"{value!r} is not one of the axis values {axes[path]}")
+        elif (values := axes[path]) is not None and value not in values:
+            ck.fail(f"report.baseline.{path}", f"{value!r} is not one of the axis values {values}")
     return baseline, verdict
 
 
@@ -455,7 +455,9 @@ def overrides_problems(scenarios: list[Scenario], overrides: list[Override]) -> 
 def load_all(paths: list[str | Path], max_runs: int = MAX_RUNS, repeats: int | None = None) -> list[Scenario]:
     """Load several files (``load``'s ``max_runs`` and ``repeats`` for each); also refuses two
     scenarios with the same name."""
-    scenarios, problems, seen = [], [], {}
+    scenarios: list[Scenario] = []
+    problems: list[str] = []
+    seen: dict[str, str] = {}
     for path in paths:
         try:
             sc = load(path, max_runs, repeats)

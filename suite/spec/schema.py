@@ -98,7 +98,7 @@ def _for_kind(kind: ModelKind) -> dict[str, Any]:
 
 def _when(kind: str) -> dict[str, Any]:
     """The condition 'the file's model is of this kind' (the default kind also when it names none)."""
-    names_it = {"properties": {"model": {"properties": {"kind": {"const": kind}}}}}
+    names_it: dict[str, Any] = {"properties": {"model": {"properties": {"kind": {"const": kind}}}}}
     if kind == DEFAULT_KIND:
         return names_it
     names_it["properties"]["model"]["required"] = ["kind"]

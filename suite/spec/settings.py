@@ -387,7 +387,7 @@ def check_config(
     ck: Checker, config: dict[str, Any], prefix: str = "", line_of: Callable[[str], str] | None = None
 ) -> None:
     """Closed keys and value rules over a (possibly partial) config tree; the model's keys are its kind's."""
-    line = line_of or (lambda path: None)
+    line: Callable[[str], str | None] = line_of or (lambda path: None)
     if prefix == "model":
         _check_model(ck, config, line)
         return
@@ -530,7 +530,7 @@ def _check_model_keys(ck: Checker, config: dict[str, Any], section: str) -> None
     (and the worker would build from keys its kind does not have)."""
     model = config.get("model")
     kind = model.get("kind") if isinstance(model, dict) else None
-    if kind in KINDS and set(model) != set(KINDS[kind].keys):
+    if isinstance(model, dict) and kind in KINDS and set(model) != set(KINDS[kind].keys):
         odd = ", ".join(sorted(set(model) ^ set(KINDS[kind].keys)))
         ck.fail(
             _key(section, "model.kind"),

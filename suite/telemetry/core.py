@@ -85,7 +85,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def summarize(values: list[float]) -> dict[str, float] | None:
+def summarize(values: list[float | None]) -> dict[str, float] | None:
     """mean, p95, max and n of the values that are not None; None when there are none."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
@@ -93,7 +93,7 @@ def summarize(values: list[float]) -> dict[str, float] | None:
     return {"mean": sum(vals) / len(vals), "p95": percentile(vals, 95), "max": max(vals), "n": len(vals)}
 
 
-def reason_shares(masks: list[float]) -> dict[str, float]:
+def reason_shares(masks: list[float | None]) -> dict[str, float]:
     """reason -> share of samples in which it was active."""
     vals = [int(m) for m in masks if m is not None]
     if not vals:

@@ -272,6 +272,7 @@ class SmiSampler(Sampler):
                     with self._lock:
                         self.reads.append(t)
                 tick_devices.add(device)
+                assert tick_t is not None  # set by this row or by the tick it joins
                 for key, value in metrics.items():
                     self.add(key, tick_t, value)
         except RuntimeError as exc:  # its exit code, with what it printed last

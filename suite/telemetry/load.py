@@ -173,7 +173,8 @@ class Ownership:
         if key not in self._in_cgroup:
             try:
                 with open(f"{self.proc}/{pid}/cgroup", encoding="utf-8", errors="replace") as fh:
-                    member = bool(self.cgroup) and self.cgroup in fh.read()
+                    cgroup = self.cgroup
+                    member = bool(cgroup and cgroup in fh.read())
             except OSError:
                 member = False
             self._in_cgroup[key] = member

@@ -69,7 +69,10 @@ def _arm_own_deadline(result_path: str) -> threading.Timer | None:
         return None
 
     def give_up() -> None:
-        record = {"status": "timeout", "message": f"the worker ended itself at its own deadline of {seconds:g} s"}
+        record: dict[str, Any] = {
+            "status": "timeout",
+            "message": f"the worker ended itself at its own deadline of {seconds:g} s",
+        }
         record.update({section: {} for section in ("timing", "quality", "work", "environment")})
         try:
             _write(result_path, record)
