@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from suite import backends, paths
 from suite.environment import datasets, host_facts, image_catalog, locks
@@ -809,13 +808,8 @@ def _log_parts(original: list[float], rerun: list[float]) -> tuple[float, float,
 
 
 def _half_width(var_o: float, n: int, var_r: float, m: float, level: float = stats.LEVEL) -> float:
-    """The Welch interval's half-width at ``level`` on log times for n original and m rerun runs (stats' formula)."""
-    va, vb = var_o / n, var_r / m
-    se2 = va + vb
-    if se2 <= 0:
-        return 0.0
-    dof = se2**2 / (va**2 / (n - 1) + vb**2 / (m - 1))
-    return float(sps.t.ppf(0.5 + level / 2, dof) * math.sqrt(se2))
+    """The Welch interval's half-width at ``level`` on log times for n original and m rerun runs."""
+    return float(stats.welch_half_width(var_o, n, var_r, m, level))
 
 
 def _distance(diff: float, tolerance: float) -> tuple[float, float]:

@@ -18,6 +18,7 @@ Deterministic (no resampling): the same results give the same bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -186,15 +187,20 @@ def welch_log_interval(
     ``log_a`` and ``log_b`` hold repetitions on their last axis. Returns (difference, low, high);
     exponentiate for the ratio. Where both sides have no spread at all the interval is the point.
     """
-    n_a, n_b = log_a.shape[-1], log_b.shape[-1]
     diff = log_a.mean(-1) - log_b.mean(-1)
-    va, vb = log_a.var(-1, ddof=1) / n_a, log_b.var(-1, ddof=1) / n_b
+    half = welch_half_width(log_a.var(-1, ddof=1), log_a.shape[-1], log_b.var(-1, ddof=1), log_b.shape[-1], level)
+    return diff, diff - half, diff + half
+
+
+def welch_half_width(var_a: Any, n_a: float, var_b: Any, n_b: float, level: float = LEVEL) -> Any:
+    """Half-width of the Welch interval on a difference of two means, from each side's sample
+    variance and count (numbers or arrays); 0 where neither side has any spread."""
+    va, vb = np.asarray(var_a, float) / n_a, np.asarray(var_b, float) / n_b
     se2 = va + vb
     with np.errstate(divide="ignore", invalid="ignore"):
         dof = se2**2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
     dof = np.where(se2 > 0, dof, np.inf)
-    half = sps.t.ppf(0.5 + level / 2, dof) * np.sqrt(se2)
-    return diff, diff - half, diff + half
+    return sps.t.ppf(0.5 + level / 2, dof) * np.sqrt(se2)
 
 
 def ratio(numerator: list[float], denominator: list[float], level: float = LEVEL) -> Ratio:
