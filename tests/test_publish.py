@@ -86,7 +86,7 @@ def test_a_report_and_its_publishing_commit_leave_the_code_clean_and_reproducibl
     assert "do not fit" not in proc.stderr and "verdict:" in proc.stdout, proc.stdout + proc.stderr
 
     # A change to the code is still a change.
-    module = clone / "suite" / "markdown.py"
+    module = clone / "suite" / "safe" / "markdown.py"
     module.write_text(module.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     version = _suite(clone, tmp_path, "--version")
     assert "+ uncommitted changes (1 file" in version.stdout, version.stdout
