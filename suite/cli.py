@@ -18,7 +18,8 @@ from typing import Any
 
 from suite import backends, paths
 from suite.environment import datasets, host_facts
-from suite.record import results
+from suite.record import code_identity, results
+from suite.report import provenance_text
 from suite.run import runner
 from suite.run.progress import NORMAL, QUIET, VERBOSE, duration_text
 from suite.safe.markdown import escaped
@@ -94,15 +95,14 @@ def version_text() -> str:
     """``keras-speed-suite 0.1.0 (git 1a2b3c4d5e6f)``; where the tree differs from that revision,
     ``+ uncommitted changes (N files, diff sha256 ...)``: the words and hash a result's provenance
     records, so a checkout can be matched to a result by eye before ``reproduce`` checks it."""
-    from suite.record import provenance
 
     name, version = paths.DISTRIBUTION, paths.version()
     if paths.CHECKOUT is None:
         return f"{name} {version} (installed package at {paths.PACKAGE_DIR}: no git revision)"
-    identity = provenance.suite_identity(paths.CHECKOUT)
+    identity = code_identity.suite_identity(paths.CHECKOUT)
     if not identity.get("git_revision"):
         return f"{name} {version} (no git revision: not a git checkout, or git is missing)"
-    return f"{name} {version} (git {provenance.suite_text(identity)})"
+    return f"{name} {version} (git {provenance_text.suite_text(identity)})"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -47,9 +47,9 @@ import numpy as np
 
 from suite import backends, paths
 from suite.environment import datasets, host_facts, image_catalog, locks
-from suite.record import results
+from suite.record import code_identity, results
 from suite.record.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
-from suite.report import compare, stats
+from suite.report import compare, provenance_text, stats
 from suite.report.points import ACCURACY_GATE
 from suite.run import runner
 from suite.spec import plan, select
@@ -380,7 +380,7 @@ def current_local() -> Here:
 
     return Here(
         {
-            "suite": provenance.suite_identity(),
+            "suite": code_identity.suite_identity(),
             "environment": provenance.venv_environment(sys.executable),
             "image": None,
         }
@@ -398,7 +398,7 @@ def current_docker(backend: Any, spec: plan.RunSpec) -> Here:
     catalog = image_catalog.load_catalog()
     name = spec.config.get("image") or catalog.default_for(plan.parse_device(spec.device)[0] == "gpu")
     today = image_catalog.recipe_hash(catalog, name) if name in catalog.images else None
-    suite_now = provenance.suite_identity()
+    suite_now = code_identity.suite_identity()
     try:
         ref, image = backend.image_for(spec)
     except Unavailable as exc:
@@ -413,8 +413,8 @@ def current_docker(backend: Any, spec: plan.RunSpec) -> Here:
     built = (image_block or {}).get("recipe_hash")
     if today is not None and built != today:
         problems.append(
-            f"image on the engine: {ref} carries recipe {provenance.short(built)}, this checkout's recipe for "
-            f"{name} is {provenance.short(today)}; rebuild it: `python -m suite images build {name}`"
+            f"image on the engine: {ref} carries recipe {provenance_text.short(built)}, this checkout's recipe for "
+            f"{name} is {provenance_text.short(today)}; rebuild it: `python -m suite images build {name}`"
         )
     image_block = {**(image_block or {}), "recipe_hash": today if today is not None else built}
     return Here({"suite": suite_now, "environment": env, "image": image_block}, problems, name)
@@ -463,7 +463,6 @@ def lock_covered(recorded: dict[str, Any], here: dict[str, Any], python: str | N
     KERAS_BACKEND before Keras is imported.
 
     ``python``: this interpreter's X.Y (default: the running one's)."""
-    from suite.record import provenance
 
     if recorded.get("kind") != "venv" or here.get("kind") != "venv" or recorded.get("matches_lock") is False:
         return None
@@ -487,8 +486,8 @@ def lock_covered(recorded: dict[str, Any], here: dict[str, Any], python: str | N
     extra = sorted(name for name in have if name not in pins and name not in locks.INSTALLER)
     also = f"; also installed here: {', '.join(extra)} (nothing the spec runs on)" if extra else ""
     return (
-        f"{COVERED} result {provenance.lock_text(recorded)}, here {provenance.lock_text(here)}: every one of the "
-        f"{len(pins)} packages {lock_file} pins is installed here at its version{also}"
+        f"{COVERED} result {provenance_text.lock_text(recorded)}, here {provenance_text.lock_text(here)}: "
+        f"every one of the {len(pins)} packages {lock_file} pins is installed here at its version{also}"
     )
 
 
@@ -510,7 +509,6 @@ def differences(point: Original, here: Here) -> tuple[list[str], list[str]]:
 def differences_in_files(point: Original, here: Here) -> dict[str, list[Path]]:
     """Each line of ``differences`` (notes included), in order, with the point's files it applies
     to: a provenance line to the ok runs that recorded that provenance, the rest to every file."""
-    from suite.record import provenance
 
     out: dict[str, list[Path]] = {}
 
@@ -533,7 +531,7 @@ def differences_in_files(point: Original, here: Here) -> dict[str, list[Path]]:
         group[2].append(r)
     for recorded, files, _ in groups.values():
         if recorded is not None:
-            lines = provenance.describe_differences(recorded, here.provenance)
+            lines = provenance_text.describe_differences(recorded, here.provenance)
             covered = lock_covered(recorded.get("environment") or {}, here.provenance.get("environment") or {})
             if covered:
                 # This venv holds the result's lock exactly: the lock it was installed from, and how
@@ -552,18 +550,17 @@ def differences_in_files(point: Original, here: Here) -> dict[str, list[Path]]:
 def mixed_line(groups: list[tuple[dict[str, Any] | None, list[RunResult]]]) -> str:
     """The difference of a point whose ok runs recorded more than one provenance: which
     repetitions were made how, naming only what tells the groups apart."""
-    from suite.record import provenance
 
     def parts(p: dict[str, Any] | None) -> dict[str, str]:
         if p is None:
             return {"provenance": "none recorded"}
         image = p.get("image") or {}
         return {
-            "suite": provenance.suite_text(p.get("suite")),
-            "lock": provenance.lock_text(p.get("environment"))
+            "suite": provenance_text.suite_text(p.get("suite")),
+            "lock": provenance_text.lock_text(p.get("environment"))
             + ("" if (p.get("environment") or {}).get("matches_lock") is not False else ", installed packages differ"),
-            "image": f"{image.get('name') or '?'} recipe {provenance.short(image.get('recipe_hash'))} "
-            f"ID {provenance.short(image.get('id'))}"
+            "image": f"{image.get('name') or '?'} recipe {provenance_text.short(image.get('recipe_hash'))} "
+            f"ID {provenance_text.short(image.get('id'))}"
             if image
             else "none",
         }
@@ -583,10 +580,10 @@ def mixed_line(groups: list[tuple[dict[str, Any] | None, list[RunResult]]]) -> s
 
 def _changes_text(suite: dict[str, Any]) -> str:
     """ "diff sha256 ab12cd34ef56; paths suite/x.py, suite/y.py" for a recorded dirty tree."""
-    from suite.record import provenance
 
     paths = [str(x) for x in suite.get("dirty_paths") or []]
-    return f"diff sha256 {provenance.short(suite.get('diff_sha256'))}; paths {files_text([Path(x) for x in paths])}"
+    diff = provenance_text.short(suite.get("diff_sha256"))
+    return f"diff sha256 {diff}; paths {files_text([Path(x) for x in paths])}"
 
 
 def advice(

@@ -24,8 +24,8 @@ from docker_fixtures import backend_factory, engine_client, image_fixture, small
 from suite.backends.base import Exit, RunSkeleton
 from suite.backends.docker import DockerBackend
 from suite.backends.local import LocalBackend
-from suite.record import provenance
-from suite.report import show
+from suite.record import code_identity, provenance
+from suite.report import provenance_text, show
 from suite.spec import plan, scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -49,9 +49,9 @@ def repo(tmp_path: Path) -> Path:
     (root / "b.py").write_text("two = 2\n")
     git(root, "add", "pyproject.toml", "a.py", "b.py")
     git(root, "commit", "-q", "-m", "first")
-    provenance.clear_cache()
+    code_identity.clear_cache()
     yield root
-    provenance.clear_cache()
+    code_identity.clear_cache()
 
 
 def plain_diff_sha(root: Path) -> str:
@@ -64,7 +64,7 @@ def plain_diff_sha(root: Path) -> str:
 
 @needs_git
 def test_a_clean_checkout_is_its_head(repo: Path) -> None:
-    block = provenance.suite_identity(repo)
+    block = code_identity.suite_identity(repo)
     assert block == {
         "version": "9.8.7",
         "git_revision": git(repo, "rev-parse", "HEAD").strip(),
@@ -80,20 +80,20 @@ def test_a_clean_checkout_is_its_head(repo: Path) -> None:
 @needs_git
 def test_modified_files_are_named_and_the_diff_hash_follows_the_content(repo: Path) -> None:
     (repo / "a.py").write_text("one = 1.5\n")
-    first = provenance.suite_identity(repo)
+    first = code_identity.suite_identity(repo)
     assert first["git_dirty"] is True and first["dirty_paths"] == ["a.py"]
     assert first["diff_sha256"] == plain_diff_sha(repo), "the hash of git's own diff"
     (repo / "a.py").write_text("one = 'other'\n")
-    second = provenance.suite_identity(repo)
+    second = code_identity.suite_identity(repo)
     assert second["dirty_paths"] == ["a.py"] and second["diff_sha256"] != first["diff_sha256"]
     (repo / "a.py").write_text("one = 1.5\n")
-    assert provenance.suite_identity(repo)["diff_sha256"] == first["diff_sha256"], "same tree, same hash"
+    assert code_identity.suite_identity(repo)["diff_sha256"] == first["diff_sha256"], "same tree, same hash"
     git(repo, "add", "a.py")  # staged changes differ from HEAD as well
-    assert provenance.suite_identity(repo)["diff_sha256"] == first["diff_sha256"]
+    assert code_identity.suite_identity(repo)["diff_sha256"] == first["diff_sha256"]
     (repo / "untracked.py").write_text("x = 1\n")
-    assert provenance.suite_identity(repo)["dirty_paths"] == ["a.py"], "untracked files are not the suite's code"
+    assert code_identity.suite_identity(repo)["dirty_paths"] == ["a.py"], "untracked files are not the suite's code"
     git(repo, "mv", "b.py", "c.py")
-    assert provenance.suite_identity(repo)["dirty_paths"] == ["a.py", "b.py", "c.py"]
+    assert code_identity.suite_identity(repo)["dirty_paths"] == ["a.py", "b.py", "c.py"]
 
 
 def config_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **settings: str) -> None:
@@ -123,7 +123,7 @@ def test_the_diff_hash_does_not_depend_on_the_users_git_configuration(
     (repo / "suite").mkdir()
     (repo / "suite" / "new_mod.py").write_text("Y = 1\n")
     config_env(monkeypatch, tmp_path)
-    reference = provenance.suite_identity(repo)["diff_sha256"]
+    reference = code_identity.suite_identity(repo)["diff_sha256"]
     assert reference is not None
     # Under git's defaults the hash is git's own full-index diff (the new module marked --intent-to-add;
     # renames as a deletion and an addition, the binary file's content in full).
@@ -149,9 +149,9 @@ def test_the_diff_hash_does_not_depend_on_the_users_git_configuration(
     }
     for key, value in personal.items():
         config_env(monkeypatch, tmp_path, **{key: value})
-        assert provenance.suite_identity(repo)["diff_sha256"] == reference, f"{key.replace('__', '.')}={value}"
+        assert code_identity.suite_identity(repo)["diff_sha256"] == reference, f"{key.replace('__', '.')}={value}"
     config_env(monkeypatch, tmp_path, **personal)
-    assert provenance.suite_identity(repo)["diff_sha256"] == reference, "all at once"
+    assert code_identity.suite_identity(repo)["diff_sha256"] == reference, "all at once"
 
 
 @needs_git
@@ -160,7 +160,7 @@ def test_a_personal_ignore_file_does_not_hide_an_untracked_module(
 ) -> None:
     repo = code_repo
     (repo / "suite" / "extra_mod.py").write_text("X = 1\n")
-    expected = provenance.suite_identity(repo)
+    expected = code_identity.suite_identity(repo)
     assert expected["dirty_paths"] == ["suite/extra_mod.py (untracked)"]
     personal = tmp_path / "global-ignore"
     personal.write_text("extra_mod.py\n")
@@ -168,29 +168,29 @@ def test_a_personal_ignore_file_does_not_hide_an_untracked_module(
     global_config.write_text(f"[core]\n\texcludesFile = {personal}\n")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))
     assert git(repo, "status", "--porcelain") == "", "git itself now hides the module"
-    assert provenance.suite_identity(repo) == expected
+    assert code_identity.suite_identity(repo) == expected
     monkeypatch.delenv("GIT_CONFIG_GLOBAL")
     (repo / ".git" / "info").mkdir(exist_ok=True)
     (repo / ".git" / "info" / "exclude").write_text("suite/extra_mod.py\n")
     assert git(repo, "status", "--porcelain") == ""
-    assert provenance.suite_identity(repo) == expected
+    assert code_identity.suite_identity(repo) == expected
     (repo / "suite" / "run.log").write_text("ignored by the tracked .gitignore")
-    assert provenance.suite_identity(repo) == expected
+    assert code_identity.suite_identity(repo) == expected
 
 
 @needs_git
 def test_a_file_git_is_told_not_to_look_at_is_still_compared(repo: Path) -> None:
     (repo / "a.py").write_text("one = 'edited'\n")
-    expected = provenance.suite_identity(repo)
+    expected = code_identity.suite_identity(repo)
     (repo / "b.py").write_text("two = 'edited'\n")
-    both = provenance.suite_identity(repo)
+    both = code_identity.suite_identity(repo)
     git(repo, "update-index", "--assume-unchanged", "a.py")
     git(repo, "update-index", "--skip-worktree", "b.py")
     assert git(repo, "status", "--porcelain") == "" and git(repo, "diff", "HEAD") == "", "git no longer sees them"
-    assert provenance.suite_identity(repo) == both and both["dirty_paths"] == ["a.py", "b.py"]
+    assert code_identity.suite_identity(repo) == both and both["dirty_paths"] == ["a.py", "b.py"]
     assert git(repo, "ls-files", "-v") == "h a.py\nS b.py\nH pyproject.toml\n", "the checkout's index keeps its marks"
     (repo / "b.py").write_text("two = 2\n")
-    assert provenance.suite_identity(repo) == expected
+    assert code_identity.suite_identity(repo) == expected
 
 
 def intent_to_add_diff_sha(root: Path, *untracked: str, options: tuple[str, ...] = ()) -> str:
@@ -221,19 +221,19 @@ def code_repo(repo: Path) -> Path:
 @needs_git
 def test_an_untracked_module_under_suite_is_code_the_run_can_import(code_repo: Path) -> None:
     repo = code_repo
-    assert provenance.suite_identity(repo)["git_dirty"] is False
+    assert code_identity.suite_identity(repo)["git_dirty"] is False
     (repo / "suite" / "extra_mod.py").write_text("X = 1\n")
-    first = provenance.suite_identity(repo)
+    first = code_identity.suite_identity(repo)
     assert first["git_dirty"] is True and first["dirty_paths"] == ["suite/extra_mod.py (untracked)"]
     assert first["diff_sha256"] == intent_to_add_diff_sha(repo, "suite/extra_mod.py"), "git's own diff of the new file"
     (repo / "suite" / "extra_mod.py").write_text("X = 2\n")
-    second = provenance.suite_identity(repo)
+    second = code_identity.suite_identity(repo)
     assert second["dirty_paths"] == first["dirty_paths"] and second["diff_sha256"] != first["diff_sha256"]
     assert second["diff_sha256"] == intent_to_add_diff_sha(repo, "suite/extra_mod.py")
     assert git(repo, "status", "--porcelain") == "?? suite/extra_mod.py\n", "the checkout's index is not touched"
 
     (repo / "a.py").write_text("one = 'tracked edit'\n")  # a tracked change anywhere, beside the new module
-    both = provenance.suite_identity(repo)
+    both = code_identity.suite_identity(repo)
     assert both["dirty_paths"] == ["a.py", "suite/extra_mod.py (untracked)"]
     assert both["diff_sha256"] == intent_to_add_diff_sha(repo, "suite/extra_mod.py")
     (repo / "a.py").write_text("one = 1\n")
@@ -243,25 +243,25 @@ def test_an_untracked_module_under_suite_is_code_the_run_can_import(code_repo: P
     (repo / "reports" / "results" / "r0.json").write_text("{}")
     (repo / "notes.txt").write_text("scratch")
     (repo / "suite" / "run.log").write_text("ignored")
-    assert provenance.suite_identity(repo) == second
+    assert code_identity.suite_identity(repo) == second
     (repo / "suite" / "extra_mod.py").unlink()
-    assert provenance.suite_identity(repo)["git_dirty"] is False
+    assert code_identity.suite_identity(repo)["git_dirty"] is False
 
 
 @needs_git
 def test_the_cached_identity_sees_an_untracked_module_appear_and_change(code_repo: Path) -> None:
     repo = code_repo
-    clean = provenance.current_suite_identity(repo)
+    clean = code_identity.current_suite_identity(repo)
     assert clean["git_dirty"] is False
     (repo / "suite" / "sub").mkdir()
     (repo / "suite" / "sub" / "extra_mod.py").write_text("X = 1\n")
-    added = provenance.current_suite_identity(repo)
+    added = code_identity.current_suite_identity(repo)
     assert added["dirty_paths"] == ["suite/sub/extra_mod.py (untracked)"]
     time.sleep(0.05)  # past the file system's timestamp granularity: the edit below keeps the size
     (repo / "suite" / "sub" / "extra_mod.py").write_text("X = 2\n")
-    edited = provenance.current_suite_identity(repo)
+    edited = code_identity.current_suite_identity(repo)
     assert edited["diff_sha256"] != added["diff_sha256"]
-    assert edited == provenance.suite_identity(repo), "the cache answers what git answers"
+    assert edited == code_identity.suite_identity(repo), "the cache answers what git answers"
 
 
 @needs_git
@@ -273,14 +273,14 @@ def test_dirty_paths_stop_at_fifty(repo: Path) -> None:
     git(repo, "commit", "-q", "-m", "many")
     for name in names:
         (repo / name).write_text("v = 1\n")
-    block = provenance.suite_identity(repo)
-    assert block["git_dirty"] is True and block["dirty_paths"] == names[: provenance.MAX_DIRTY_PATHS]
-    assert "50+ files" in provenance.suite_text(block)
+    block = code_identity.suite_identity(repo)
+    assert block["git_dirty"] is True and block["dirty_paths"] == names[: code_identity.MAX_DIRTY_PATHS]
+    assert "50+ files" in provenance_text.suite_text(block)
 
 
 def test_no_checkout_gives_nulls(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "1.0"\n')
-    block = provenance.suite_identity(tmp_path)
+    block = code_identity.suite_identity(tmp_path)
     assert block == {
         "version": "1.0",
         "git_revision": None,
@@ -296,16 +296,16 @@ def test_a_folder_inside_another_checkout_is_not_that_checkout(repo: Path) -> No
     inner = repo / "vendored"
     inner.mkdir()
     (inner / "code.py").write_text("x = 1\n")
-    assert provenance.suite_identity(inner)["git_revision"] is None
+    assert code_identity.suite_identity(inner)["git_revision"] is None
 
 
 def test_no_git_gives_nulls(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     empty = tmp_path / "no-git-here"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    block = provenance.suite_identity(repo)
+    block = code_identity.suite_identity(repo)
     assert block["git_revision"] is None and block["git_dirty"] is None and block["version"] == "9.8.7"
-    assert provenance.current_suite_identity(repo)["git_revision"] is None
+    assert code_identity.current_suite_identity(repo)["git_revision"] is None
 
 
 @needs_git
@@ -313,23 +313,23 @@ def test_the_cached_identity_asks_git_again_only_when_the_checkout_changed(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[tuple[str, ...]] = []
-    real = provenance._git
+    real = code_identity._git
 
     def counting(root: Path, *args: str, env: dict[str, str] | None = None) -> bytes | None:
         calls.append(args)
         return real(root, *args, env=env)
 
-    monkeypatch.setattr(provenance, "_git", counting)
-    first = provenance.current_suite_identity(repo)
+    monkeypatch.setattr(code_identity, "_git", counting)
+    first = code_identity.current_suite_identity(repo)
     asked = len(calls)
     for _ in range(100):
-        assert provenance.current_suite_identity(repo) == first
+        assert code_identity.current_suite_identity(repo) == first
     assert len(calls) == asked <= 6, "a plan over an unchanged tree asks git once"
     (repo / "b.py").write_text("two = 'edited mid-plan'\n")
-    edited = provenance.current_suite_identity(repo)
+    edited = code_identity.current_suite_identity(repo)
     assert edited["dirty_paths"] == ["b.py"] and edited["diff_sha256"] == plain_diff_sha(repo)
     git(repo, "commit", "-q", "-am", "second")
-    committed = provenance.current_suite_identity(repo)
+    committed = code_identity.current_suite_identity(repo)
     assert committed["git_revision"] == git(repo, "rev-parse", "HEAD").strip() != first["git_revision"]
     assert committed["git_dirty"] is False
 
@@ -488,7 +488,7 @@ def test_image_provenance_reads_the_recorded_labels() -> None:
         "base_digest": "sha256:" + "b" * 64,
         "base_id": "sha256:" + "e" * 64,
     }
-    assert provenance.base_text(image) == (
+    assert provenance_text.base_text(image) == (
         f"registry docker.io/library/python:3.11-slim-bookworm@sha256:{'b' * 64} (ID eeeeeeeeeeee)"
     )
 
@@ -504,9 +504,8 @@ def test_a_debian_made_base_has_an_id_and_no_registry_digest() -> None:
         "base_digest": None,
         "base_id": "sha256:" + "e" * 64,
     }
-    assert (
-        provenance.base_text(image) == "Debian packages, made on the build machine: suite-base:21ab (ID eeeeeeeeeeee)"
-    )
+    said = provenance_text.base_text(image)
+    assert said == "Debian packages, made on the build machine: suite-base:21ab (ID eeeeeeeeeeee)"
 
 
 OCI_NAME = "org.opencontainers.image.base.name"
@@ -554,58 +553,58 @@ def section(**changes: Any) -> dict[str, Any]:
 
 
 def test_the_same_provenance_has_no_differences() -> None:
-    assert provenance.describe_differences(section(), section()) == []
+    assert provenance_text.describe_differences(section(), section()) == []
 
 
 def test_differences_are_said_precisely() -> None:
     here = section(suite__git_revision="9f8e7d6c5b4a" + "1" * 28, environment__lock_sha256="cd34" + "1" * 60)
-    assert provenance.describe_differences(section(), here) == [
+    assert provenance_text.describe_differences(section(), here) == [
         "suite revision: result 1a2b3c4d5e6f, here 9f8e7d6c5b4a",
         "environment lock: result requirements/locks/run-py3.11.txt ab1200000000, "
         "here requirements/locks/run-py3.11.txt cd3411111111",
     ]
     dirty = section(suite__git_dirty=True, suite__dirty_paths=["suite/x.py"], suite__diff_sha256="ab12" + "e" * 60)
-    assert provenance.describe_differences(dirty, section()) == [
+    assert provenance_text.describe_differences(dirty, section()) == [
         "suite tree: the result's had uncommitted changes (suite/x.py; diff sha256 ab12eeeeeeee), here clean"
     ]
     other = section(suite__git_dirty=True, suite__dirty_paths=["suite/y.py"], suite__diff_sha256="9" * 64)
-    assert provenance.describe_differences(dirty, other) == [
+    assert provenance_text.describe_differences(dirty, other) == [
         "suite tree: the result's had uncommitted changes (suite/x.py; diff sha256 ab12eeeeeeee), "
         "here other uncommitted changes (suite/y.py; diff sha256 999999999999)"
     ]
     drifted = section(
         environment__matches_lock=False, environment__lock_differences=["numpy 2.4.6 in the lock, 2.3.0 installed"]
     )
-    assert provenance.describe_differences(section(), drifted) == [
+    assert provenance_text.describe_differences(section(), drifted) == [
         "installed packages here differ from the lock: numpy 2.4.6 in the lock, 2.3.0 installed"
     ]
-    assert provenance.describe_differences(drifted, section()) == [
+    assert provenance_text.describe_differences(drifted, section()) == [
         "installed packages of the result differed from its lock: numpy 2.4.6 in the lock, 2.3.0 installed"
     ]
     # The same drift on both sides is the same environment: nothing to say.
-    assert provenance.describe_differences(drifted, drifted) == []
+    assert provenance_text.describe_differences(drifted, drifted) == []
     other_drift = section(
         environment__matches_lock=False, environment__lock_differences=["numpy 2.4.6 in the lock, 2.2.0 installed"]
     )
-    assert len(provenance.describe_differences(drifted, other_drift)) == 2
+    assert len(provenance_text.describe_differences(drifted, other_drift)) == 2
 
 
 def test_image_differences_name_the_recipe_and_the_id() -> None:
     a = {"name": "tf2.21-cpu", "id": "sha256:" + "1" * 64, "digest": None, "recipe_hash": "ab12" + "0" * 60}
     b = {**a, "id": "sha256:" + "2" * 64, "recipe_hash": "cd34" + "0" * 60}
-    assert provenance.describe_differences(section(image__=a), section(image__=b)) == [
+    assert provenance_text.describe_differences(section(image__=a), section(image__=b)) == [
         "image recipe: result ab1200000000, here cd3400000000",
         "image ID: result 111111111111, here 222222222222",
     ]
     rebuilt = {**a, "id": "sha256:" + "3" * 64}
-    assert provenance.describe_differences(section(image__=a), section(image__=rebuilt)) == [
+    assert provenance_text.describe_differences(section(image__=a), section(image__=rebuilt)) == [
         "image ID: result 111111111111, here 333333333333 (the same recipe: built again)"
     ]
-    assert provenance.describe_differences(section(image__=a), section()) == [
+    assert provenance_text.describe_differences(section(image__=a), section()) == [
         "image: result tf2.21-cpu (ID 111111111111), here none"
     ]
     missing = {**a, "id": None}  # the image is not on the engine here
-    assert provenance.describe_differences(section(image__=a), section(image__=missing)) == [
+    assert provenance_text.describe_differences(section(image__=a), section(image__=missing)) == [
         "image ID: result 111111111111, here none"
     ]
 
@@ -617,26 +616,27 @@ def test_images_of_one_recipe_on_two_bases_differ_in_their_base() -> None:
     pulled.update(base_digest="sha256:" + "b" * 64, base_id="sha256:" + "e" * 64)
     made = {**pulled, "id": "sha256:" + "2" * 64, "base_source": "debian", "base_name": "suite-base:21ab"}
     made.update(base_digest=None, base_id="sha256:" + "f" * 64)
-    lines = provenance.describe_differences(section(image__=pulled), section(image__=made))
+    lines = provenance_text.describe_differences(section(image__=pulled), section(image__=made))
     assert lines == [
         "image ID: result 111111111111, here 222222222222 (the same recipe: built again)",
         f"image base: result registry docker.io/library/python:3.11-slim-bookworm@sha256:{'b' * 64} "
         "(ID eeeeeeeeeeee), here Debian packages, made on the build machine: suite-base:21ab (ID ffffffffffff)",
     ]
-    assert lines[1].startswith(provenance.BASE_DIFFERS)
+    assert lines[1].startswith(provenance_text.BASE_DIFFERS)
     # Another Debian-made base of the same tag is another build: its ID tells them apart.
     again = {**made, "id": "sha256:" + "3" * 64, "base_id": "sha256:" + "9" * 64}
-    assert provenance.describe_differences(section(image__=made), section(image__=again))[1].startswith("image base: ")
+    differences = provenance_text.describe_differences(section(image__=made), section(image__=again))
+    assert differences[1].startswith("image base: ")
     # The same base under two builds of the recipe: only the image ID differs.
     rebuilt = {**pulled, "id": "sha256:" + "4" * 64}
-    assert len(provenance.describe_differences(section(image__=pulled), section(image__=rebuilt))) == 1
+    assert len(provenance_text.describe_differences(section(image__=pulled), section(image__=rebuilt))) == 1
     # A side that did not record its base is not said to differ in it (the image ID line says enough).
     unknown = {**made, "base_source": None, "base_name": None, "base_id": None}
-    assert len(provenance.describe_differences(section(image__=pulled), section(image__=unknown))) == 1
+    assert len(provenance_text.describe_differences(section(image__=pulled), section(image__=unknown))) == 1
 
 
 def test_a_record_without_provenance_is_said_once() -> None:
-    assert provenance.describe_differences({}, section()) == [
+    assert provenance_text.describe_differences({}, section()) == [
         "suite revision: result not recorded, here 1a2b3c4d5e6f",
         "environment lock: result not recorded, here requirements/locks/run-py3.11.txt ab1200000000",
     ]
@@ -719,7 +719,7 @@ class EditingBackend(RunSkeleton):
         return {"backend": self.name}
 
     def suite_provenance(self) -> dict[str, Any]:
-        return provenance.current_suite_identity(self.root)
+        return code_identity.current_suite_identity(self.root)
 
     def environment_provenance(self, run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         return {}, None
@@ -733,11 +733,11 @@ class EditingBackend(RunSkeleton):
 @needs_git
 def test_a_run_records_the_code_at_its_launch_and_an_edit_made_while_it_ran(code_repo: Path) -> None:
     spec = smoke_specs()[0]
-    clean = provenance.suite_identity(code_repo)
+    clean = code_identity.suite_identity(code_repo)
     result = EditingBackend(code_repo).run(spec)
     assert result.provenance["suite"] == clean, "the code the worker started with"
     at_end = result.provenance[provenance.CHANGED_DURING_RUN]
-    assert at_end == provenance.suite_identity(code_repo) and at_end["dirty_paths"] == ["suite/main.py"]
+    assert at_end == code_identity.suite_identity(code_repo) and at_end["dirty_paths"] == ["suite/main.py"]
     assert "error" not in result.provenance
 
     again = EditingBackend(code_repo, edit=False).run(spec)  # nothing changes during this one
@@ -751,7 +751,7 @@ def test_a_backend_that_copies_the_code_at_launch_records_the_copy(code_repo: Pa
 
         def launch(self, spec: plan.RunSpec, spec_json: bytes, env: dict[str, str]) -> EndedExecution:
             execution = super().launch(spec, spec_json, env)
-            self.copied = provenance.current_suite_identity(self.root)  # the code read into the payload
+            self.copied = code_identity.current_suite_identity(self.root)  # the code read into the payload
             return execution
 
     backend = Copying(code_repo)
@@ -834,23 +834,23 @@ def test_the_output_folders_are_not_code(repo: Path) -> None:
     (repo / "reports" / "README.md").write_text("# Reports\n")
     git(repo, "add", "reports")
     git(repo, "commit", "-q", "-m", "pages")
-    before = provenance.suite_identity(repo)
+    before = code_identity.suite_identity(repo)
     (repo / "reports" / "README.md").write_text("# Reports\n\nnew page\n")
     (repo / "reports" / "new.md").write_text("x\n")
-    rewritten = provenance.suite_identity(repo)
+    rewritten = code_identity.suite_identity(repo)
     assert rewritten["git_dirty"] is False and rewritten["dirty_paths"] == [] and rewritten["diff_sha256"] is None
     git(repo, "add", "reports")
     git(repo, "commit", "-q", "-m", "publish")
-    published = provenance.suite_identity(repo)
+    published = code_identity.suite_identity(repo)
     assert published["git_revision"] != before["git_revision"]
     assert published["code_tree"] == before["code_tree"] and len(published["code_tree"]) == 64
     recorded = {"suite": before, "environment": {}, "image": None}
-    assert provenance.describe_differences(recorded, {**recorded, "suite": published}) == []
+    assert provenance_text.describe_differences(recorded, {**recorded, "suite": published}) == []
     (repo / "a.py").write_text("one = 'edited'\n")
     (repo / "reports" / "README.md").write_text("# again\n")
-    edited = provenance.suite_identity(repo)
+    edited = code_identity.suite_identity(repo)
     assert edited["dirty_paths"] == ["a.py"], "the code still counts, the page does not"
     git(repo, "commit", "-q", "-am", "code")
-    moved = provenance.suite_identity(repo)
+    moved = code_identity.suite_identity(repo)
     assert moved["code_tree"] != before["code_tree"]
-    assert provenance.describe_differences(recorded, {**recorded, "suite": moved})[0].startswith("suite revision")
+    assert provenance_text.describe_differences(recorded, {**recorded, "suite": moved})[0].startswith("suite revision")

@@ -24,7 +24,8 @@ from scipy import stats as sps
 
 from suite import cli, reproduce
 from suite.environment import host_facts
-from suite.record import provenance, results
+from suite.record import code_identity, provenance, results
+from suite.report import provenance_text
 from suite.reproduce import DIFFERS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, verdict
 from suite.spec import plan, scenario
 
@@ -328,7 +329,7 @@ def test_data_this_machine_lacks_is_refused_with_the_fetch_command(
 ) -> None:
     spec = _spec(tmp_path, identity={"source": "mnist.npz", "sha256": "0" * 64, "note": "elsewhere"})
     here = {
-        "suite": provenance.suite_identity(),
+        "suite": code_identity.suite_identity(),
         "environment": provenance.venv_environment(sys.executable),
         "image": None,
     }
@@ -363,7 +364,7 @@ def _files(folder: Path) -> list[Path]:
 def _unchanged_checkout(files: list[Path]) -> None:
     """The suite's tree as the results recorded it: a checkout edited meanwhile is refused, rightly."""
     recorded = json.loads(files[0].read_text())["provenance"]["suite"]
-    if recorded != provenance.suite_identity():
+    if recorded != code_identity.suite_identity():
         pytest.skip("the checkout changed between the run and the reproduction; a refusal would be right")
 
 
@@ -550,7 +551,7 @@ def test_refusal_names_the_files_each_difference_applies_to_and_mixed_origins(
     assert f"{tree}, here " in text
     after = text[text.index(tree) :].splitlines()
     assert after[1] == f"    in {files[0]}"  # rep 0 only: reps 1 and 2 match this checkout
-    short = provenance.short(here["suite"]["git_revision"])
+    short = provenance_text.short(here["suite"]["git_revision"])
     assert (
         f"original runs: made 2 different ways (rep 0: suite {short} + uncommitted changes (1 file, diff sha256 "
         "abababababab); reps 1, 2: suite " in text
@@ -934,7 +935,7 @@ def test_an_image_built_on_another_base_refuses_with_what_to_do(
 ) -> None:
     """Another base is other OS libraries and another Python build: a difference, not a note."""
     line = "image base: result debian:bookworm-slim sha256:aaaa, here debootstrap bookworm"
-    monkeypatch.setattr(provenance, "describe_differences", lambda recorded, current: [line])
+    monkeypatch.setattr(provenance_text, "describe_differences", lambda recorded, current: [line])
     spec = _spec(tmp_path)
     here = _here()
     point = reproduce.Original("m", spec.fingerprint, spec.to_dict(), [_record(spec)], [tmp_path / "r.json"], [here])

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from suite import telemetry
 from suite.environment import host_facts
-from suite.record import provenance
+from suite.record import code_identity, provenance
 from suite.record.results import RunResult
 from suite.spec.plan import RunSpec, parse_device
 from suite.worker import identity
@@ -178,8 +178,8 @@ class RunSkeleton:
 
     def suite_provenance(self) -> dict[str, Any]:
         """The provenance's suite block: the checkout's identity as it stands (git asked again only
-        when the tree changed: ``provenance.current_suite_identity``)."""
-        return provenance.current_suite_identity()
+        when the tree changed: ``code_identity.current_suite_identity``)."""
+        return code_identity.current_suite_identity()
 
     def stamp(self, result: RunResult, at_launch: dict[str, Any] | None = None) -> RunResult:
         """The result with its ``provenance`` section: the one place every result of a backend gets it.

@@ -49,7 +49,7 @@ from suite.backends.docker_run import (
 )
 from suite.environment import datasets, docker_engine, host_facts, images
 from suite.environment.docker_engine import engine_answers, engine_facts
-from suite.record import provenance
+from suite.record import code_identity, provenance
 from suite.spec.plan import RunSpec, parse_device
 from suite.worker.data import PATH_ENV as DATA_PATH_ENV
 
@@ -460,9 +460,9 @@ def _code_with_identity(tries: int = 3) -> tuple[dict[str, bytes], dict[str, Any
     """The suite's code files and the checkout's identity, taken so that they agree: the identity
     before and after the read must be the same (an edit in between reads again)."""
     for _ in range(tries):
-        before = provenance.current_suite_identity()
+        before = code_identity.current_suite_identity()
         code = parts.code_files()
-        after = provenance.current_suite_identity()
+        after = code_identity.current_suite_identity()
         if after == before:
             break
     return code, after

@@ -61,7 +61,7 @@ from suite import paths
 from suite.backends.base import BackendUnavailable, now_iso
 from suite.backends.peak_cache import run_with_peak
 from suite.environment import host_facts
-from suite.record import provenance
+from suite.record import code_identity, provenance
 from suite.record.results import RunResult
 from suite.spec.plan import RunSpec, parse_device
 
@@ -709,7 +709,7 @@ class RayPool:
         if self._connected:
             return
         ray = self.ray
-        before = provenance.current_suite_identity()
+        before = code_identity.current_suite_identity()
         # The GCS going away is detected by this pool (``_head_answers``) within seconds; Ray's own
         # reconnect limit ends the whole process without a word, so it is set well beyond.
         os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
@@ -730,7 +730,7 @@ class RayPool:
                 self._started_local = True
         except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
             raise BackendUnavailable(f"--backend ray: cannot join {self.where}: {type(exc).__name__}: {exc}") from None
-        after = provenance.current_suite_identity()
+        after = code_identity.current_suite_identity()
         self.identity = after if after == before else {**after, "changed_while_shipping": True}
         self.gcs_address = _gcs_address(info, self.address)
         self._connected = True
@@ -793,7 +793,7 @@ class RayPool:
         return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run=run, provenance=self._stamp())
 
     def _stamp(self) -> dict[str, Any]:
-        identity = self.identity or provenance.current_suite_identity()
+        identity = self.identity or code_identity.current_suite_identity()
         return provenance.provenance_of(identity, provenance.environment_here(), None)
 
     # -- submitting and collecting ----------------------------------------------------------------

@@ -24,7 +24,7 @@ from suite.record.results import (
     RunResult,
     finished_at,
 )
-from suite.report import stats
+from suite.report import provenance_text, stats
 from suite.report.points import ScenarioView
 from suite.safe.markdown import cell, code
 
@@ -62,7 +62,7 @@ def _section(r: RunResult) -> dict[str, Any]:
 
 
 def _suite_revision(r: RunResult) -> str:
-    return provenance.suite_text(_section(r).get("suite"))
+    return provenance_text.suite_text(_section(r).get("suite"))
 
 
 def _suite_code(r: RunResult) -> str:
@@ -73,12 +73,13 @@ def _suite_code(r: RunResult) -> str:
     if not tree:
         return NOT_RECORDED
     diff = suite.get("diff_sha256")
-    return provenance.short(tree) + (f" + diff {provenance.short(diff)}" if suite.get("git_dirty") and diff else "")
+    dirty = f" + diff {provenance_text.short(diff)}" if suite.get("git_dirty") and diff else ""
+    return provenance_text.short(tree) + dirty
 
 
 def _environment_lock(r: RunResult) -> str:
     environment = _section(r).get("environment")
-    text = provenance.lock_text(environment)
+    text = provenance_text.lock_text(environment)
     if environment and environment.get("matches_lock") is False:
         text += " (installed packages differ from it)"
     return text
@@ -88,7 +89,7 @@ def _image_recipe(r: RunResult) -> str:
     image = _section(r).get("image")
     if image:
         recipe = image.get("recipe_hash")
-        return provenance.short(recipe) if recipe else NOT_RECORDED
+        return provenance_text.short(recipe) if recipe else NOT_RECORDED
     return "none (local)" if RUN_BACKEND.of(r) == "local" else ("none" if r.provenance else NOT_RECORDED)
 
 

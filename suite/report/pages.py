@@ -29,7 +29,7 @@ from suite.record.results import (
     RUN_BACKEND,
     RUN_IMAGE,
 )
-from suite.report import compare, figures, plots, verdicts
+from suite.report import compare, figures, plots, provenance_text, verdicts
 from suite.report.points import Point, ScenarioView, load_views, select_views
 from suite.safe.markdown import cell, code, paragraph
 from suite.spec.plan import override_flag
@@ -205,12 +205,12 @@ def _provenance_lines(view: ScenarioView) -> list[str]:
     every value with its number of runs when the runs do not all share it (never the newest alone)."""
     runs = view.provenance_runs
     sections = [provenance.of_result(r.provenance, r.run) for r in runs]
-    suites = [provenance.suite_text(s.get("suite"), markdown=True, paths=5) for s in sections]
+    suites = [provenance_text.suite_text(s.get("suite"), markdown=True, paths=5) for s in sections]
     lines = [
         _provenance_line("Suite revision", "suite revisions", suites),
         _provenance_line("Environment lock", "environment locks", [_lock_md(s.get("environment")) for s in sections]),
     ]
-    changed = [text for s in sections if (text := provenance.changed_during_run_text(s, markdown=True))]
+    changed = [text for s in sections if (text := provenance_text.changed_during_run_text(s, markdown=True))]
     if changed:
         lines.append(_changed_line(changed, len(sections)))
     images = [_image_md(s["image"], r.run) for s, r in zip(sections, runs, strict=True) if s.get("image")]
@@ -245,7 +245,7 @@ def _lock_md(environment: dict[str, Any] | None) -> str:
     if not (lock_file and sha):
         why = provenance.no_lock_reason(differences)
         return "not from a lock" + (f" ({cell(why)})" if why else "")
-    text = f"{code(lock_file)} (sha256 {code(provenance.short(sha))})"
+    text = f"{code(lock_file)} (sha256 {code(provenance_text.short(sha))})"
     if environment.get("matches_lock") is False:
         text += f"; installed packages differ from the lock: {cell('; '.join(differences))}"
     elif environment.get("matches_lock") is None and differences:
@@ -259,11 +259,11 @@ def _image_md(image: dict[str, Any], run: dict[str, Any]) -> str:
     the digests says that instead. The base: one recipe built on another base is another image
     (other OS libraries, another Python build)."""
     recipe, digest = image.get("recipe_hash"), image.get("digest")
-    digest_text = code(digest) if digest else provenance.digest_text(image, run)
+    digest_text = code(digest) if digest else provenance_text.digest_text(image, run)
     return (
-        f"ID {code(provenance.short(image.get('id')))}, digest {digest_text}, recipe "
-        + (code(provenance.short(recipe)) if recipe else "not recorded (built before images carried one)")
-        + f", base: {provenance.base_text(image, markdown=True)}"
+        f"ID {code(provenance_text.short(image.get('id')))}, digest {digest_text}, recipe "
+        + (code(provenance_text.short(recipe)) if recipe else "not recorded (built before images carried one)")
+        + f", base: {provenance_text.base_text(image, markdown=True)}"
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from suite.record import provenance, results
 from suite.record.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
+from suite.report import provenance_text
 from suite.report.figures import RUN_TIMINGS, peak_of
 
 LOG_LINES = 20  # of a failed run's log tail
@@ -99,27 +100,27 @@ def _provenance(result: RunResult) -> list[str]:
         return ["  not recorded (a result made before the suite recorded it)"]
     old = "  (a record made before results carried provenance: read from its recorded image facts)"
     lines = [] if result.provenance else [old]
-    lines.append("  suite:        " + (provenance.suite_text(suite) if suite else "not recorded"))
+    lines.append("  suite:        " + (provenance_text.suite_text(suite) if suite else "not recorded"))
     if suite:
         lines.append(
             "    " + _pairs({k: suite.get(k) for k in ("version", "git_revision", "git_dirty", "diff_sha256")})
         )
         if suite.get("dirty_paths"):
             lines.append("    dirty paths: " + ", ".join(suite["dirty_paths"]))
-    changed = provenance.changed_during_run_text(section)
+    changed = provenance_text.changed_during_run_text(section)
     if changed:
         lines.append(f"  changed while it ran: the suite above is the code at launch; at the end: {changed}")
-    lines.append("  environment:  " + (provenance.lock_text(environment) if environment else "not recorded"))
+    lines.append("  environment:  " + (provenance_text.lock_text(environment) if environment else "not recorded"))
     if environment:
         keys = ("kind", "lock_file", "lock_sha256", "matches_lock")
         lines.append("    " + _pairs({k: environment.get(k) for k in keys}))
         lines += [f"    {line}" for line in environment.get("lock_differences") or []]
     if image:
         named = _pairs({k: image.get(k) for k in ("name", "id")})
-        lines.append(f"  image:        {named}, digest {provenance.digest_text(image, result.run)}")
+        lines.append(f"  image:        {named}, digest {provenance_text.digest_text(image, result.run)}")
         lines.append("    " + _pairs({k: image.get(k) for k in ("recipe_hash", "context_hash")}))
-        lines.append("    base: " + provenance.base_text(image))
-        if provenance.base_text(image) != "not recorded":
+        lines.append("    base: " + provenance_text.base_text(image))
+        if provenance_text.base_text(image) != "not recorded":
             lines.append("    " + _pairs({k: image.get(k) for k in provenance.BASE_KEYS}))
     else:
         lines.append("  image:        none")
