@@ -111,7 +111,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("--version", action=_Version, help="the suite's version (pyproject.toml) and git revision")
     sub = p.add_subparsers(dest="command", required=True)
+    _run_parser(sub)
+    _check_parser(sub)
+    _report_parser(sub)
+    _compare_parser(sub)
+    _reproduce_parser(sub)
+    _show_parser(sub)
+    _images_parser(sub)
+    _backends_parser(sub)
+    _data_parser(sub)
+    _env_parser(sub)
+    _schema_parser(sub)
+    return p
 
+
+def _run_parser(sub: Any) -> None:
     r = sub.add_parser("run", help="run scenarios and record one result file per run")
     _scenario_args(r)
     _backend_arg(r)
@@ -141,6 +155,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=cmd_run)
 
+
+def _check_parser(sub: Any) -> None:
     c = sub.add_parser(
         "check",
         help="validate scenarios and print the plan without running: per point, whether it runs here, and how long",
@@ -162,6 +178,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(func=cmd_check)
 
+
+def _report_parser(sub: Any) -> None:
     rep = sub.add_parser("report", help="write Markdown reports (and JSON, CSV) from result files only")
     rep.add_argument(
         "--results", type=Path, default=DEFAULT_RESULTS, help="results folder to read (default: reports/results)"
@@ -182,11 +200,15 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--reference", help="machine the hardware comparison divides by (default: first by name)")
     rep.set_defaults(func=cmd_report)
 
+
+def _compare_parser(sub: Any) -> None:
     cmp = sub.add_parser("compare", help="two result folders side by side: times, ratios, differing facts")
     cmp.add_argument("folders", nargs=2, type=Path, metavar="DIR", help="two results folders, the first the reference")
     cmp.add_argument("--json", action="store_true", help="the comparison as JSON (docs/export.md)")
     cmp.set_defaults(func=cmd_compare)
 
+
+def _reproduce_parser(sub: Any) -> None:
     rp = sub.add_parser(
         "reproduce",
         help="rerun the points of result files here, exactly as recorded, and say whether their times came out again",
@@ -241,11 +263,15 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="the comparison as one JSON document (docs/reproduce.md)")
     rp.set_defaults(func=cmd_reproduce)
 
+
+def _show_parser(sub: Any) -> None:
     sh = sub.add_parser("show", help="one result file, readable: status, spec, timings, telemetry, environment")
     sh.add_argument("result", type=Path, metavar="RESULT.json", help="a result file under the results folder")
     sh.add_argument("--json", action="store_true", help="the raw record, after schema migration")
     sh.set_defaults(func=cmd_show)
 
+
+def _images_parser(sub: Any) -> None:
     im = sub.add_parser("images", help="the Docker images of docker/images.yaml: list, build, lock")
     im.add_argument(
         "action",
@@ -266,12 +292,16 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("--docker-host", help=DOCKER_HOST_HELP)
     im.set_defaults(func=cmd_images)
 
+
+def _backends_parser(sub: Any) -> None:
     b = sub.add_parser("backends", help="the backends --backend accepts; --prepare gets one ready (builds images)")
     b.add_argument("--names", action="store_true", help="names only, one per line (for scripts)")
     b.add_argument("--prepare", choices=backends.names(), metavar="NAME", help="get NAME ready; auto: every backend")
     b.add_argument("--docker-host", help=DOCKER_HOST_HELP)
     b.set_defaults(func=cmd_backends, results=DEFAULT_RESULTS, machine=None)
 
+
+def _data_parser(sub: Any) -> None:
     d = sub.add_parser("data", help="MNIST on this machine: fetch it once into the Keras cache, show what is there")
     d.add_argument(
         "action", choices=("fetch", "show"), help="fetch: into the Keras cache, checked; show: what is there"
@@ -293,14 +323,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     d.set_defaults(func=cmd_data)
 
+
+def _env_parser(sub: Any) -> None:
     e = sub.add_parser("env", help="what this machine offers (Python, GPUs, Docker); is it quiet enough to benchmark")
     e.add_argument("--docker-host", help=DOCKER_HOST_HELP)
     e.add_argument("--json", action="store_true", help="the same facts as JSON")
     e.set_defaults(func=cmd_env)
 
+
+def _schema_parser(sub: Any) -> None:
     sc = sub.add_parser("schema", help="print a JSON Schema of the scenario format, for editors to validate with")
     sc.set_defaults(func=cmd_schema)
-    return p
 
 
 def _backend_arg(p: argparse.ArgumentParser) -> None:
