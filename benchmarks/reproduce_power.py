@@ -5,7 +5,7 @@ run) and runs per side (original and rerun alike), ``--trials`` pairs of samples
 a true rerun/original ratio of 1 (a perfect reproduction), of 1 + tolerance (a shift on the
 band's bound: the rule must call it reproduced at most 5% of the time) and of 1.2 (a true 20%
 shift). Each pair gets the intervals ``stats.welch_log_interval`` gives (the function
-``stats.ratio`` and hence the verdict use) and the verdict by ``reproduce.decision``, the rule the
+``stats.ratio`` and hence the verdict use) and the verdict by ``equivalence.decision``, the rule the
 command applies. For comparison, the rule before it: "reproduced" only when the 95% interval lies
 inside the band.
 
@@ -25,8 +25,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from suite import reproduce  # noqa: E402
 from suite.report import stats  # noqa: E402
+from suite.reproduce import equivalence  # noqa: E402
 
 NOISES = (0.02, 0.05, 0.10)
 RUNS = (3, 5, 10)
@@ -48,11 +48,12 @@ def simulate(
     original = rng.normal(0.0, noise, (trials, runs))
     rerun = rng.normal(math.log(ratio), noise, (trials, reruns or runs))
     _, lo95, hi95 = stats.welch_log_interval(rerun, original, stats.LEVEL)
-    _, lo90, hi90 = stats.welch_log_interval(rerun, original, reproduce.EQUIVALENCE_LEVEL)
-    counts = {reproduce.REPRODUCED: 0, reproduce.INCONCLUSIVE: 0, reproduce.DIFFERS: 0, "reproduced_95": 0}
+    _, lo90, hi90 = stats.welch_log_interval(rerun, original, equivalence.EQUIVALENCE_LEVEL)
+    counts = {equivalence.REPRODUCED: 0, equivalence.INCONCLUSIVE: 0, equivalence.DIFFERS: 0, "reproduced_95": 0}
     for a, b, c, d in zip(np.exp(lo95), np.exp(hi95), np.exp(lo90), np.exp(hi90), strict=True):
-        counts[reproduce.decision(float(a), float(b), float(c), float(d), tolerance)] += 1
-        counts["reproduced_95"] += reproduce.decision(float(a), float(b), float(a), float(b), tolerance) == "reproduced"
+        counts[equivalence.decision(float(a), float(b), float(c), float(d), tolerance)] += 1
+        at_95 = equivalence.decision(float(a), float(b), float(a), float(b), tolerance)
+        counts["reproduced_95"] += at_95 == equivalence.REPRODUCED
     return counts
 
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=20261201)
-    parser.add_argument("--tolerance", type=float, default=reproduce.DEFAULT_TOLERANCE_PCT, help="percent")
+    parser.add_argument("--tolerance", type=float, default=equivalence.DEFAULT_TOLERANCE_PCT, help="percent")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rows = measure(args.trials, args.seed, args.tolerance / 100)

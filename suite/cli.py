@@ -833,8 +833,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     2 for bad input or results that do not fit this checkout (without --anyway)."""
     from suite import reproduce
 
-    tolerance = reproduce.DEFAULT_TOLERANCE_PCT if args.tolerance is None else args.tolerance
-    opts = reproduce.Options(
+    tolerance = reproduce.equivalence.DEFAULT_TOLERANCE_PCT if args.tolerance is None else args.tolerance
+    opts = reproduce.command.Options(
         inputs=args.inputs,
         backend=args.backend,
         docker_host=args.docker_host,
@@ -847,8 +847,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     )
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
-        return reproduce.reproduce(opts, say=say)
-    except (reproduce.ReproduceError, reproduce.Refused) as exc:
+        return reproduce.command.reproduce(opts, say=say)
+    except (reproduce.originals.ReproduceError, reproduce.command.Refused) as exc:
         raise UsageError(str(exc)) from None
 
 

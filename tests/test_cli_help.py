@@ -94,6 +94,6 @@ def test_reproduce_help_states_the_rule_the_verdict_applies() -> None:
     from suite import reproduce
 
     text = " ".join(_commands()["reproduce"].format_help().split())
-    assert f"{reproduce.EQUIVALENCE_LEVEL:.0%} interval lies within it" in text
+    assert f"{reproduce.equivalence.EQUIVALENCE_LEVEL:.0%} interval lies within it" in text
     assert "95% interval lies wholly outside" in text
     assert "whole 95% interval lies within" not in text

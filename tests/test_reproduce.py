@@ -26,7 +26,7 @@ from suite import cli, reproduce
 from suite.environment import host_facts
 from suite.record import code_identity, provenance, results
 from suite.report import provenance_text
-from suite.reproduce import DIFFERS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, verdict
+from suite.reproduce.equivalence import DIFFERS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, verdict
 from suite.spec import plan, scenario
 
 TOL = 0.10
@@ -183,15 +183,15 @@ def test_hardware_that_differs_is_listed_above_the_verdict(tmp_path: Path) -> No
     host = {"cpu_model": "Intel Xeon 8375C", "cpu_count": 2, "python": "3.11.7"}
     specs = [plan.RunSpec(**{**base.__dict__, "repetition": i}) for i in range(3)]
     loaded = [(tmp_path / f"r{s.repetition}.json", _record(s, environment={"host": host}), None) for s in specs]
-    (point,) = reproduce.group_points(loaded)
+    (point,) = reproduce.originals.group_points(loaded)
     other = {**host, "cpu_model": "AMD EPYC 7B13", "cpu_count": 16}
     reruns = [_record(s, environment={"host": other}) for s in specs]
-    compared = reproduce.compare_point(point, reruns, TOL, ([], []), "local")
+    compared = reproduce.comparison.compare_point(point, reruns, TOL, ([], []), "local")
     assert compared["hardware_differs"] == [
         "CPU: Intel Xeon 8375C (original) vs AMD EPYC 7B13 (rerun)",
         "CPU cores: 2 (original) vs 16 (rerun)",
     ]
-    text = reproduce.render(reproduce.collect([compared], TOL, tmp_path / "out", anyway=False))
+    text = reproduce.comparison.render(reproduce.comparison.collect([compared], TOL, tmp_path / "out", anyway=False))
     assert text.index("hardware differs: CPU: Intel Xeon 8375C") < text.index("\nverdict: ")
     assert "| original | 3/3 ok | 1.010 (1.000-1.020)" in text  # geometric mean of 1.00, 1.01, 1.02
 
@@ -200,20 +200,20 @@ def test_a_rerun_below_the_accuracy_gate_the_original_reached_is_not_reproduced(
     base = _spec(tmp_path)
     specs = [plan.RunSpec(**{**base.__dict__, "repetition": i}) for i in range(3)]
     loaded = [(tmp_path / f"r{s.repetition}.json", _record(s, quality={"test_accuracy": 0.95}), None) for s in specs]
-    (point,) = reproduce.group_points(loaded)
+    (point,) = reproduce.originals.group_points(loaded)
     reruns = [_record(s, quality={"test_accuracy": 0.95 if s.repetition else 0.11}) for s in specs]
-    compared = reproduce.compare_point(point, reruns, TOL, ([], []), "local")
+    compared = reproduce.comparison.compare_point(point, reruns, TOL, ([], []), "local")
     assert compared["verdict"]["kind"] == NOT_REPRODUCED
     gate = "rep 0: ok, but test accuracy 0.110 is below the 0.80 gate every original run reached (0.950 or more)"
     assert compared["rerun"]["failures"] == [] and compared["rerun"]["below_gate"] == [gate]
     assert compared["rerun"]["runs"] == 3  # each rerun counted once: the row and the verdict agree
     assert compared["verdict"]["text"] == f"not reproduced: 1 of 3 reruns fell below the accuracy gate ({gate})"
-    text = reproduce.render(reproduce.collect([compared], TOL, tmp_path / "out", anyway=False))
+    text = reproduce.comparison.render(reproduce.comparison.collect([compared], TOL, tmp_path / "out", anyway=False))
     assert "| rerun    | 3/3 ok" in text and f"  below the accuracy gate: {gate}" in text
 
     # One rerun failed and one fell below the gate: 2 of 3, each kind named.
     failed = results.RunResult(status="timeout", spec=specs[1].to_dict(), run={"backend": "local"}, message="killed")
-    compared = reproduce.compare_point(point, [reruns[0], failed, reruns[2]], TOL, ([], []), "local")
+    compared = reproduce.comparison.compare_point(point, [reruns[0], failed, reruns[2]], TOL, ([], []), "local")
     assert compared["rerun"]["failures"] == ["rep 1: timeout: killed"] and compared["rerun"]["below_gate"] == [gate]
     assert compared["verdict"]["text"] == (
         "not reproduced: 2 of 3 reruns failed or fell below the accuracy gate (1 did not run ok, 1 below the gate) "
@@ -317,8 +317,8 @@ def test_unwritable_results_folder_is_bad_input_before_anything_runs(
 
 def test_default_results_folder_is_new_every_time(tmp_path: Path) -> None:
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-    first = reproduce.new_results_dir(tmp_path, when)
-    second = reproduce.new_results_dir(tmp_path, when)
+    first = reproduce.command.new_results_dir(tmp_path, when)
+    second = reproduce.command.new_results_dir(tmp_path, when)
     assert first == tmp_path / "reproduce" / "20260102T030405Z"
     assert second == tmp_path / "reproduce" / "20260102T030405Z-2"
     assert first.is_dir() and second.is_dir()
@@ -408,7 +408,8 @@ def test_modified_tree_is_refused_and_anyway_runs(original: Path, tmp_path: Path
     proc = suite_cli("reproduce", doctored, "--anyway", "--repeats", "1", "--json", "--results", out, cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
-    assert data["format"] == reproduce.FORMAT and data["version"] == reproduce.VERSION and data["anyway"] is True
+    assert data["format"] == reproduce.comparison.FORMAT and data["version"] == reproduce.comparison.VERSION
+    assert data["anyway"] is True
     (point,) = data["points"]
     assert any(d.startswith("suite tree: the result's had uncommitted changes") for d in point["differences"])
     assert point["original"]["runs_ok"] == 2 and point["rerun"]["runs_ok"] == 1
@@ -455,7 +456,7 @@ def test_docker_result_reproduced_in_a_container_and_a_changed_recipe_refused(te
 
 def _here() -> dict[str, Any]:
     """This checkout's provenance now, as a local rerun would record it."""
-    return reproduce.current_local().provenance
+    return reproduce.here.current_local().provenance
 
 
 def test_a_point_recorded_by_two_backends_is_bad_input_naming_the_files(
@@ -480,28 +481,29 @@ def test_superseded_attempts_are_named(tmp_path: Path) -> None:
     loaded = [(tmp_path / "old-r0.json", old, None)] + [
         (tmp_path / f"r{s.repetition}.json", _record(s), None) for s in specs
     ]
-    (point,) = reproduce.group_points(loaded)
+    (point,) = reproduce.originals.group_points(loaded)
     assert point.files == [tmp_path / "r0.json", tmp_path / "r1.json"]
     assert point.superseded == [tmp_path / "old-r0.json"]
-    assert reproduce.superseded_text([point]) == (
+    assert reproduce.originals.superseded_text([point]) == (
         f"1 of the 3 given files were superseded by newer attempts of the same repetition and are not compared: "
         f"{tmp_path / 'old-r0.json'}"
     )
-    assert reproduce.files_text([Path(f"f{i}") for i in range(6)]) == "f0, f1, f2 and 3 more"
+    assert reproduce.originals.files_text([Path(f"f{i}") for i in range(6)]) == "f0, f1, f2 and 3 more"
 
 
 def test_advice_for_a_modified_tree_at_the_same_revision_is_to_apply_the_changes() -> None:
     dirty = {"git_revision": "1a" * 20, "git_dirty": True, "dirty_paths": ["suite/x.py"], "diff_sha256": "ab" * 32}
     line = "suite tree: the result's had uncommitted changes (suite/x.py; diff sha256 abababababab), here clean"
-    said = reproduce.advice([line], ["1a" * 20], [], None, [dirty])
+    said = reproduce.here.advice([line], ["1a" * 20], [], None, [dirty])
     assert "git checkout" not in said
     assert "apply the same uncommitted changes (diff sha256 abababababab; paths suite/x.py)" in said
-    clean = reproduce.advice(["suite tree: the result's was clean, here uncommitted changes (a.py)"], ["1a" * 20], [])
+    changed = ["suite tree: the result's was clean, here uncommitted changes (a.py)"]
+    clean = reproduce.here.advice(changed, ["1a" * 20], [])
     assert "git checkout" not in clean and "run from a clean tree at " + "1a" * 20 in clean
 
 
 def test_advice_for_another_image_recipe_is_to_build_from_the_results_revision() -> None:
-    said = reproduce.advice(["image recipe: result cdcdcdcdcdcd, here abababababab"], ["9f" * 20], ["tf2.21-cpu"])
+    said = reproduce.here.advice(["image recipe: result cdcdcdcdcdcd, here abababababab"], ["9f" * 20], ["tf2.21-cpu"])
     assert said.index(f"git checkout {'9f' * 20}") < said.index("then build the image from that revision")
     assert "python -m suite images build tf2.21-cpu" in said and "from this checkout" not in said
 
@@ -513,9 +515,9 @@ def test_no_docker_engine_is_said_as_such_not_as_an_image_to_rebuild(tmp_path: P
         def image_for(self, spec: plan.RunSpec) -> Any:
             raise Unavailable("error", "no Docker engine answers at unix:///nowhere.sock (--docker-host): refused")
 
-    here = reproduce.current_docker(NoEngine(), _spec(tmp_path))
+    here = reproduce.here.current_docker(NoEngine(), _spec(tmp_path))
     assert here.problems == ["docker engine: no Docker engine answers at unix:///nowhere.sock (--docker-host): refused"]
-    said = reproduce.advice(here.problems, ["1a" * 20], [here.image_name or ""])
+    said = reproduce.here.advice(here.problems, ["1a" * 20], [here.image_name or ""])
     assert "start the Docker engine, or point --docker-host at one that answers" in said
     assert "images build" not in said
 
@@ -533,7 +535,7 @@ def _point_with_mixed_trees(
         prov = doctored if i == 0 else here
         path = results.save(_record(spec, provenance=prov), tmp_path / "res", spec.run_id)
         files.append(path)
-    loaded = reproduce.load_inputs([tmp_path / "res"])
+    loaded = reproduce.originals.load_inputs([tmp_path / "res"])
     return loaded, files
 
 
@@ -541,11 +543,12 @@ def test_refusal_names_the_files_each_difference_applies_to_and_mixed_origins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     here = _here()
-    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))  # a checkout edited meanwhile
+    # a checkout edited meanwhile
+    monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     loaded, files = _point_with_mixed_trees(tmp_path, here)
-    points = reproduce.group_points(loaded)
-    with pytest.raises(reproduce.Refused) as caught:
-        reproduce._check(points, {points[0].fingerprint: ("local", None)}, anyway=False)
+    points = reproduce.originals.group_points(loaded)
+    with pytest.raises(reproduce.command.Refused) as caught:
+        reproduce.command._check(points, {points[0].fingerprint: ("local", None)}, anyway=False)
     text = str(caught.value)
     tree = "suite tree: the result's had uncommitted changes (suite/x.py; diff sha256 abababababab)"
     assert f"{tree}, here " in text
@@ -616,15 +619,16 @@ def test_reproduce_end_to_end_with_controlled_times(
         record = _record(spec, provenance=here)
         record.timing["fit_s"] = original[i]
         results.save(record, tmp_path / "res" / "m", spec.run_id)
-    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))  # a checkout edited meanwhile
+    # a checkout edited meanwhile
+    monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     made: list[FakeBackend] = []
 
-    def fake(name: str, opts: reproduce.Options, machine: str, say: Any) -> tuple[str, FakeBackend]:
+    def fake(name: str, opts: reproduce.command.Options, machine: str, say: Any) -> tuple[str, FakeBackend]:
         made.append(FakeBackend(machine, _samples(rerun_center, 0.01, 5), here))
         return "local", made[-1]
 
-    monkeypatch.setattr(reproduce, "_make_backend", fake)
-    opts = reproduce.Options(
+    monkeypatch.setattr(reproduce.command, "_make_backend", fake)
+    opts = reproduce.command.Options(
         inputs=[tmp_path / "res"],
         backend=None,
         docker_host=None,
@@ -635,7 +639,7 @@ def test_reproduce_end_to_end_with_controlled_times(
         as_json=False,
     )
     lines: list[str] = []
-    assert reproduce.reproduce(opts, say=lines.append) == code
+    assert reproduce.command.reproduce(opts, say=lines.append) == code
     out = capsys.readouterr().out
     assert said in out, out
     assert f"\nfit time: the rerun is {rerun_center:.2f}x slower than the original (95% CI " in out, out
@@ -645,8 +649,8 @@ def test_reproduce_end_to_end_with_controlled_times(
     assert len(_files(tmp_path / "out")) == 5, "each rerun saved as a result file"
 
 
-def _options(inputs: list[Path], out: Path, anyway: bool = False) -> reproduce.Options:
-    return reproduce.Options(inputs, None, None, out, None, TOL, anyway, False)
+def _options(inputs: list[Path], out: Path, anyway: bool = False) -> reproduce.command.Options:
+    return reproduce.command.Options(inputs, None, None, out, None, TOL, anyway, False)
 
 
 def _fit_geomean(files: list[Path]) -> float:
@@ -669,9 +673,9 @@ def test_reproduce_through_the_cli_says_the_rerun_is_faster_by_the_factor_the_fi
         record = _record(spec, provenance=here)
         record.timing["fit_s"] = original[i]
         results.save(record, tmp_path / "res" / "m", spec.run_id)
-    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     monkeypatch.setattr(
-        reproduce,
+        reproduce.command,
         "_make_backend",
         lambda name, opts, machine, say: ("local", FakeBackend(machine, _samples(0.4, 0.01, 5), here)),
     )
@@ -718,12 +722,14 @@ def test_anyway_pools_runs_made_different_ways_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     here = _here()
-    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     _, files = _point_with_mixed_trees(tmp_path, here)
     monkeypatch.setattr(
-        reproduce, "_make_backend", lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here))
+        reproduce.command,
+        "_make_backend",
+        lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here)),
     )
-    reproduce.reproduce(_options([tmp_path / "res"], tmp_path / "out", anyway=True), say=lambda _: None)
+    reproduce.command.reproduce(_options([tmp_path / "res"], tmp_path / "out", anyway=True), say=lambda _: None)
     out = capsys.readouterr().out
     assert "differences from the original (--anyway ran regardless):" in out
     assert "original runs: made 2 different ways" in out and "--anyway pools them as one original" in out
@@ -823,9 +829,11 @@ def test_a_folder_point_without_an_ok_run_is_left_out_and_named(
     """A machine's folder holds the points it skipped (every GPU point, without a GPU): the others
     in it are still reproduced, the skipped one named with its status; named by file, it refuses."""
     here = _here()
-    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     monkeypatch.setattr(
-        reproduce, "_make_backend", lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here))
+        reproduce.command,
+        "_make_backend",
+        lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here)),
     )
     ran, skipped = _two_points(tmp_path)
     _ok_runs(ran, tmp_path / "res" / "m", here)
@@ -833,13 +841,14 @@ def test_a_folder_point_without_an_ok_run_is_left_out_and_named(
         _record(skipped, "skipped", provenance=here, message="no GPU here"), tmp_path / "res" / "m", skipped.run_id
     )
     lines: list[str] = []
-    opts = reproduce.Options([tmp_path / "res"], None, None, tmp_path / "out", None, TOL, False, True)
-    assert reproduce.reproduce(opts, say=lines.append) in (0, 1)
+    opts = reproduce.command.Options([tmp_path / "res"], None, None, tmp_path / "out", None, TOL, False, True)
+    assert reproduce.command.reproduce(opts, say=lines.append) in (0, 1)
     data = json.loads(capsys.readouterr().out)
     assert [p["point"] for p in data["points"]] == [ran.point_label]
     want = f"left out two [{skipped.point_label}]: no ok run to compare with: {no_gpu} (skipped)"
     assert want in lines and data["left_out"] == [want]
-    assert f"{skipped.point_label}" in reproduce.render(data).split("point(s) of the given folders left out")[1]
+    rendered = reproduce.comparison.render(data)
+    assert f"{skipped.point_label}" in rendered.split("point(s) of the given folders left out")[1]
 
     code, out = _main(capsys, no_gpu, "--anyway")  # named by file: asked for, so refused
     assert code == 2 and f"no ok run to compare with: {no_gpu} (skipped)" in out and "left out" not in out
@@ -853,19 +862,21 @@ def test_k_takes_the_points_of_the_results_as_run_k_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     here = _here()
-    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     monkeypatch.setattr(
-        reproduce, "_make_backend", lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here))
+        reproduce.command,
+        "_make_backend",
+        lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here)),
     )
     a, b = _two_points(tmp_path)
     for spec in (a, b):
         _ok_runs(spec, tmp_path / "res" / "m", here)
     width = b.point_label.split("width=")[1].split(",")[0].split()[0] if "width=" in b.point_label else None
     assert width, b.point_label
-    opts = reproduce.Options(
+    opts = reproduce.command.Options(
         [tmp_path / "res"], None, None, tmp_path / "out", None, TOL, False, True, select=f"width={width}"
     )
-    reproduce.reproduce(opts, say=lambda _: None)
+    reproduce.command.reproduce(opts, say=lambda _: None)
     data = json.loads(capsys.readouterr().out)
     assert [p["point"] for p in data["points"]] == [b.point_label]
     code, out = _main(capsys, tmp_path / "res", "-k", "depth=3")
@@ -889,26 +900,26 @@ def test_a_dev_venv_serves_a_result_of_the_run_lock(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(locks, "installed", lambda: dict(dev_pins))
     here = {**_here(), "environment": _env(DEV_LOCK)}
     recorded = {**here, "environment": _env(RUN_LOCK)}
-    note = reproduce.lock_covered(recorded["environment"], here["environment"], "3.11")
-    assert note is not None and note.startswith(reproduce.COVERED), note
+    note = reproduce.here.lock_covered(recorded["environment"], here["environment"], "3.11")
+    assert note is not None and note.startswith(reproduce.here.COVERED), note
     run_pins = locks.read_pins(REPO / RUN_LOCK)
     assert f"every one of the {len(run_pins)} packages {RUN_LOCK} pins is installed here" in note
     assert "pytest" in note.split("also installed here:")[1]
 
     spec = _spec(tmp_path)
-    point = reproduce.Original(
+    point = reproduce.originals.Original(
         "m", spec.fingerprint, spec.to_dict(), [_record(spec)], [tmp_path / "r.json"], [recorded]
     )
-    lines, notes = reproduce.differences(point, reproduce.Here(here))
+    lines, notes = reproduce.here.differences(point, reproduce.here.Here(here))
     assert lines == [] and notes == [note]
 
     # Not covered: another Python, a lock changed since, one pin at another version, the GPU lock.
-    assert reproduce.lock_covered(recorded["environment"], here["environment"], "3.12") is None
-    assert reproduce.lock_covered(_env(RUN_LOCK, "0" * 64), here["environment"], "3.11") is None
-    assert reproduce.lock_covered(_env(GPU_LOCK), here["environment"], "3.11") is None
+    assert reproduce.here.lock_covered(recorded["environment"], here["environment"], "3.12") is None
+    assert reproduce.here.lock_covered(_env(RUN_LOCK, "0" * 64), here["environment"], "3.11") is None
+    assert reproduce.here.lock_covered(_env(GPU_LOCK), here["environment"], "3.11") is None
     monkeypatch.setattr(locks, "installed", lambda: {**dev_pins, "numpy": "0.0.1"})
-    assert reproduce.lock_covered(recorded["environment"], here["environment"], "3.11") is None
-    lines, notes = reproduce.differences(point, reproduce.Here(here))
+    assert reproduce.here.lock_covered(recorded["environment"], here["environment"], "3.11") is None
+    lines, notes = reproduce.here.differences(point, reproduce.here.Here(here))
     assert any(line.startswith("environment lock: result " + RUN_LOCK) for line in lines)
 
 
@@ -916,15 +927,15 @@ def test_advice_for_another_lock_is_a_command_that_gets_it() -> None:
     """ensure_venv keeps a dev venv when asked for run and keeps a venv's Python: the advice
     removes the venv then, and names the Python the lock is for."""
     dev = _env(DEV_LOCK, "ab" * 32)
-    said = reproduce.venv_advice([RUN_LOCK], dev, "3.11")
+    said = reproduce.here.venv_advice([RUN_LOCK], dev, "3.11")
     assert f"`rm -rf .venv && ./run_all.sh` sets up .venv from {RUN_LOCK}" in said
-    said = reproduce.venv_advice([RUN_LOCK], dev, "3.12")
+    said = reproduce.here.venv_advice([RUN_LOCK], dev, "3.12")
     assert f"`rm -rf .venv && PYTHON=/path/to/python3.11 ./run_all.sh` sets up .venv from {RUN_LOCK}" in said
     assert "is for Python 3.11, this is 3.12" in said
-    said = reproduce.venv_advice([GPU_LOCK], _env(RUN_LOCK, "ab" * 32), "3.11")
+    said = reproduce.here.venv_advice([GPU_LOCK], _env(RUN_LOCK, "ab" * 32), "3.11")
     assert f"`SUITE_ENV=run-gpu ./run_all.sh` sets up .venv from {GPU_LOCK}" in said and "rm -rf" not in said
     line = f"environment lock: result {RUN_LOCK} abababababab, here {DEV_LOCK} cdcdcdcdcdcd"
-    said = reproduce.advice([line], ["1a" * 20], [], [RUN_LOCK], None, dev, "3.12")
+    said = reproduce.here.advice([line], ["1a" * 20], [], [RUN_LOCK], None, dev, "3.12")
     assert "PYTHON=/path/to/python3.11" in said and said.endswith(
         "--anyway to run here regardless, with these differences shown above the verdict"
     )
@@ -938,10 +949,12 @@ def test_an_image_built_on_another_base_refuses_with_what_to_do(
     monkeypatch.setattr(provenance_text, "describe_differences", lambda recorded, current: [line])
     spec = _spec(tmp_path)
     here = _here()
-    point = reproduce.Original("m", spec.fingerprint, spec.to_dict(), [_record(spec)], [tmp_path / "r.json"], [here])
-    lines, notes = reproduce.differences(point, reproduce.Here(here))
+    point = reproduce.originals.Original(
+        "m", spec.fingerprint, spec.to_dict(), [_record(spec)], [tmp_path / "r.json"], [here]
+    )
+    lines, notes = reproduce.here.differences(point, reproduce.here.Here(here))
     assert line in lines and notes == []
-    said = reproduce.advice([line], ["1a" * 20], ["tf2.21-cpu"])
+    said = reproduce.here.advice([line], ["1a" * 20], ["tf2.21-cpu"])
     assert "build the image on the base the result names (see docker/README.md)" in said and "--anyway" in said
     assert "build the image from this checkout" not in said
 
@@ -970,14 +983,17 @@ def test_the_default_results_folder_is_named_as_an_absolute_path(
     """docs/reproduce.md: the default folder (under the current one) is printed absolute."""
     here = _here()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(reproduce, "current_local", lambda: reproduce.Here(here))
+    monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     monkeypatch.setattr(
-        reproduce, "_make_backend", lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here))
+        reproduce.command,
+        "_make_backend",
+        lambda name, opts, machine, say: ("local", FakeBackend(machine, [1.0] * 3, here)),
     )
     spec = _spec(tmp_path)
     _ok_runs(spec, tmp_path / "res" / "m", here)
     lines: list[str] = []
-    reproduce.reproduce(reproduce.Options([Path("res")], None, None, None, None, TOL, False, False), say=lines.append)
+    opts = reproduce.command.Options([Path("res")], None, None, None, None, TOL, False, False)
+    reproduce.command.reproduce(opts, say=lines.append)
     out = capsys.readouterr().out
     (folder,) = (tmp_path / "reproduce").iterdir()
     assert any(line.endswith(f"results in {folder / host_facts.machine_name()}") for line in lines), lines
