@@ -97,7 +97,7 @@ def _user_env() -> dict[str, str]:
 def test_the_wheel_carries_the_code_its_data_the_command_and_the_license(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for need in (
-        "suite/cli.py",
+        "suite/cli/__init__.py",
         "suite/worker/__main__.py",
         "suite/backends/docker.py",
         "suite/telemetry/__init__.py",

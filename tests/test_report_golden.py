@@ -285,7 +285,7 @@ def test_the_reproduce_command_plans_exactly_the_runs_on_the_page(tmp_path: Path
     args = cli._parser().parse_args(run)
     assert args.command == "run" and args.repeats == 2 and args.machine == "box"
     assert args.results == tmp_path and args.select
-    planned = sorted((s.point_label, s.repetition) for s in cli._load_plan(args))
+    planned = sorted((s.point_label, s.repetition) for s in cli.common.load_plan(args))
     assert planned == kept
     remake = cli._parser().parse_args(again)
     assert remake.command == "report" and remake.results == tmp_path

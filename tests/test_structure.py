@@ -75,13 +75,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),  # a RunSpec -> a RunResult
     ("run",),  # the plan loop, fleet, progress
     ("reproduce",),
-    ("command line",),  # cli, envinfo, __main__
+    ("command line",),  # cli/, envinfo, __main__
 )
-COMMAND_LINE = {"suite.cli", "suite.envinfo", "suite.__main__"}
+COMMAND_LINE = {"suite.cli", "suite.envinfo", "suite.__main__"}  # and the modules of suite.cli
 
 
 def _stage(module: str) -> str:
-    if module in COMMAND_LINE:
+    if module in COMMAND_LINE or module.startswith("suite.cli."):
         return "command line"
     return module.split(".")[1]
 

@@ -1,0 +1,163 @@
+"""``suite check``: the plan, point by point: whether it runs here (or is skipped, or done), and how long."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from suite import backends
+from suite.cli.common import UsageError, backend_options, check_ray_args, display_path, make_plan, refuse_without_data
+from suite.environment import datasets, host_facts
+from suite.record import results
+from suite.run import runner
+from suite.run.progress import duration_text
+from suite.spec import plan
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The plan, point by point: whether it runs on this machine (or is skipped, or done), and for how long.
+
+    The backend is the one ``run`` would use (``--backend``, or what ``auto`` picks here); earlier
+    results come from this machine's folder under ``--results``, as ``run`` would resume from.
+    """
+    made = make_plan(args)
+    specs = made.specs
+    from tabulate import tabulate
+
+    check_ray_args(args)
+    machine = args.machine or host_facts.machine_name()
+    folder = runner.machine_dir(args.results, machine)
+    backend, chosen = _check_backend(args)
+    try:
+        folders = [folder]
+        if getattr(backend, "where", None) is not None:  # a pool: its runs lie in each node's folder
+            folders = runner.result_folders(args.results)
+            on_file = [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
+        else:
+            on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+        done = {} if args.fresh else results.latest_by_run(on_file)
+        walls = runner.wall_times(on_file)
+        points: dict[tuple[str, str], list[plan.RunSpec]] = {}
+        for s in specs:
+            points.setdefault((s.scenario, s.point_label), []).append(s)
+        rows: list[list[Any]] = []
+        total = _Totals()
+        for (scenario, label), runs in points.items():
+            first = runs[0]
+            status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)
+            rows.append([scenario, label, first.device, len(runs), first.fingerprint[:12], status, estimate])
+        try:  # what run refuses before anything runs: check says so instead of "will run"
+            refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
+            refused = results.unwritable_here(folder)
+        except UsageError as exc:
+            refused = str(exc)
+        if refused:
+            total.refused = True
+            for row in rows:  # "will run 2 of 3 (...)" -> "run refuses 2 of 3 (...) (below)"
+                if row[5].startswith("will run"):
+                    row[5] = row[5].replace("will run", "run refuses", 1) + " (below)"
+        pool_note = None
+        if getattr(backend, "where", None) is not None:
+            slots = sum(float(n.get("Resources", {}).get("suite_slot", 0)) for n in backend.nodes() if n.get("Alive"))
+            pool_note = (
+                f"on {backend.where}: the estimate adds the runs up; up to {slots:g} run at once (suite_slot), "
+                "and a node may still skip a point its engine or TensorFlow cannot run (no GPU runtime)"
+            )
+    finally:
+        backend.close()
+    headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
+    print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+    print()
+    for line in made.lines(args.select):
+        print(line)
+    shown = ", ".join(str(display_path(f)) for f in folders)
+    print(f"backend: {chosen}; earlier results: {shown}" + ("" if any(f.is_dir() for f in folders) else " (none yet)"))
+    print(total.text())
+    if pool_note:
+        print(pool_note)
+    data: dict[str, tuple[int, str]] = {}
+    for s in specs:
+        identity = s.config["data"]["identity"]
+        key = ", ".join(f"{k} {v}" for k, v in datasets.fingerprinted(identity).items())
+        data[key] = (data.get(key, (0, ""))[0] + 1, identity.get("note", ""))
+    for key, (n, note) in data.items():
+        print(f"data for {_runs(n)}: {key} ({note})")
+    if refused:
+        print(f"run would refuse this plan: {refused}")
+    return 0
+
+
+def _check_backend(args: argparse.Namespace) -> tuple[Any, str]:
+    """The backend ``run`` would use, and how it was chosen; for asking which points it would skip."""
+    opts = backend_options(args)
+    name, why = args.backend, "--backend"
+    if name == backends.AUTO:
+        name, why = backends.choose(opts)
+        why = f"auto: {why}"
+    return backends.make(name, opts), f"{name} ({why})"
+
+
+@dataclass
+class _Totals:
+    """The plan on this machine, added up: counts of runs and the time they are expected to take."""
+
+    run: int = 0
+    skipped: int = 0
+    done: int = 0
+    known_s: float = 0.0  # from earlier results
+    unknown: int = 0  # runs without an earlier result
+    bound_s: float = 0.0  # their timeouts, added up
+    refused: bool = False  # run would refuse the plan (said below the totals)
+
+    def text(self) -> str:
+        verb = "would run, but run refuses the plan (below)" if self.refused else "will run"
+        counts = f"{_runs(self.run)} {verb}, {self.skipped} skipped, {self.done} already done (ok on file)"
+        if not self.run:
+            return f"here: {counts}; nothing to run"
+        parts = []
+        if self.run > self.unknown:
+            parts.append(f"about {duration_text(self.known_s)} from earlier results")
+        if self.unknown:
+            parts.append(
+                f"at most {duration_text(self.bound_s)} for {_runs(self.unknown)} without an earlier result "
+                "(timeout_s each)"
+            )
+        return f"here: {counts}; estimated time: " + " + ".join(parts)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def _point_plan(
+    runs: list[plan.RunSpec],
+    skip: str | None,
+    done: dict[tuple[str, int], results.RunResult],
+    walls: list[float] | None,
+    total: _Totals,
+) -> tuple[str, str]:
+    """(what run does with this point here, how long it takes), as run would: ok on file is done,
+    then the backend's skip rule, then run. The estimate is the median wall time of the point's
+    earlier ok runs (same fingerprint) per run, else its timeout as an upper bound."""
+    ok = sum(1 for s in runs if (r := done.get((s.fingerprint, s.repetition))) is not None and r.ok)
+    left = len(runs) - ok
+    total.done += ok
+    if left == 0:
+        return "done (ok on file; --fresh reruns)", "-"
+    also = f" ({ok} of {len(runs)} ok on file)" if ok else ""
+    if skip is not None:
+        total.skipped += left
+        return f"skipped: {skip}{also}", "-"
+    total.run += left
+    status = ("will run" if not ok else f"will run {left} of {len(runs)}") + also
+    if walls:
+        each = statistics.median(walls)
+        total.known_s += left * each
+        times = f"{left} x {duration_text(each)}, " if left > 1 else ""
+        return status, f"~{duration_text(left * each)} ({times}median of {len(walls)} earlier)"
+    total.unknown += left
+    total.bound_s += left * runs[0].timeout_s
+    per = f"{left} x " if left > 1 else ""
+    return status, f"<= {duration_text(left * runs[0].timeout_s)} ({per}timeout_s; no earlier result)"
