@@ -119,7 +119,7 @@ def _load_lines(load: dict[str, Any]) -> list[str]:
 def _pool(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     """Which of this host's GPUs the local backend may hand out (an inherited CUDA_VISIBLE_DEVICES), or why none."""
     from suite.backends import BackendUnavailable
-    from suite.backends.base import inherit_pool
+    from suite.backends.gpu_pool import inherit_pool
 
     try:
         inventory = inherit_pool({"gpus": gpus})

@@ -308,7 +308,7 @@ def test_progress_lines_and_chunks() -> None:
 
 
 def test_gpus_can_be_limited_by_index_or_uuid() -> None:
-    from suite.backends.base import restrict_gpus
+    from suite.backends.gpu_pool import restrict_gpus
 
     inventory = {"gpus": [{"index": i, "uuid": f"GPU-{i}"} for i in range(4)], "gpu_note": "NVML"}
     kept = restrict_gpus(inventory, ["2", "GPU-0", "7"])

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from suite.backends import BackendUnavailable
-from suite.backends.base import inherit_pool, restrict_gpus, worker_env
+from suite.backends.base import worker_env
+from suite.backends.gpu_pool import inherit_pool, restrict_gpus
 from suite.backends.local import LocalBackend
 from suite.environment import host_facts
 from suite.spec import plan, scenario
@@ -418,8 +419,8 @@ def test_container_gets_cuda_visible_devices_by_the_uuids_it_requests(tmp_path: 
     pytest.importorskip("docker")
     from types import SimpleNamespace
 
-    from suite.backends.base import gpu_env, gpus_for
     from suite.backends.docker import DockerBackend
+    from suite.backends.gpu_pool import gpu_env, gpus_for
 
     inventory = {"gpus": [HOST[2], HOST[0]], "cpus": 2}
     backend = DockerBackend(inventory=inventory)

@@ -26,17 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.backends import docker_parts as parts
-from suite.backends.base import (
-    WORKER_DEADLINE_GRACE_S,
-    RunSkeleton,
-    Unavailable,
-    device_skip_reason,
-    gpu_env,
-    gpus_for,
-    inherit_pool,
-    restrict_gpus,
-    tag_labels,
-)
+from suite.backends.base import WORKER_DEADLINE_GRACE_S, RunSkeleton, Unavailable, tag_labels
 from suite.backends.docker_run import (
     OUT_NAME,
     RESULT_PATH,
@@ -47,6 +37,7 @@ from suite.backends.docker_run import (
     probe_engine,
     remove_container,
 )
+from suite.backends.gpu_pool import device_skip_reason, gpu_env, gpus_for, inherit_pool, restrict_gpus
 from suite.environment import datasets, docker_engine, host_facts, images
 from suite.environment.docker_engine import engine_answers, engine_facts
 from suite.record import code_identity, provenance

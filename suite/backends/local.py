@@ -29,15 +29,8 @@ from typing import Any
 
 from suite import paths, telemetry
 from suite.backends import lifeline
-from suite.backends.base import (
-    Exit,
-    RunSkeleton,
-    device_skip_reason,
-    gpu_env,
-    host_inventory,
-    restrict_gpus,
-    tag_env,
-)
+from suite.backends.base import Exit, RunSkeleton, tag_env
+from suite.backends.gpu_pool import device_skip_reason, gpu_env, host_inventory, restrict_gpus
 from suite.backends.oom import OomWitness
 from suite.environment import datasets, host_facts
 from suite.record import provenance

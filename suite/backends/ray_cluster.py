@@ -10,7 +10,7 @@ model, a share of the custom resource ``gpu_model:NAME`` that only nodes of that
 On its node the task (``run_point``) runs the point through the run skeleton of the node's own
 Docker engine (its DOCKER_HOST, or the local socket) when one answers, else of the local backend.
 Ray sets the task's CUDA_VISIBLE_DEVICES to the GPUs it assigned; both backends read that variable
-as CUDA does (``base.inherit_pool``) and hand the run exactly those GPUs, by UUID. A node builds
+as CUDA does (``gpu_pool.inherit_pool``) and hand the run exactly those GPUs, by UUID. A node builds
 the image a run needs before its first run when it lacks it (the recipe-hash rule of ``images``).
 The checkout travels with the job (Ray's ``working_dir``: the suite, its image catalog, Dockerfile
 and locks): every result records the identity of the checkout the orchestrator shipped.
