@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 SPREAD_LIMIT = 0.10  # (max - min) / median above this: the point is flagged unstable
 LEVEL = 0.95
@@ -200,6 +199,9 @@ def welch_half_width(var_a: Any, n_a: float, var_b: Any, n_b: float, level: floa
     with np.errstate(divide="ignore", invalid="ignore"):
         dof = se2**2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
     dof = np.where(se2 > 0, dof, np.inf)
+    # SciPy's stats take half a second to import: every command would pay it, most never reach here.
+    from scipy import stats as sps
+
     return sps.t.ppf(0.5 + level / 2, dof) * np.sqrt(se2)
 
 
