@@ -69,6 +69,17 @@ def test_fingerprint_tracks_what_is_measured(tmp_path: Path) -> None:
     assert spec.to_dict()["fingerprint"] == plan.fingerprint_of(spec)
 
 
+def test_a_smoke_run_is_its_own_measurement_even_at_the_full_size(tmp_path: Path) -> None:
+    # A smoke section that changes nothing: only the size's name tells the runs apart, and a smoke
+    # run must neither resume from nor stand in for a full-size result.
+    text = TEXT.replace("training.epochs: 1", "training.epochs: 3")
+    sc = scenario.load(write_scenario(tmp_path, "grid", text))
+    full = {s.point_label: s for s in plan.expand(sc) if s.repetition == 0}
+    smoke = {s.point_label: s for s in plan.expand(sc, smoke=True)}
+    assert {k: s.config for k, s in smoke.items()} == {k: s.config for k, s in full.items()}
+    assert all(smoke[k].fingerprint != full[k].fingerprint for k in full)
+
+
 def test_interleave_across_scenarios() -> None:
     width = plan.expand(scenario.load(SCENARIOS / "mnist_mlp_width.yaml"), repeats=2)
     gpus = plan.expand(scenario.load(SCENARIOS / "mlp4096_gpus.yaml"), repeats=2)
