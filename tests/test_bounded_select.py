@@ -99,7 +99,7 @@ matrix:
 
 
 def test_the_reproduce_expression_of_many_points_is_read_back(tmp_path: Path) -> None:
-    """report.py's "Reproduce" line carries ``expression_for`` of a page's points: 1,199 of 1,200 here,
+    """report/pages.py's "Reproduce" line carries ``expression_for`` of a page's points: 1,199 of 1,200 here,
     an or of 1,199 terms, which the CLI takes back exactly."""
     path = write_scenario(tmp_path, "many_points", GRID.format(widths=list(range(1, 31)), batches=list(range(1, 41))))
     specs = plan.expand(scenario.load(path), repeats=1, data=lambda d: {"source": "synthetic"})

@@ -1,8 +1,8 @@
 """A result file from another machine may hold anything: every field a reader uses is checked when
 the file is read, so report, show and compare end with exit 2 naming the file and the field, never
 with a traceback, whatever one field holds. Through the real CLI's entry point, in-process (a few
-hundred cases). And the fast yes-or-no check a report runs on every file (``record_shape.valid``)
-against the worded one it must agree with (``record_shape.problem``)."""
+hundred cases). And the fast yes-or-no check a report runs on every file (``shape.valid``)
+against the worded one it must agree with (``shape.problem``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What every backend shares: the protocol, the run skeleton, the skip rule, how a run ended, the merge.
+"""What every backend shares: the protocol, the run skeleton, the skipped record, how a run ended, the merge.
 
 A backend turns one RunSpec into one RunResult. It never raises for a failed run: a timeout, a
 crash, a missing image, a lost engine are statuses. ``run`` is called only for specs that

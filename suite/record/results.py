@@ -28,12 +28,13 @@ Optional sections added without a bump (older records simply lack them):
   the load average at the start and the end, other compute processes on the run's GPUs; read
   through ``load_of``, and ``load_note`` says when a result was measured under load.
 - ``provenance``: what produced the result, so a figure can be traced and rerun (``suite.record.provenance``
-  builds and compares it): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:
+  builds it, its ``suite`` block from ``suite.record.code_identity``; ``suite.report.provenance_text``
+  compares two): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:
   tracked files outside ``reports/`` (the suite's output, not code; records made before that
   counted pages there too) differing from HEAD and untracked, not ignored files under ``suite/`` (code a run
   can import), the latter as ``"suite/x.py (untracked)"``, at most 50, ``diff_sha256``: sha256 of
   ``git diff --full-index HEAD`` with those untracked files shown as new files and every diff option
-  git configuration could change fixed, ``suite_identity`` says exactly; records made before that
+  git configuration could change fixed, ``code_identity.suite_identity`` says exactly; records made before that
   hashed a diff whose ``index`` lines carried abbreviated object IDs, as long as the recording
   clone's ``core.abbrev`` and object count made them, and ignored files a personal ignore file or
   ``.git/info/exclude`` matched, so their ``diff_sha256`` may not match a hash taken now of the

@@ -1,6 +1,6 @@
 """Views -> plain data: the figures of every report table as numbers, and every run's timings.
 
-The Markdown table (``report._row``) formats what ``point_figures`` computes here, so a table cell,
+The Markdown table (``pages.point_row``) formats what ``point_figures`` computes here, so a table cell,
 a JSON number and a CSV cell can never disagree. The JSON shape is versioned (``FORMAT``,
 ``VERSION``) and documented field by field in docs/export.md; bump ``VERSION`` when a field changes
 meaning or goes away (adding a field does not need a bump).

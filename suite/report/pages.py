@@ -68,7 +68,7 @@ def _span(mid: float | None, low: float | None, high: float | None, fmt: str) ->
 
 
 def point_row(view: ScenarioView, p: Point) -> dict[str, str]:
-    """A point's cells in both tables, by column, and its notes: the figures ``export`` computes,
+    """A point's cells in both tables, by column, and its notes: the figures ``figures`` computes,
     formatted (so the JSON and CSV say the same)."""
     f = figures.point_figures(view, p)
     return {
