@@ -16,7 +16,7 @@ from conftest import write_scenario
 
 from suite.record import results
 from suite.record.results import FAILED, STATUS_OK, STATUS_SKIPPED, RunResult
-from suite.run import progress, runner
+from suite.run import progress, results_folder, runner
 from suite.spec import plan, scenario
 from suite.spec.plan import RunSpec
 
@@ -333,11 +333,11 @@ def test_live_mode_writes_the_status_line_to_stdout(tmp_path: Path, capsys: pyte
 
 def test_a_held_results_folder_is_refused_naming_the_holder(tmp_path: Path) -> None:
     folder = tmp_path / "res" / "m"
-    with runner.hold_folder(folder):
-        with pytest.raises(runner.FolderBusy, match=rf"in use by `suite run` process {os.getpid()} on host"):
-            with runner.hold_folder(folder):
+    with results_folder.hold_folder(folder):
+        with pytest.raises(results_folder.FolderBusy, match=rf"in use by `suite run` process {os.getpid()} on host"):
+            with results_folder.hold_folder(folder):
                 pass
-    with runner.hold_folder(folder):  # released on exit
+    with results_folder.hold_folder(folder):  # released on exit
         pass
     assert not _saved(tmp_path / "res"), "the lock file is not a result"
 

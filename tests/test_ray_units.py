@@ -27,7 +27,7 @@ from suite.backends import peak_cache, ray_cluster
 from suite.backends.ray_cluster import Finished, RayPool, demand, placement_problem
 from suite.record import results
 from suite.record.results import RunResult
-from suite.run import runner
+from suite.run import results_folder, runner
 from suite.spec import plan, scenario
 
 # --- the stand-in ray module -------------------------------------------------------------------------
@@ -2048,7 +2048,7 @@ def test_an_ok_run_on_file_is_done_whatever_the_clocks_say_of_a_lost_attempt(tmp
     )
     results.save(ok, res / "node-b2" / cpu.scenario, cpu.run_id)
     results.save(lost, res / "node-b1" / cpu.scenario, cpu.run_id)
-    previous = runner.pool_previous_runs(res, lambda r: "ray" in r.run)
+    previous = results_folder.pool_previous_runs(res, lambda r: "ray" in r.run)
     assert previous[(cpu.fingerprint, cpu.repetition)].ok
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import REPO, suite_cli, write_scenario
 
 from suite import backends
-from suite.run import runner
+from suite.run import results_folder
 
 # Every point needs 64 GPUs: skipped at once on any test machine, so a run ends without TensorFlow.
 SKIPPED_ONLY = """\
@@ -56,7 +56,7 @@ def test_docker_backend_without_an_engine_is_one_message_and_no_records(tmp_path
 
 def test_second_run_on_a_held_folder_says_who_holds_it(tmp_path: Path) -> None:
     res = tmp_path / "res"
-    with runner.hold_folder(res / "m"):
+    with results_folder.hold_folder(res / "m"):
         proc = suite_cli("run", _scenario(tmp_path), "--backend", "local", "--results", res, "--machine", "m")
     _refused(proc, f"is in use by `suite run` process {os.getpid()} on host", "--wait")
     assert not _records(res)
@@ -67,7 +67,7 @@ def test_second_run_with_wait_runs_after_the_first(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "suite", "run", str(_scenario(tmp_path)), "--backend", "local"]
     cmd += ["--results", str(res), "--machine", "m", "--wait"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    with runner.hold_folder(res / "m"):
+    with results_folder.hold_folder(res / "m"):
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = proc.stdout.readline()  # its first words: nothing runs before the folder is its own
         assert first.startswith(f"waiting for `suite run` process {os.getpid()}"), first + proc.stderr.read()

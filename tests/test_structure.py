@@ -150,7 +150,9 @@ def test_local_backend_cli_and_catalog_never_import_docker() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-READERS = ["report/pages", "report/points", "report/verdicts", "report/plots", "report/compare", "run/runner"]
+READERS = [
+    "report/pages", "report/points", "report/verdicts", "report/plots", "report/compare", "run/runner", "run/closing"
+]
 
 
 @pytest.mark.parametrize("module", READERS)

@@ -30,7 +30,7 @@ from suite.cli.common import DEFAULT_REPORTS, DEFAULT_RESULTS, UsageError
 from suite.environment import datasets
 from suite.record import code_identity, results
 from suite.report import provenance_text
-from suite.run import runner
+from suite.run import results_folder
 from suite.safe.markdown import escaped
 from suite.spec import names, plan, select
 from suite.spec.scenario import ScenarioError
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         results.ResultError,
         UsageError,
         backends.BackendUnavailable,
-        runner.FolderBusy,
+        results_folder.FolderBusy,
         datasets.BadSource,
         datasets.wdata.DataUnavailable,
         select.SelectError,

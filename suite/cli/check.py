@@ -11,7 +11,7 @@ from suite import backends
 from suite.cli.common import UsageError, backend_options, check_ray_args, display_path, make_plan, refuse_without_data
 from suite.environment import datasets, host_facts
 from suite.record import results
-from suite.run import runner
+from suite.run import results_folder
 from suite.run.progress import duration_text
 from suite.spec import plan
 
@@ -28,17 +28,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     check_ray_args(args)
     machine = args.machine or host_facts.machine_name()
-    folder = runner.machine_dir(args.results, machine)
+    folder = results_folder.machine_dir(args.results, machine)
     backend, chosen = _check_backend(args)
     try:
         folders = [folder]
         if getattr(backend, "where", None) is not None:  # a pool: its runs lie in each node's folder
-            folders = runner.result_folders(args.results)
+            folders = results_folder.result_folders(args.results)
             on_file = [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
         else:
             on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
         done = {} if args.fresh else results.latest_by_run(on_file)
-        walls = runner.wall_times(on_file)
+        walls = results_folder.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         for s in specs:
             points.setdefault((s.scenario, s.point_label), []).append(s)

@@ -20,7 +20,7 @@ from suite.cli.common import (
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts
-from suite.run import runner
+from suite.run import closing, results_folder, runner
 from suite.run.progress import NORMAL, QUIET, VERBOSE
 from suite.safe.markdown import escaped
 from suite.spec import plan
@@ -41,10 +41,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
     machine = args.machine or host_facts.machine_name()
-    folder = runner.machine_dir(args.results, machine)
+    folder = results_folder.machine_dir(args.results, machine)
     check_writable(folder)
     live = sys.stdout.isatty() and level > QUIET
-    with runner.hold_folder(folder, wait=args.wait):
+    with results_folder.hold_folder(folder, wait=args.wait):
         from suite.backends.lifeline import foreign_worker_lines
 
         for line in foreign_worker_lines(folder):  # said at every level: it slows every run of this plan
@@ -58,12 +58,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(backend, "where", None) is not None:  # a pool of nodes: results per node
             say(f"{_runs(len(specs))} on backend {backend.name} ({backend.where}), results in {args.results}")
             summary = runner.run_plan_pool(specs, backend, args.results, fresh=args.fresh, live=live, level=level)
-            folders = runner.result_folders(args.results)
+            folders = results_folder.result_folders(args.results)
         else:
             say(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
             summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level)
             folders = [folder]
-    for line in runner.closing_lines(args.results, folders, specs) + summary.lines():
+    for line in closing.closing_lines(args.results, folders, specs) + summary.lines():
         print(line)
     print(f"pages: python -m suite report --results {display_path(args.results)}")
     if summary.stopped:
@@ -87,7 +87,7 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
         raise UsageError(f"--hosts runs every host through its Docker engine; --backend {args.backend} cannot")
     hosts = fleet.load_hosts(args.hosts)
     for host in hosts:
-        check_writable(runner.machine_dir(args.results, host.name))
+        check_writable(results_folder.machine_dir(args.results, host.name))
     run_args = [str(display_path(f)) for f in args.scenarios]
     run_args += ["--smoke"] * args.smoke + ["--fresh"] * args.fresh + ["--wait"] * args.wait
     run_args += ["--allow-synthetic"] * args.allow_synthetic

@@ -29,7 +29,7 @@ from suite.reproduce.originals import (
     superseded_text,
     take_points,
 )
-from suite.run import runner
+from suite.run import results_folder, runner
 from suite.spec.settings import MAX_REPEATS
 
 
@@ -109,7 +109,7 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
             made[name] = _make_backend(name, opts, machine, say)
         diffs = _check(points, {p.fingerprint: made[names[p.fingerprint]] for p in points}, opts.anyway)
         folder = opts.results_dir if opts.results_dir is not None else new_results_dir(Path.cwd())
-        machine_folder = runner.machine_dir(folder, machine)
+        machine_folder = results_folder.machine_dir(folder, machine)
         _check_writable(machine_folder)
         reruns = _rerun(points, opts, made, names, machine_folder, say)
     finally:
@@ -216,7 +216,7 @@ def _rerun(
     specs = rerun_specs(points, opts.repeats)
     reruns: dict[str, list[tuple[Path, RunResult]]] = {}
     folder, machine = machine_folder.parent, machine_folder.name
-    with runner.hold_folder(machine_folder):
+    with results_folder.hold_folder(machine_folder):
         before = _result_files(machine_folder)
         for name, (chosen, backend) in made.items():
             mine = [s for s in specs if names[s.fingerprint] == name]

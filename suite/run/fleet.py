@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.record import code_identity, results
-from suite.run.runner import previous_runs
+from suite.run.results_folder import previous_runs
 from suite.spec import names
 from suite.spec.scenario import ScenarioError, read_yaml
 from suite.spec.settings import Checker, brief, plain_text

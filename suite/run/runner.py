@@ -7,21 +7,17 @@ flight (hyperfine's rule: export after every benchmark).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import inspect
-import json
 import os
 import signal
-import socket
 import stat
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +26,10 @@ from suite.backends.peak_cache import run_with_peak
 from suite.record import results
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 from suite.report import points, verdicts
-from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten, wrapped
-from suite.safe import bounded
-from suite.safe.markdown import escaped
+from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten
+from suite.run.results_folder import machine_dir, pool_previous_runs, wall_times
 from suite.spec import names
 from suite.spec.plan import RunSpec, parse_device
-
-LOCK_NAME = ".suite-run.lock"  # a dot name: never read as a result
-
-
-class FolderBusy(Exception):
-    """Another ``suite run`` holds the results folder; the message names it."""
-
 
 # A run that ended ok but trained below the accuracy gate: counted apart from ok, as the pages do.
 BELOW_GATE = "below the accuracy gate"
@@ -84,75 +72,6 @@ class Summary:
         if self.stopped:
             out.append(f"the plan stopped early: {self.stopped}")
         return out
-
-
-def machine_dir(results_dir: Path, machine: str, source: str = "machine name (--machine)") -> Path:
-    """``results_dir/machine``; UnsafeName (exit 2) where ``machine`` is not one safe path component."""
-    return names.inside(results_dir, machine, source)
-
-
-def previous_runs(folder: Path) -> dict[tuple[str, int], results.RunResult]:
-    """(fingerprint, repetition) -> the newest result on file."""
-    if not folder.is_dir():
-        return {}
-    return results.latest_by_run([r for _, r in results.load_folder(folder)])
-
-
-@contextlib.contextmanager
-def hold_folder(folder: Path, *, wait: bool = False, say: Callable[[str], None] = print) -> Iterator[None]:
-    """Hold ``folder`` for one ``suite run``: a second run on it would run the same points again.
-
-    An advisory ``flock`` on a file inside, which records who holds it: the kernel releases it when
-    the holder exits, also by SIGKILL, so a dead run never blocks the next one.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK_NAME
-    try:  # O_NOFOLLOW: a link planted at the lock's name is never written through
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
-        raise FolderBusy(f"{path}: cannot be the run lock ({exc.strerror}); remove it if it is a link") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(path)
-            if not wait:
-                raise FolderBusy(
-                    f"results folder {folder} is in use by {holder}; let it finish, or pass --wait to run after it"
-                ) from None
-            say(f"waiting for {holder} to finish with {folder}")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat()}
-        os.ftruncate(fd, 0)
-        with contextlib.suppress(OSError):  # who holds it is a courtesy to the next run; a full disk is not fatal
-            os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)
-        yield
-    finally:
-        os.close(fd)  # releases the lock; the file stays, so a waiting run keeps locking the same inode
-
-
-def _holder(path: Path) -> str:
-    try:
-        data = json.loads(bounded.read_text(path, 4096))  # whoever could write the file wrote it: shown, not obeyed
-        return escaped(f"`suite run` process {data['pid']} on host {data['host']} (since {data['started_at']})")
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another `suite run`"  # it holds the lock but has not written its name yet
-
-
-def wall_times(on_file: list[results.RunResult]) -> dict[str, list[float]]:
-    """Fingerprint -> wall seconds (start to end, as the host saw them) of every ok run on file: what
-    ``suite check`` estimates a point's runs from, and what a run's ETA starts from."""
-    out: dict[str, list[float]] = {}
-    for r in on_file:
-        started, finished = r.run.get("started_at"), r.run.get(results.FINISHED_AT.key)
-        if not (r.ok and started and finished):
-            continue
-        try:
-            seconds = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
-        except (TypeError, ValueError):
-            continue
-        out.setdefault(r.fingerprint, []).append(seconds)
-    return out
 
 
 @dataclass
@@ -382,28 +301,6 @@ def _outcome(result: results.RunResult) -> tuple[str, str]:
     return f"ok, fit {fit:.2f} s, test accuracy {accuracy:.3f}", ""
 
 
-def pool_previous_runs(
-    results_dir: Path, counts: Callable[[results.RunResult], bool]
-) -> dict[tuple[str, int], results.RunResult]:
-    """(fingerprint, repetition) -> a result of the pool's kind in any machine folder under
-    ``results_dir``: the newest ``ok`` one where there is one, else the newest. A pool runs each run
-    once, on whichever node took it (a node that has left the cluster since included), so a run
-    ``ok`` in any of them is done, whatever else is on file: the times of results made on different
-    machines come from different clocks (a node's, the orchestrator's for a lost run), so "newest"
-    cannot order a lost attempt against its retry. ``counts`` says which results are the pool's (a
-    Ray node's, on the GPU model asked for); the others are not looked at."""
-    found = [r for folder in result_folders(results_dir) for _, r in results.load_folder(folder) if counts(r)]
-    newest = results.latest_by_run(found)
-    return newest | results.latest_by_run([r for r in found if r.ok])
-
-
-def result_folders(results_dir: Path) -> list[Path]:
-    """The machine folders under a results folder (a name starting with '.' or '_' is none)."""
-    if not results_dir.is_dir():
-        return []
-    return sorted(p for p in results_dir.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-
-
 def run_plan_pool(
     specs: list[RunSpec],
     pool: Any,
@@ -529,44 +426,6 @@ def _accepts_on_event(backend: Backend) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "on_event" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def closing_lines(results_dir: Path, folders: list[Path], specs: list[RunSpec]) -> list[str]:
-    """The answer a run ends with, per scenario of the plan: its verdict, its fastest and slowest
-    point, its runs counted by status. Drawn from the result files of the plan's runs in ``folders``
-    (those done before included), grouped as the report groups them."""
-    wanted = {(s.fingerprint, s.repetition) for s in specs}
-    loaded = [
-        (p, r)
-        for f in folders
-        if f.is_dir()
-        for p, r in results.load_folder(f)
-        if (r.fingerprint, int(r.spec.get("repetition", 0))) in wanted
-    ]
-    shown = points.group_views(results_dir, loaded)
-    machines = len({v.machine for v in shown}) > 1
-    return [line for v in shown for line in _scenario_lines(v, machines)]
-
-
-def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
-    runs = [r for p in view.points for r in p.runs]
-    name = view.scenario + (f" on {view.machine}" if machine else "")
-    npoints = f"{len(view.points)} point{'' if len(view.points) == 1 else 's'}"
-    out = [shorten(f"{name}, {npoints}: {counts_text(Counter(count_key(r) for r in runs))}", WIDTH)]
-    out += wrapped(verdicts.verdict(view), "  verdict: ", "    ")
-    timed = [(p, fit) for p in view.points if p.passes_gate and (fit := p.summary(FIT_S)) is not None]
-    if not timed:
-        return [*out, "  no point ran ok above the accuracy gate: no fit time to show"]
-    timed.sort(key=lambda pf: pf[1].median)
-    if len(timed) == 1:
-        return [*out, _fit_line("only point timed", *timed[0])]
-    return [*out, _fit_line("fastest", *timed[0]), _fit_line("slowest", *timed[-1])]
-
-
-def _fit_line(what: str, point: points.Point, fit: Any) -> str:
-    """'  fastest: [width=100, device=cpu] fit 0.41 s (median of 3 runs, 0.39-0.44 s)'."""
-    spread = f"median of {fit.n} runs, {fit.low:.2f}-{fit.high:.2f} s" if fit.n > 1 else "1 run"
-    return fit_line(f"  {what}: ", point.label, f" fit {fit.median:.2f} s ({spread})")
 
 
 # A hangup (the terminal closed, the ssh link dropped) stops a plan as SIGTERM does, not by the

@@ -1,0 +1,53 @@
+"""The answer a run ends with: per scenario of the plan, its verdict, its fastest and slowest point,
+its runs counted by status."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from suite.record import results
+from suite.record.results import FIT_S
+from suite.report import points, verdicts
+from suite.run.progress import WIDTH, fit_line, shorten, wrapped
+from suite.run.runner import count_key, counts_text
+from suite.spec.plan import RunSpec
+
+
+def closing_lines(results_dir: Path, folders: list[Path], specs: list[RunSpec]) -> list[str]:
+    """The answer a run ends with, per scenario of the plan: its verdict, its fastest and slowest
+    point, its runs counted by status. Drawn from the result files of the plan's runs in ``folders``
+    (those done before included), grouped as the report groups them."""
+    wanted = {(s.fingerprint, s.repetition) for s in specs}
+    loaded = [
+        (p, r)
+        for f in folders
+        if f.is_dir()
+        for p, r in results.load_folder(f)
+        if (r.fingerprint, int(r.spec.get("repetition", 0))) in wanted
+    ]
+    shown = points.group_views(results_dir, loaded)
+    machines = len({v.machine for v in shown}) > 1
+    return [line for v in shown for line in _scenario_lines(v, machines)]
+
+
+def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
+    runs = [r for p in view.points for r in p.runs]
+    name = view.scenario + (f" on {view.machine}" if machine else "")
+    npoints = f"{len(view.points)} point{'' if len(view.points) == 1 else 's'}"
+    out = [shorten(f"{name}, {npoints}: {counts_text(Counter(count_key(r) for r in runs))}", WIDTH)]
+    out += wrapped(verdicts.verdict(view), "  verdict: ", "    ")
+    timed = [(p, fit) for p in view.points if p.passes_gate and (fit := p.summary(FIT_S)) is not None]
+    if not timed:
+        return [*out, "  no point ran ok above the accuracy gate: no fit time to show"]
+    timed.sort(key=lambda pf: pf[1].median)
+    if len(timed) == 1:
+        return [*out, _fit_line("only point timed", *timed[0])]
+    return [*out, _fit_line("fastest", *timed[0]), _fit_line("slowest", *timed[-1])]
+
+
+def _fit_line(what: str, point: points.Point, fit: Any) -> str:
+    """'  fastest: [width=100, device=cpu] fit 0.41 s (median of 3 runs, 0.39-0.44 s)'."""
+    spread = f"median of {fit.n} runs, {fit.low:.2f}-{fit.high:.2f} s" if fit.n > 1 else "1 run"
+    return fit_line(f"  {what}: ", point.label, f" fit {fit.median:.2f} s ({spread})")
