@@ -12,7 +12,7 @@ from suite.cli.common import UsageError, backend_options, check_ray_args, displa
 from suite.environment import datasets, host_facts
 from suite.record import results
 from suite.run import results_folder
-from suite.run.progress import duration_text
+from suite.run.progress import duration_text, runs_text
 from suite.spec import plan
 
 
@@ -83,7 +83,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         key = ", ".join(f"{k} {v}" for k, v in datasets.fingerprinted(identity).items())
         data[key] = (data.get(key, (0, ""))[0] + 1, identity.get("note", ""))
     for key, (n, note) in data.items():
-        print(f"data for {_runs(n)}: {key} ({note})")
+        print(f"data for {runs_text(n)}: {key} ({note})")
     if refused:
         print(f"run would refuse this plan: {refused}")
     return 0
@@ -113,7 +113,7 @@ class _Totals:
 
     def text(self) -> str:
         verb = "would run, but run refuses the plan (below)" if self.refused else "will run"
-        counts = f"{_runs(self.run)} {verb}, {self.skipped} skipped, {self.done} already done (ok on file)"
+        counts = f"{runs_text(self.run)} {verb}, {self.skipped} skipped, {self.done} already done (ok on file)"
         if not self.run:
             return f"here: {counts}; nothing to run"
         parts = []
@@ -121,14 +121,10 @@ class _Totals:
             parts.append(f"about {duration_text(self.known_s)} from earlier results")
         if self.unknown:
             parts.append(
-                f"at most {duration_text(self.bound_s)} for {_runs(self.unknown)} without an earlier result "
+                f"at most {duration_text(self.bound_s)} for {runs_text(self.unknown)} without an earlier result "
                 "(timeout_s each)"
             )
         return f"here: {counts}; estimated time: " + " + ".join(parts)
-
-
-def _runs(n: int) -> str:
-    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def _point_plan(

@@ -8,7 +8,6 @@ import os
 import sys
 
 from suite import backends, paths
-from suite.cli.check import _runs
 from suite.cli.common import (
     UsageError,
     backend_options,
@@ -21,7 +20,7 @@ from suite.cli.common import (
 )
 from suite.environment import datasets, host_facts
 from suite.run import closing, results_folder, runner
-from suite.run.progress import NORMAL, QUIET, VERBOSE
+from suite.run.progress import NORMAL, QUIET, VERBOSE, runs_text
 from suite.safe.markdown import escaped
 from suite.spec import plan
 
@@ -56,11 +55,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             backend.close()
             raise
         if getattr(backend, "where", None) is not None:  # a pool of nodes: results per node
-            say(f"{_runs(len(specs))} on backend {backend.name} ({backend.where}), results in {args.results}")
+            say(f"{runs_text(len(specs))} on backend {backend.name} ({backend.where}), results in {args.results}")
             summary = runner.run_plan_pool(specs, backend, args.results, fresh=args.fresh, live=live, level=level)
             folders = results_folder.result_folders(args.results)
         else:
-            say(f"{_runs(len(specs))} on backend {backend.name}, results in {folder}")
+            say(f"{runs_text(len(specs))} on backend {backend.name}, results in {folder}")
             summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level)
             folders = [folder]
     for line in closing.closing_lines(args.results, folders, specs) + summary.lines():

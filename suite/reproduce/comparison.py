@@ -8,7 +8,7 @@ from typing import Any
 from suite.record.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
 from suite.report import compare, stats
 from suite.report.points import ACCURACY_GATE
-from suite.reproduce.equivalence import EQUIVALENCE_LEVEL, REPRODUCED, _pct, said, verdict
+from suite.reproduce.equivalence import EQUIVALENCE_LEVEL, REPRODUCED, said, tolerance_text, verdict
 from suite.reproduce.originals import Original, files_text
 
 FORMAT = "keras-speed-suite/reproduce"
@@ -221,7 +221,7 @@ def render(data: dict[str, Any]) -> str:
         lines += [f"verdict: {p['verdict']['text']}", ""]
     done = sum(p["verdict"]["kind"] == REPRODUCED for p in points)
     lines.append(
-        f"{done} of {len(points)} point(s) reproduced within +-{_pct(data['tolerance'])} "
+        f"{done} of {len(points)} point(s) reproduced within +-{tolerance_text(data['tolerance'])} "
         f"(fit time of the rerun against the original's: {stats.METHOD})"
     )
     if data.get("left_out"):

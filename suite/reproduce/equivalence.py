@@ -79,7 +79,7 @@ def verdict(
         return Verdict(NOT_REPRODUCED, "not reproduced: no rerun recorded a fit time")
     r = stats.ratio(rerun, original)
     eq = stats.ratio(rerun, original, EQUIVALENCE_LEVEL)
-    pct = _pct(tolerance)
+    pct = tolerance_text(tolerance)
     if r.low is None or r.high is None or eq.low is None or eq.high is None:
         if len(original) < stats.MIN_RUNS_FOR_INTERVAL:
             return Verdict(
@@ -142,7 +142,7 @@ def decision(low95: float, high95: float, low90: float, high90: float, tolerance
     return INCONCLUSIVE
 
 
-def _pct(tolerance: float) -> str:
+def tolerance_text(tolerance: float) -> str:
     return f"{tolerance * 100:g}%"
 
 

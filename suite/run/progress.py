@@ -42,6 +42,11 @@ def eta_s(
     return sum(statistics.median(durations[k]) if durations.get(k) else overall for k in remaining)
 
 
+def runs_text(n: int) -> str:
+    """"1 run", "3 runs"."""
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def duration_text(seconds: float | None) -> str:
     """'?' before there is an estimate, else '45 s', '12 min 5 s', '3 h 20 min'."""
     if seconds is None:

@@ -26,7 +26,7 @@ from suite.backends.peak_cache import run_with_peak
 from suite.record import results
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 from suite.report import points, verdicts
-from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, shorten
+from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, runs_text, shorten
 from suite.run.results_folder import machine_dir, pool_previous_runs, wall_times
 from suite.spec import names
 from suite.spec.plan import RunSpec, parse_device
@@ -142,11 +142,11 @@ def _start_plan(progress: Progress, steps: list[_Step], eta: bool = True) -> Non
         progress.line(text)
     done = sum(1 for s in steps if s.action == "done")
     if done:
-        progress.line(f"{_runs(done)} already done (ok result on file; --fresh reruns)")
+        progress.line(f"{runs_text(done)} already done (ok result on file; --fresh reruns)")
     if not to_run:
         progress.line("nothing to run")
     elif eta:  # a pool says instead how many runs it submitted
-        progress.line(f"{_runs(len(to_run))} to run; {progress.eta_text()} ({progress.eta_basis()})")
+        progress.line(f"{runs_text(len(to_run))} to run; {progress.eta_text()} ({progress.eta_basis()})")
 
 
 def _skip_lines(steps: list[_Step]) -> list[str]:
@@ -172,10 +172,6 @@ def _skip_line(specs: list[RunSpec], reason: str, again: bool) -> str:
     if len(head) + len(reason) > WIDTH:
         reason = reason.split("; ")[0]  # its first clause
     return shorten(head + reason, WIDTH)
-
-
-def _runs(n: int) -> str:
-    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def run_plan(
