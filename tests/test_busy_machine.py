@@ -144,6 +144,32 @@ def test_container_processes_are_told_by_their_cgroup(tmp_path: Path) -> None:
     assert own.own(table) == {10, 11} and own.cgroup_seen
 
 
+def test_a_process_started_in_the_tick_of_the_first_scan_is_counted_whole(tmp_path: Path) -> None:
+    """/proc/uptime says 70.01 s and a process started just after it says 7001 ticks: the same tick.
+    In floats 70.01 * 100 is 7001.000000000001, which once put such a process before the first scan
+    and dropped what it used before it was first seen (a flaky count of a hog under a busy CI)."""
+
+    def process(pid: int, ticks: int, start: int) -> None:
+        (tmp_path / str(pid)).mkdir(exist_ok=True)
+        fields = ["R", 1, pid, pid] + [0] * 7 + [ticks, 0, 0, 0] + [0] * 4 + [start] + [0] * 5
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (p {pid}) " + " ".join(map(str, fields)) + "\n")
+
+    (tmp_path / "uptime").write_text("70.01 120.00\n")
+    (tmp_path / "stat").write_text("cpu  100 0 0 900 0 0 0 0 0 0\n")
+    process(20, 30, 5000)  # alive before the first scan: only what it uses after counts
+    times = iter([0.0, 1.0])
+    own = telemetry.Ownership(singles=[99], proc=str(tmp_path))
+    tracker = telemetry.LoadTracker(own, str(tmp_path), lambda: next(times))
+    tracker.scan()
+    process(20, 40, 5000)
+    process(30, 52, 7001)  # started after the first scan, in the same tick
+    (tmp_path / "uptime").write_text("71.01 121.00\n")
+    (tmp_path / "stat").write_text("cpu  200 0 0 1000 0 0 0 0 0 0\n")
+    tracker.scan()
+    cores = {p["pid"]: p["cores"] for p in tracker.figures()["top_others"]}
+    assert cores == {30: 0.52, 20: 0.1}
+
+
 # ---------------------------------------------------------------------------------------------
 # The note: one place for its words and thresholds
 

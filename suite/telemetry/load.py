@@ -118,10 +118,14 @@ def parse_cpu_line(line: str) -> CpuTimes:
     return CpuTimes(sum(v[:8]), user + nice + system + irq + softirq, steal)
 
 
-def uptime_ticks(proc: str = "/proc") -> float:
-    """Seconds since boot (``/proc/uptime``) in clock ticks: the scale of a process's start time."""
+def uptime_ticks(proc: str = "/proc") -> int:
+    """Time since boot (``/proc/uptime``, in hundredths) in whole clock ticks, rounded down as the
+    kernel rounds a process's start time. Integer arithmetic: ``float("74.60") * 100`` is
+    7460.000000000001, which would put a process started in that very tick before the scan."""
     with open(f"{proc}/uptime", encoding="ascii") as fh:
-        return float(fh.read().split()[0]) * CLK_TCK
+        whole, _, frac = fh.read().split()[0].partition(".")
+    hundredths = int(whole) * 100 + int((frac + "00")[:2])
+    return hundredths * CLK_TCK // 100
 
 
 class Ownership:
@@ -265,7 +269,7 @@ class LoadTracker:
         self._seen: dict[tuple[int, int], int] = {}  # other process -> its ticks at the last scan
         self._used: dict[tuple[int, int], int] = {}  # other process -> ticks used since the first scan
         self._names: dict[tuple[int, int], str] = {}
-        self._first_up: float | None = None
+        self._first_up: int | None = None
         self._t0 = self._t_last = 0.0
         self._cpu_last: CpuTimes | None = None
         self._cpu0: CpuTimes | None = None
