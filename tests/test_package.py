@@ -224,11 +224,11 @@ def test_installed_ray_ships_the_package_with_its_data(monkeypatch: pytest.Monke
     """What `--backend ray` hands Ray: the checkout from a clone, the package folder when installed
     (site-packages as a working folder would ship every installed package)."""
     from suite import paths
-    from suite.backends import ray_cluster
+    from suite.backends.ray_cluster import head
 
-    assert ray_cluster.shipped_code(None)["working_dir"] == str(REPO)
-    monkeypatch.setattr(ray_cluster.paths, "CHECKOUT", None)
-    assert ray_cluster.shipped_code(None) == {"py_modules": [str(paths.PACKAGE_DIR)]}
+    assert head.shipped_code(None)["working_dir"] == str(REPO)
+    monkeypatch.setattr(paths, "CHECKOUT", None)
+    assert head.shipped_code(None) == {"py_modules": [str(paths.PACKAGE_DIR)]}
 
 
 def test_the_installed_package_runs_on_a_local_ray_instance(installed: Path, tmp_path: Path) -> None:

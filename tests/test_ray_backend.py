@@ -599,17 +599,18 @@ def test_a_sweep_reaches_every_node_and_removes_the_plans_containers(
     node affinity), run from the shipped checkout, removing the plan's containers on the node's engine."""
     if nodes.client is None:
         pytest.skip("no Docker engine answers: the nodes run the local backend, which makes no container")
-    from suite.backends import ray_cluster
     from suite.backends.base import tag_labels
+    from suite.backends.ray_cluster import leftovers
+    from suite.backends.ray_cluster import pool as ray_pool
 
     for key, value in cluster.client_env().items():
         monkeypatch.setenv(key, value)
-    pool = ray_cluster.RayPool(ORCHESTRATOR, address=cluster.address)
+    pool = ray_pool.RayPool(ORCHESTRATOR, address=cluster.address)
     pool.connect()
     image = nodes.env[IMAGE_ENV]
     left = nodes.client.containers.run(
         image, ["300"], entrypoint=["sleep"], detach=True, network_mode="none",
-        labels=tag_labels({ray_cluster.TAG_PLAN: pool.session, ray_cluster.TAG_ATTEMPT: f"{pool.session}-1"}),
+        labels=tag_labels({leftovers.TAG_PLAN: pool.session, leftovers.TAG_ATTEMPT: f"{pool.session}-1"}),
     )  # fmt: skip
     try:
         alive = [n["NodeID"] for n in pool.nodes(max_age_s=0) if n["Alive"]]

@@ -22,10 +22,16 @@ from typing import Any
 import pytest
 from conftest import REPO, suite_cli, write_scenario
 
-from suite import cli
-from suite.backends import peak_cache, ray_cluster
+from suite import cli, paths
+from suite.backends import base, peak_cache
 from suite.backends.ray_cluster import Finished, RayPool, demand, placement_problem
-from suite.record import results
+from suite.backends.ray_cluster import board as ray_board
+from suite.backends.ray_cluster import head as ray_head
+from suite.backends.ray_cluster import pool as ray_pool
+from suite.backends.ray_cluster import stopping as ray_stopping
+from suite.backends.ray_cluster import task as ray_task
+from suite.backends.ray_cluster import threads as ray_threads
+from suite.record import provenance, results
 from suite.record.results import RunResult
 from suite.run import results_folder, runner
 from suite.spec import plan, scenario
@@ -290,7 +296,7 @@ def specs_of(tmp_path: Path, name: str = "where", extra: str = "") -> list[plan.
 
 
 def ok_result(spec: plan.RunSpec, machine: str, attempt: int = 1) -> RunResult:
-    now = ray_cluster.now_iso()
+    now = base.now_iso()
     run = {"backend": "docker", "machine": machine, "started_at": now, "finished_at": now, "ray": {"attempt": attempt}}
     return RunResult(status="ok", spec=spec.to_dict(), run=run)
 
@@ -386,7 +392,7 @@ def no_real_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     # connect() sets this for the process; monkeypatch puts the environment back afterwards.
     monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "600")
     # The head's refusals are counted within one check, HEAD_RETRY_S apart: no waiting here.
-    monkeypatch.setattr(ray_cluster, "HEAD_RETRY_S", 0.0)
+    monkeypatch.setattr(ray_head, "HEAD_RETRY_S", 0.0)
 
 
 def make_pool(head: socket.socket, gpu_model: str | None = None) -> tuple[RayPool, StandInRay, Clock]:
@@ -417,7 +423,7 @@ def started(
 
 
 def test_the_board_hands_out_ages_by_its_own_clock() -> None:
-    board = ray_cluster.Board()
+    board = ray_board.Board()
     board.mark("k", "started", 0.0, {"node_id": "n1", "machine": "m"})  # a node clock far off: ignored
     time.sleep(0.05)
     board.mark("k", "ready", 1e12, {})
@@ -428,7 +434,7 @@ def test_the_board_hands_out_ages_by_its_own_clock() -> None:
 
 
 def test_the_board_keeps_each_nodes_peak_calibrations_apart() -> None:
-    board = ray_cluster.Board()
+    board = ray_board.Board()
     assert board.peaks_of("n1") == [], "no calibration yet"
     cpu_peak = [["docker", "default", "tensorflow", "cpu", "float32", None, None], {"flops_per_s": 1.0}]
     gpu_peak = [["docker", "default", "tensorflow", "gpu", "float32", None, None], {"flops_per_s": 9.0}]
@@ -450,7 +456,7 @@ def test_a_task_stuck_before_its_image_is_ready_is_cancelled(
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
     ref = fake.submissions[0].ref
-    limit = ray_cluster.READY_LIMIT_S + cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
+    limit = ray_pool.READY_LIMIT_S + cpu.timeout_s + 5 + ray_pool.DEADLINE_MARGIN_S
     started(fake, 0, "n2", "node-b1", started_for=limit - 5)
     assert take(pool) == [] and fake.stops == [], "an image build may take a while"
     started(fake, 0, "n2", "node-b1", started_for=limit + 1)
@@ -470,7 +476,7 @@ def test_submit_asks_for_the_points_resources_without_rays_retries(
     pool.submit(gpu)
     assert len(fake.inits) == 1 and fake.inits[0]["address"] == pool.address
     shipped = fake.inits[0]["runtime_env"]
-    assert shipped["working_dir"] == str(ray_cluster.paths.CHECKOUT), "the checkout: suite/, docker/, locks"
+    assert shipped["working_dir"] == str(paths.CHECKOUT), "the checkout: suite/, docker/, locks"
     assert ".git" in shipped["excludes"] and "/reports/" in shipped["excludes"]
     assert fake.board_options == {"resources": {"node:__internal_head__": 0.001}}, "the board lives on the head"
     first, second = fake.submissions
@@ -485,7 +491,7 @@ def test_submit_asks_for_the_points_resources_without_rays_retries(
 
 def test_the_head_resource_is_the_one_ray_gives_its_head_node() -> None:
     constants = pytest.importorskip("ray._common.constants", reason="ray is not installed here")
-    assert ray_cluster.HEAD_RESOURCE == constants.HEAD_NODE_RESOURCE_NAME
+    assert ray_head.HEAD_RESOURCE == constants.HEAD_NODE_RESOURCE_NAME
 
 
 def test_only_a_ray_result_on_the_model_asked_counts_as_done(
@@ -565,7 +571,7 @@ def test_a_task_cancelled_at_its_deadline_is_a_timeout(tmp_path: Path, head: soc
     ref = fake.submissions[0].ref
     started(fake, 0, "n2", "node-b1", ready=time.time() - 10)
     assert take(pool) == [] and fake.stops == [], "well within its deadline"
-    limit = cpu.timeout_s + 5 + ray_cluster.DEADLINE_MARGIN_S
+    limit = cpu.timeout_s + 5 + ray_pool.DEADLINE_MARGIN_S
     started(fake, 0, "n2", "node-b1", ready=time.time() - limit - 1)
     assert take(pool) == []
     assert fake.stops == [[fake.key(0)]], "asked to stop: the task removes its container"
@@ -584,13 +590,13 @@ def test_a_task_that_outlives_its_polite_cancel_is_forced(
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
     ref = fake.submissions[0].ref
-    started(fake, 0, "n2", "node-b1", ready=time.time() - cpu.timeout_s - 5 - ray_cluster.DEADLINE_MARGIN_S - 1)
+    started(fake, 0, "n2", "node-b1", ready=time.time() - cpu.timeout_s - 5 - ray_pool.DEADLINE_MARGIN_S - 1)
     take(pool)
     take(pool)
     assert fake.stops == [[fake.key(0)]] and fake.cancels == [], "within the grace: asked once, no cancel"
     [attempt] = pool._pending.values()
     assert attempt.cancelled_at is not None
-    attempt.cancelled_at -= ray_cluster.CANCEL_GRACE_S + 1  # the grace is over
+    attempt.cancelled_at -= ray_stopping.CANCEL_GRACE_S + 1  # the grace is over
     take(pool)
     assert fake.cancels == [(ref, True)], "it did not stop when asked: forced"
     fake.fail(ref, TaskCancelledError("cancelled"))
@@ -657,7 +663,7 @@ def test_a_lost_node_without_another_of_its_model_is_not_retried(
 def test_a_worker_crash_on_a_live_node_is_an_error_not_retried(
     tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ray_cluster, "LOST_NODE_WAIT_S", 0.0)
+    monkeypatch.setattr(ray_pool, "LOST_NODE_WAIT_S", 0.0)
     pool, fake, _ = make_pool(head)
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
@@ -695,7 +701,7 @@ def test_a_queued_run_no_alive_node_can_take_is_an_error_after_a_grace(
     fake.node_list[2]["Alive"] = False
     clock.t += 10  # past the node list's cache
     assert take(pool) == [], "a node of B may be rejoining (a pod replaced)"
-    clock.t += ray_cluster.LOST_NODE_WAIT_S - 1
+    clock.t += ray_pool.LOST_NODE_WAIT_S - 1
     assert take(pool) == [] and fake.cancels == [], "still within the grace"
     assert pool.pending == 1
     clock.t += 2  # the grace is over, counted from when no node could first take it
@@ -711,7 +717,7 @@ def test_a_node_back_within_the_grace_starts_it_over(tmp_path: Path, head: socke
     pool.submit(replace(cpu, config={**cpu.config, "gpu_model": "A"}))
     fake.node_list[0]["Alive"] = False  # the only node of model A
     assert take(pool) == []
-    clock.t += ray_cluster.LOST_NODE_WAIT_S - 5
+    clock.t += ray_pool.LOST_NODE_WAIT_S - 5
     fake.node_list[0]["Alive"] = True  # back (a replaced pod)
     assert take(pool) == []
     clock.t += 3
@@ -719,7 +725,7 @@ def test_a_node_back_within_the_grace_starts_it_over(tmp_path: Path, head: socke
     assert take(pool) == []
     clock.t += 10  # LOST_NODE_WAIT_S + 8 since it first went: a grace that was not started over would be over
     assert take(pool) == [] and fake.cancels == [] and pool.pending == 1
-    clock.t += ray_cluster.LOST_NODE_WAIT_S
+    clock.t += ray_pool.LOST_NODE_WAIT_S
     [gone] = take(pool)
     assert "no alive node" in gone.result.message and pool.pending == 0
 
@@ -772,7 +778,7 @@ def test_a_result_that_reached_the_driver_before_the_head_went_is_kept(
 def test_a_blocked_look_after_the_head_went_is_given_up(
     tmp_path: Path, head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ray_cluster, "GCS_CALL_S", 0.2)
+    monkeypatch.setattr(ray_head, "GCS_CALL_S", 0.2)
     pool, fake, _ = make_pool(head)
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
@@ -807,9 +813,9 @@ def test_a_refusal_then_an_answer_within_one_check_is_not_a_lost_head(
     assert take(pool) == [] and pool.gone is None, "one refusal, then the head answers"
     assert refusals["left"] == 0 and len(fake.waits) == 1, "the poll went on after the check"
     for _ in range(3):  # no count across checks: each may have all but one of its tries refused
-        refusals["left"] = ray_cluster.HEAD_CHECKS - 1
+        refusals["left"] = ray_head.HEAD_CHECKS - 1
         assert take(pool) == [] and pool.gone is None and pool.pending == 1
-    refusals["left"] = ray_cluster.HEAD_CHECKS
+    refusals["left"] = ray_head.HEAD_CHECKS
     take(pool)
     assert pool.gone is not None and pool.pending == 0, "every try of one check refused: gone"
 
@@ -842,13 +848,13 @@ def test_a_silent_head_is_gone_only_after_head_silent_s_by_the_pools_clock(
     reply = _head_replies(monkeypatch, head)
     reply["now"] = "silent"
     assert pool._head_answers(), "a pause: not gone yet"
-    clock.t += ray_cluster.HEAD_SILENT_S - 1
+    clock.t += ray_head.HEAD_SILENT_S - 1
     assert pool._head_answers(), "silent for less than HEAD_SILENT_S"
     assert take(pool) == [] and pool.gone is None and pool.pending == 1
     clock.t += 2
     assert not pool._head_answers(), "silent for HEAD_SILENT_S: gone"
     [lost] = take(pool)
-    assert pool.gone is not None and f"{ray_cluster.HEAD_SILENT_S:g} s" in pool.gone, pool.gone
+    assert pool.gone is not None and f"{ray_head.HEAD_SILENT_S:g} s" in pool.gone, pool.gone
     assert lost.machine == "node-b1" and lost.result.status == "error"
     assert lost.result.message.startswith("outcome unknown:"), lost.result.message
 
@@ -861,14 +867,14 @@ def test_an_answer_starts_the_heads_silence_over(
     reply = _head_replies(monkeypatch, head)
     reply["now"] = "silent"
     assert pool._head_answers()
-    clock.t += ray_cluster.HEAD_SILENT_S - 1
+    clock.t += ray_head.HEAD_SILENT_S - 1
     reply["now"] = "answer"
     assert pool._head_answers()
     reply["now"] = "silent"
     assert pool._head_answers()
     clock.t += 2  # HEAD_SILENT_S + 1 since the first silence, 2 s since the answer
     assert pool._head_answers(), "the answer started the silence over"
-    clock.t += ray_cluster.HEAD_SILENT_S
+    clock.t += ray_head.HEAD_SILENT_S
     assert not pool._head_answers()
 
 
@@ -923,7 +929,7 @@ def test_without_an_address_the_pool_starts_and_stops_a_local_instance(no_real_r
     [init] = fake.inits
     assert init["address"] == "local" and init["resources"] == {"suite_slot": 1}
     assert init["labels"] == {"suite-machine": "orchestrator"}
-    assert pool.where == ray_cluster.LOCAL and pool.run_info()["ray"]["address"] == "local"
+    assert pool.where == ray_head.LOCAL and pool.run_info()["ray"]["address"] == "local"
     pool.close()
     assert fake.shutdowns == 1
 
@@ -953,7 +959,7 @@ def test_cancel_all_asks_the_board_to_stop_and_waits_for_the_started_tasks(
     assert pool.cancel_all(say=said.append) == [], "a stopped run has no result to keep"
     assert fake.stops == [None], "one stop for every attempt, queued ones too"
     assert fake.board_calls[-2:] == ["stop", "snapshot"], "which started is read after the stop, not before"
-    assert fake.waits[-1]["timeout"] == ray_cluster.CANCEL_GRACE_S and fake.waits[-1]["refs"] == [a]
+    assert fake.waits[-1]["timeout"] == ray_stopping.CANCEL_GRACE_S and fake.waits[-1]["refs"] == [a]
     assert fake.cancels == [], "every started task stopped: no ray.cancel at all"
     assert said == [
         "stopping 2 Ray task(s): a started one removes its container, a queued one does not start "
@@ -1050,7 +1056,7 @@ def test_without_a_snapshot_after_the_stop_every_task_is_waited_for(
     fake.snapshot_answers = False
     fake.finish(a, {"machine": "node-b1", "node_id": "n2", "stopped": "asked"})
     assert pool.cancel_all(say=lambda _line: None) == []
-    [grace] = [w for w in fake.waits if w["timeout"] == ray_cluster.CANCEL_GRACE_S]
+    [grace] = [w for w in fake.waits if w["timeout"] == ray_stopping.CANCEL_GRACE_S]
     assert fake.stops == [None] and set(grace["refs"]) == {a, b}, "not the stale snapshot's none"
     assert fake.cancels == [(b, True)], "asked through the board: no polite ray.cancel; the one not ended forced"
     assert sorted(n for n, _ in fake.sweeps) == ["n1", "n2", "n3"], "every alive node swept after the force"
@@ -1063,7 +1069,7 @@ def test_a_task_that_found_the_board_gone_is_an_error_saying_so(
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
     started(fake, 0, "n2", "node-b1")
-    fake.finish(fake.submissions[0].ref, {"machine": "node-b1", "node_id": "n2", "stopped": ray_cluster.BOARD_GONE})
+    fake.finish(fake.submissions[0].ref, {"machine": "node-b1", "node_id": "n2", "stopped": ray_board.BOARD_GONE})
     [done] = take(pool)
     assert done.result.status == "error" and "board" in done.result.message and "gone" in done.result.message
     assert done.machine == "node-b1"
@@ -1086,7 +1092,7 @@ def test_the_orchestrators_records_take_the_backend_the_node_said(
 
 
 def test_a_ray_client_address_is_refused(no_real_ray: None) -> None:
-    with pytest.raises(ray_cluster.BackendUnavailable) as info:
+    with pytest.raises(base.BackendUnavailable) as info:
         RayPool("m", address="ray://h:10001", ray_module=StandInRay())
     assert "ray://" in str(info.value) and "HOST:PORT" in str(info.value)
     blank = RayPool("m", address="  ", ray_module=StandInRay())
@@ -1098,9 +1104,9 @@ def test_a_ray_client_address_is_refused(no_real_ray: None) -> None:
 
 def test_interruptible_returns_the_works_value_from_a_thread_of_its_own() -> None:
     stops: list[str] = []
-    where = ray_cluster._interruptible(lambda: threading.current_thread(), lambda: stops.append("stop"))
+    where = ray_task._interruptible(lambda: threading.current_thread(), lambda: stops.append("stop"))
     assert where is not threading.current_thread() and where.name == "suite-ray-run"
-    assert ray_cluster._interruptible(lambda: 42, lambda: stops.append("stop")) == 42
+    assert ray_task._interruptible(lambda: 42, lambda: stops.append("stop")) == 42
     assert stops == [], "nothing to stop when the work ends on its own"
 
 
@@ -1109,7 +1115,7 @@ def test_interruptible_raises_the_works_exception_in_the_caller() -> None:
         raise ValueError("the run failed")
 
     with pytest.raises(ValueError, match="the run failed"):
-        ray_cluster._interruptible(work, lambda: None)
+        ray_task._interruptible(work, lambda: None)
 
 
 @dataclass
@@ -1140,13 +1146,13 @@ def _interrupted_while_waiting(blocked: BlockedWork) -> None:
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            ray_cluster._interruptible(blocked.work, blocked.stop)
+            ray_task._interruptible(blocked.work, blocked.stop)
     finally:
         timer.cancel()
 
 
 def test_an_interrupt_while_waiting_stops_the_work_and_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
+    monkeypatch.setattr(ray_task, "STEP_S", 0.01)
     blocked = BlockedWork()
     _interrupted_while_waiting(blocked)
     assert blocked.stops == 1, "stop() ends the blocked wait"
@@ -1154,8 +1160,8 @@ def test_an_interrupt_while_waiting_stops_the_work_and_goes_on(monkeypatch: pyte
 
 
 def test_an_interrupt_gives_the_work_time_to_clean_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
-    monkeypatch.setattr(ray_cluster, "STOP_WAIT_S", 5.0)
+    monkeypatch.setattr(ray_task, "STEP_S", 0.01)
+    monkeypatch.setattr(ray_task, "STOP_WAIT_S", 5.0)
     blocked = BlockedWork(cleanup_s=0.3)
     _interrupted_while_waiting(blocked)
     assert blocked.ended.is_set(), "the interrupt went on before the work's thread had cleaned up"
@@ -1176,7 +1182,7 @@ class BoardActor:
     (``peaks_of`` returns a Handle, as a remote call returns a reference); ``added`` lists what was sent."""
 
     def __init__(self) -> None:
-        self.board = ray_cluster.Board()
+        self.board = ray_board.Board()
         self.added: list[tuple[str, list]] = []
         self.peaks_of = SimpleNamespace(remote=lambda node_id: Handle(self.board.peaks_of(node_id)))
         self.add_peaks = SimpleNamespace(remote=self._add_peaks)
@@ -1235,7 +1241,7 @@ class PeakBackend:
 
     def run(self, spec: plan.RunSpec) -> RunResult:
         self.calibrate_asked.append(spec.calibrate_peak)
-        now = ray_cluster.now_iso()
+        now = base.now_iso()
         run = {"backend": self.name, "machine": "node", "started_at": now, "finished_at": now}
         work = {"peak": {"flops_per_s": self.flops_per_s}} if spec.calibrate_peak else {}
         return RunResult(status="ok", spec=spec.to_dict(), run=run, work=work)
@@ -1256,8 +1262,8 @@ def _on_node(
     """``run_point`` of ``spec`` on node ``node_id`` (machine ``m-<node_id>``)."""
     ray = NodeRay(node_id, f"m-{node_id}")
     monkeypatch.setitem(sys.modules, "ray", ray)  # _peaks_of imports it
-    monkeypatch.setattr(ray_cluster, "_node_backend", lambda _machine, _job: backend)
-    return ray_cluster.run_point(spec.to_dict(), job, ray, board)
+    monkeypatch.setattr(ray_task, "_node_backend", lambda _machine, _job: backend)
+    return ray_task.run_point(spec.to_dict(), job, ray, board)
 
 
 def test_a_nodes_later_runs_reuse_its_peak_calibration_from_the_board(
@@ -1311,14 +1317,14 @@ def test_peaks_of_asks_the_board_with_a_time_limit_and_without_it_measures(monke
     actor.board.add_peaks("n2", [[["k"], {"flops_per_s": 1.0}]])
     ray = NodeRay("n2", "m")
     monkeypatch.setitem(sys.modules, "ray", ray)
-    assert ray_cluster._peaks_of(actor, "n2") == [[["k"], {"flops_per_s": 1.0}]]
+    assert ray_board.peaks_of(actor, "n2") == [[["k"], {"flops_per_s": 1.0}]]
     assert ray.get_timeouts and ray.get_timeouts[0] is not None, "a board that never answers must not hang a run"
     monkeypatch.setitem(sys.modules, "ray", NodeRay("n2", "m", fail_get=True))
-    assert ray_cluster._peaks_of(actor, "n2") == [], "no board: the run measures its own peak"
+    assert ray_board.peaks_of(actor, "n2") == [], "no board: the run measures its own peak"
 
 
 def test_the_board_answers_a_starting_task_whether_the_plan_is_stopping() -> None:
-    board = ray_cluster.Board()
+    board = ray_board.Board()
     assert board.mark("k1", "started", 0.0, {}) is False
     board.stop(["k1"])
     assert board.stop_asked("k1") and not board.stop_asked("k2"), "a deadline stops one attempt"
@@ -1339,9 +1345,9 @@ def test_a_task_that_starts_after_the_stop_runs_nothing(tmp_path: Path, monkeypa
 
 
 def test_a_stop_asked_while_the_image_is_made_starts_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
-    monkeypatch.setattr(ray_cluster, "ASK_EVERY_S", 0.05)
-    monkeypatch.setattr(ray_cluster, "_ensure_image", lambda _backend, _spec: time.sleep(0.5))  # a build
+    monkeypatch.setattr(ray_task, "STEP_S", 0.01)
+    monkeypatch.setattr(ray_task, "ASK_EVERY_S", 0.05)
+    monkeypatch.setattr(ray_task, "_ensure_image", lambda _backend, _spec: time.sleep(0.5))  # a build
     cpu, _ = specs_of(tmp_path)
     backend = PeakBackend()
     actor = BoardActor()
@@ -1374,8 +1380,8 @@ class BlockingBackend(PeakBackend):
 def test_a_stop_asked_mid_run_kills_the_run_and_the_task_says_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ray_cluster, "STEP_S", 0.01)
-    monkeypatch.setattr(ray_cluster, "ASK_EVERY_S", 0.05)
+    monkeypatch.setattr(ray_task, "STEP_S", 0.01)
+    monkeypatch.setattr(ray_task, "ASK_EVERY_S", 0.05)
     cpu, _ = specs_of(tmp_path)
     backend = BlockingBackend()
     actor = BoardActor()
@@ -1395,14 +1401,14 @@ def test_a_board_that_died_stops_a_run_and_a_slow_or_unavailable_one_does_not() 
     ray = NodeRay("n2", "m")
 
     def says(value: Any) -> str | None:
-        return ray_cluster._board_says_stop(ray, lambda: Handle(value))
+        return ray_board._board_says_stop(ray, lambda: Handle(value))
 
-    assert says(True) == ray_cluster.ASKED and says(False) is None
-    assert says(ActorDiedError("the orchestrator's job ended")) == ray_cluster.BOARD_GONE
+    assert says(True) == ray_board.ASKED and says(False) is None
+    assert says(ActorDiedError("the orchestrator's job ended")) == ray_board.BOARD_GONE
     assert says(ActorUnavailableError("the head is recovering")) is None, "for a while: the run goes on"
     assert says(GetTimeoutError("slow")) is None
-    assert set(ray.get_timeouts) == {ray_cluster.GCS_CALL_S}, "asked with a time limit"
-    assert ray_cluster._stop_asked(ray, None, "k") is None, "no board: nothing stops the run"
+    assert set(ray.get_timeouts) == {ray_head.GCS_CALL_S}, "asked with a time limit"
+    assert ray_board.stop_asked(ray, None, "k") is None, "no board: nothing stops the run"
 
 
 # --- run_plan_pool with a stand-in pool ------------------------------------------------------------
@@ -1431,7 +1437,7 @@ class StandInPool:
         return self.skip.get(spec.device)
 
     def skipped(self, spec: plan.RunSpec, reason: str) -> RunResult:
-        now = ray_cluster.now_iso()
+        now = base.now_iso()
         run = {"backend": "ray", "machine": self.machine, "started_at": now, "finished_at": now}
         return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run=run)
 
@@ -1692,7 +1698,7 @@ def test_cli_says_the_cluster_stopped_answering_and_ends_the_process_with_1(
     address = f"127.0.0.1:{probe.getsockname()[1]}"
     probe.close()  # nothing listens there: every check of the head is refused
     fake = StandInRay(gcs_address=address, node_list=cluster())
-    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
+    monkeypatch.setattr(ray_head, "import_ray", lambda: fake)
     exits: list[int] = []
 
     def _exit(code: int) -> None:
@@ -1718,7 +1724,7 @@ def test_check_shows_which_points_the_cluster_can_place(
     tmp_path: Path, no_real_ray: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake = StandInRay(gcs_address=None, node_list=cluster())
-    monkeypatch.setattr(ray_cluster, "import_ray", lambda: fake)
+    monkeypatch.setattr(ray_head, "import_ray", lambda: fake)
     synthetic = "data: {allow_synthetic: true}\n"  # no MNIST here: with --allow-synthetic, run would take the plan
     nobody = write_scenario(tmp_path, "nobody", SCENARIO.format(name="nobody") + "gpu_model: C\n" + synthetic)
     anyone = write_scenario(tmp_path, "anyone", SCENARIO.format(name="anyone") + synthetic)
@@ -1760,7 +1766,7 @@ def test_check_shows_which_points_the_cluster_can_place(
 
 def test_a_lost_run_whose_retry_succeeds_does_not_fail_the_plan(tmp_path: Path) -> None:
     cpu, _ = specs_of(tmp_path)
-    now = ray_cluster.now_iso()
+    now = base.now_iso()
     lost = RunResult(
         status="error",
         spec=cpu.to_dict(),
@@ -1791,7 +1797,7 @@ def test_a_node_list_that_does_not_come_serves_the_last_one(
     head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A head that dies during ray.nodes() leaves Ray's client waiting until Ray ends the process.
-    monkeypatch.setattr(ray_cluster, "GCS_CALL_S", 0.2)
+    monkeypatch.setattr(ray_head, "GCS_CALL_S", 0.2)
     pool, fake, clock = make_pool(head)
     first = pool.nodes()
     hang = threading.Event()
@@ -1805,21 +1811,21 @@ def test_a_node_list_that_does_not_come_serves_the_last_one(
 def test_a_first_node_list_that_does_not_come_is_said(
     head: socket.socket, no_real_ray: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ray_cluster, "GCS_CALL_S", 0.2)
+    monkeypatch.setattr(ray_head, "GCS_CALL_S", 0.2)
     pool, fake, _ = make_pool(head)
     hang = threading.Event()
     monkeypatch.setattr(fake, "nodes", lambda: hang.wait(30) and [])
-    with pytest.raises(ray_cluster.BackendUnavailable, match="did not list its nodes in 0.2 s"):
+    with pytest.raises(base.BackendUnavailable, match="did not list its nodes in 0.2 s"):
         pool.nodes()
     hang.set()
 
 
 def test_within_returns_raises_or_gives_up() -> None:
-    assert ray_cluster._within(1, lambda: 7) == 7
+    assert ray_threads.within(1, lambda: 7) == 7
     with pytest.raises(ValueError, match="bad"):
-        ray_cluster._within(1, lambda: (_ for _ in ()).throw(ValueError("bad")))
+        ray_threads.within(1, lambda: (_ for _ in ()).throw(ValueError("bad")))
     gate = threading.Event()
-    assert ray_cluster._within(0.1, lambda: gate.wait(10)) is None
+    assert ray_threads.within(0.1, lambda: gate.wait(10)) is None
     gate.set()
 
 
@@ -1829,14 +1835,14 @@ def test_a_task_given_other_gpus_gets_a_backend_of_its_own(monkeypatch: pytest.M
     from suite.environment import docker_engine
 
     monkeypatch.setattr(docker_engine, "engine_answers", lambda _host=None: False)
-    monkeypatch.setattr(ray_cluster.provenance, "venv_environment", lambda *_a, **_k: {"kind": "venv"})
-    monkeypatch.setattr(ray_cluster, "_node_backends", {})
+    monkeypatch.setattr(provenance, "venv_environment", lambda *_a, **_k: {"kind": "venv"})
+    monkeypatch.setattr(ray_task, "_node_backends", {})
     job = {"session": "s1", "suite": {"git_revision": "abc"}}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    first = ray_cluster._node_backend("node-a", job)
-    assert ray_cluster._node_backend("node-a", job) is first, "the same GPUs: the same backend"
+    first = ray_task._node_backend("node-a", job)
+    assert ray_task._node_backend("node-a", job) is first, "the same GPUs: the same backend"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    second = ray_cluster._node_backend("node-a", job)
+    second = ray_task._node_backend("node-a", job)
     assert second is not first and second.name == "local"
     assert second.suite_provenance() == {"git_revision": "abc"}, "the shipped checkout's identity"
 
@@ -1978,10 +1984,10 @@ def test_a_task_forced_at_its_deadline_is_swept_on_its_node(
     pool, fake, _ = make_pool(head)
     cpu, _ = specs_of(tmp_path)
     pool.submit(cpu)
-    started(fake, 0, "n3", "node-b2", ready=time.time() - cpu.timeout_s - 5 - ray_cluster.DEADLINE_MARGIN_S - 1)
+    started(fake, 0, "n3", "node-b2", ready=time.time() - cpu.timeout_s - 5 - ray_pool.DEADLINE_MARGIN_S - 1)
     take(pool)
     [attempt] = pool._pending.values()
-    attempt.cancelled_at -= ray_cluster.CANCEL_GRACE_S + 1
+    attempt.cancelled_at -= ray_stopping.CANCEL_GRACE_S + 1
     take(pool)
     assert fake.cancels == [(fake.submissions[0].ref, True)]
     assert fake.sweeps == [("n3", (pool.session, fake.key(0)))]
@@ -2026,13 +2032,13 @@ def test_a_gpu_run_through_an_engine_not_on_the_node_is_an_error_naming_it(tmp_p
     cpu, gpu = specs_of(tmp_path)
     remote = SimpleNamespace(name="docker", daemon=SimpleNamespace(address="tcp://10.0.0.5:2376"))
     local = SimpleNamespace(name="docker", daemon=SimpleNamespace(address="unix:///var/run/docker.sock"))
-    problem = ray_cluster._gpu_mapping_problem(remote, gpu, "node-b1", ["5"])
+    problem = ray_task._gpu_mapping_problem(remote, gpu, "node-b1", ["5"])
     assert (
         problem and "tcp://10.0.0.5:2376" in problem and "(5)" in problem and "SUITE_RAY_NODE_BACKEND=local" in problem
     )
-    assert ray_cluster._gpu_mapping_problem(local, gpu, "node-b1", ["5"]) is None
-    assert ray_cluster._gpu_mapping_problem(remote, cpu, "node-b1", []) is None, "a CPU run needs no GPU mapping"
-    assert ray_cluster._gpu_mapping_problem(SimpleNamespace(name="local"), gpu, "node-b1", ["5"]) is None
+    assert ray_task._gpu_mapping_problem(local, gpu, "node-b1", ["5"]) is None
+    assert ray_task._gpu_mapping_problem(remote, cpu, "node-b1", []) is None, "a CPU run needs no GPU mapping"
+    assert ray_task._gpu_mapping_problem(SimpleNamespace(name="local"), gpu, "node-b1", ["5"]) is None
 
 
 def test_an_ok_run_on_file_is_done_whatever_the_clocks_say_of_a_lost_attempt(tmp_path: Path) -> None:
@@ -2054,13 +2060,13 @@ def test_an_ok_run_on_file_is_done_whatever_the_clocks_say_of_a_lost_attempt(tmp
 
 def test_without_ray_the_message_names_the_lock_by_its_full_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
-    with pytest.raises(ray_cluster.BackendUnavailable) as info:
-        ray_cluster.import_ray()
+    with pytest.raises(base.BackendUnavailable) as info:
+        ray_head.import_ray()
     lock = REPO / "requirements" / "locks" / f"cluster-py{sys.version_info.major}.{sys.version_info.minor}.txt"
     assert str(lock) in str(info.value) and "--require-hashes" in str(info.value)
-    monkeypatch.setattr(ray_cluster.paths, "REQUIREMENTS_DIR", REPO / "nowhere")
-    with pytest.raises(ray_cluster.BackendUnavailable) as info:
-        ray_cluster.import_ray()
+    monkeypatch.setattr(paths, "REQUIREMENTS_DIR", REPO / "nowhere")
+    with pytest.raises(base.BackendUnavailable) as info:
+        ray_head.import_ray()
     assert "no cluster lock exists" in str(info.value), str(info.value)
 
 
@@ -2075,7 +2081,7 @@ def test_a_second_interrupt_in_the_grace_keeps_what_was_held_and_what_ended_by_t
     wait = fake.wait
 
     def second_ctrl_c(refs: list[Ref], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
-        if timeout == ray_cluster.CANCEL_GRACE_S:
+        if timeout == ray_stopping.CANCEL_GRACE_S:
             fake.finish(b, {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()})
             raise KeyboardInterrupt
         return wait(refs, num_returns=num_returns, timeout=timeout)
@@ -2119,7 +2125,7 @@ def test_a_pinned_retry_whose_model_is_gone_is_an_error_after_the_grace(
     fake.node_list[2]["Alive"] = False  # the last B node goes while the retry is queued; node-a stays
     clock.t += 10
     assert take(pool) == []
-    clock.t += ray_cluster.LOST_NODE_WAIT_S + 1
+    clock.t += ray_pool.LOST_NODE_WAIT_S + 1
     [gone] = take(pool)
     assert gone.result.status == "error" and "gpu_model:B" in gone.result.message, gone.result.message
     assert gone.result.run["ray"]["pinned_to"] == ["gpu_model:B"] and pool.pending == 0
@@ -2175,7 +2181,7 @@ def test_the_orchestrator_waits_for_the_sweeps_no_longer_than_sweep_wait_s(
     fake.board_answers = False
     pool.cancel_all(say=lambda _line: None)
     sweeps = [w for w in fake.waits if str(w["refs"][0].name).startswith("sweep")]
-    assert [w["timeout"] for w in sweeps] == [ray_cluster.SWEEP_WAIT_S], fake.waits
+    assert [w["timeout"] for w in sweeps] == [ray_stopping.SWEEP_WAIT_S], fake.waits
 
 
 class RemoteEngineBackend(PeakBackend):
@@ -2186,7 +2192,7 @@ class RemoteEngineBackend(PeakBackend):
         self.daemon = SimpleNamespace(address="tcp://10.0.0.5:2376")
 
     def skipped(self, spec: plan.RunSpec, reason: str) -> RunResult:
-        now = ray_cluster.now_iso()
+        now = base.now_iso()
         run = {"backend": "docker", "machine": "node", "started_at": now, "finished_at": now}
         return RunResult(status="skipped", spec=spec.to_dict(), message=reason, run=run)
 
@@ -2195,7 +2201,7 @@ def test_a_gpu_run_on_a_node_with_a_remote_engine_is_recorded_as_an_error_before
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, gpu = specs_of(tmp_path)
-    monkeypatch.setattr(ray_cluster, "_ensure_image", lambda *_a: pytest.fail("no image for a run that cannot run"))
+    monkeypatch.setattr(ray_task, "_ensure_image", lambda *_a: pytest.fail("no image for a run that cannot run"))
     value = _on_node(monkeypatch, gpu, "n2", RemoteEngineBackend(), None, _job("s1-1"))
     result = value["result"]
     assert result["status"] == "error" and "tcp://10.0.0.5:2376" in result["message"], result

@@ -2,7 +2,7 @@
 
 A backend closed (from another thread: a Ray task asked to stop) while its worker is starting stops
 that worker itself once it exists: a subprocess of this machine's Python, a container on this
-machine's engine. ``ray_cluster.sweep`` removes what a task killed by force left on its node, found
+machine's engine. ``leftovers.sweep`` removes what a task killed by force left on its node, found
 by the tags its backend gave it (container labels, a local worker's environment), and nothing else.
 """
 
@@ -26,9 +26,9 @@ from docker_fixtures import (  # noqa: F401 - fixtures
 )
 
 from suite.backends import local as local_backend
-from suite.backends import ray_cluster
 from suite.backends.base import tag_env, tag_labels
 from suite.backends.docker_run import ContainerRun
+from suite.backends.ray_cluster import leftovers
 
 
 def test_a_local_worker_that_starts_after_the_close_is_stopped_at_once(
@@ -79,9 +79,9 @@ def test_a_container_that_starts_after_the_close_is_removed(
 def test_sweep_removes_the_tagged_containers_of_an_attempt_then_of_the_plan(client: Any, test_image: str) -> None:
     plan, other_plan = f"p{uuid.uuid4().hex[:8]}", f"q{uuid.uuid4().hex[:8]}"
     tags = {
-        "attempt": {ray_cluster.TAG_PLAN: plan, ray_cluster.TAG_ATTEMPT: f"{plan}-1"},
-        "sibling": {ray_cluster.TAG_PLAN: plan, ray_cluster.TAG_ATTEMPT: f"{plan}-2"},
-        "stranger": {ray_cluster.TAG_PLAN: other_plan, ray_cluster.TAG_ATTEMPT: f"{other_plan}-1"},
+        "attempt": {leftovers.TAG_PLAN: plan, leftovers.TAG_ATTEMPT: f"{plan}-1"},
+        "sibling": {leftovers.TAG_PLAN: plan, leftovers.TAG_ATTEMPT: f"{plan}-2"},
+        "stranger": {leftovers.TAG_PLAN: other_plan, leftovers.TAG_ATTEMPT: f"{other_plan}-1"},
     }
     made = {
         name: client.containers.run(
@@ -90,11 +90,11 @@ def test_sweep_removes_the_tagged_containers_of_an_attempt_then_of_the_plan(clie
         for name, t in tags.items()
     }
     try:
-        found = ray_cluster.sweep(plan, f"{plan}-1", settle_s=0)
+        found = leftovers.sweep(plan, f"{plan}-1", settle_s=0)
         assert found["containers"] == [made["attempt"].short_id], found
         left = {c.id for c in client.containers.list(all=True)}
         assert made["attempt"].id not in left and {made["sibling"].id, made["stranger"].id} <= left
-        found = ray_cluster.sweep(plan, settle_s=0)
+        found = leftovers.sweep(plan, settle_s=0)
         assert found["containers"] == [made["sibling"].short_id], found
         assert made["stranger"].id in {c.id for c in client.containers.list(all=True)}, "another plan's stays"
     finally:
@@ -122,16 +122,16 @@ def _wait_gone(proc: subprocess.Popen, seconds: float = 10) -> bool:
 
 def test_sweep_kills_the_tagged_local_workers_and_no_other_process() -> None:
     plan = f"p{uuid.uuid4().hex[:8]}"
-    mine = _sleeper({ray_cluster.TAG_PLAN: plan, ray_cluster.TAG_ATTEMPT: f"{plan}-1"})
-    sibling = _sleeper({ray_cluster.TAG_PLAN: plan, ray_cluster.TAG_ATTEMPT: f"{plan}-2"})
+    mine = _sleeper({leftovers.TAG_PLAN: plan, leftovers.TAG_ATTEMPT: f"{plan}-1"})
+    sibling = _sleeper({leftovers.TAG_PLAN: plan, leftovers.TAG_ATTEMPT: f"{plan}-2"})
     untagged = _sleeper({})
     try:
         time.sleep(0.5)  # their environments are readable once they run
-        found = ray_cluster.sweep(plan, f"{plan}-1", settle_s=0)
+        found = leftovers.sweep(plan, f"{plan}-1", settle_s=0)
         assert found["processes"] == [mine.pid], found
         assert _wait_gone(mine) and mine.returncode == -9
         assert sibling.poll() is None and untagged.poll() is None
-        found = ray_cluster.sweep(plan, settle_s=0)
+        found = leftovers.sweep(plan, settle_s=0)
         assert found["processes"] == [sibling.pid] and _wait_gone(sibling)
         assert untagged.poll() is None, "a process without the plan's tags is never touched"
     finally:

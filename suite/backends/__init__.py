@@ -160,9 +160,9 @@ def _prepare_ray(opts: BackendOptions, say: Callable[[str], None], chosen: bool)
     """Only checks that Ray is installed: each node builds its own images before its first run."""
     del opts, say
     if chosen:
-        from suite.backends import ray_cluster
+        from suite.backends.ray_cluster import head
 
-        ray_cluster.import_ray()
+        head.import_ray()
 
 
 BACKENDS: dict[str, Entry] = {

@@ -41,7 +41,7 @@ LOG_DRAIN_S = 10.0  # how long the log may keep flowing after the exit (a child 
 EventSink = Callable[[dict[str, Any]], None]
 # A backend's tags (``RunSkeleton.tags``) as its workers carry them: container labels, or variables
 # in a local worker's environment. A caller whose process may die before its workers (a Ray task
-# killed by force) finds them again by these, from another process (``ray_cluster.sweep``).
+# killed by force) finds them again by these, from another process (``ray_cluster.leftovers.sweep``).
 TAG_LABEL_PREFIX = "suite.tag."
 TAG_ENV_PREFIX = "SUITE_TAG_"
 
