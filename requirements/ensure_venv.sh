@@ -1,8 +1,8 @@
 # Sourced by run_all.sh and run_tests.sh: create the virtual environment once and install it from
 # its hash-locked requirement file, again only when that lock changed (its sha256 is kept inside the venv).
 # Usage: ensure_venv VENV_DIR ENV
-#   ENV: run (host.txt + worker-cpu.txt), run-gpu (host.txt + worker-gpu.txt), cluster (run +
-#   cluster.txt: Ray), cluster-gpu (run-gpu + cluster.txt), dev (cluster + dev.txt).
+#   ENV: an environment of requirements/environments.txt (run, run-gpu, cluster, cluster-gpu, dev),
+#   which says what each is made of and which one it extends.
 # The lock is requirements/locks/<ENV>-py<X.Y>.txt for the venv's Python X.Y (requirements/lock.sh
 # writes them). `pip install --require-hashes --only-binary :all:` installs exactly its wheels: every
 # package must be in the lock with a matching sha256, dependencies included, or pip stops; the lock's
@@ -14,32 +14,44 @@
 # top-level requirement files are installed without hashes (their dependencies float) and the
 # record says "unlocked".
 # SUITE_LOCKS_DIR replaces requirements/locks (the tests install a lock of their own with it).
-# The environments whose lock holds ENV's lock at the same versions (ENV's lock compiled into theirs).
+# requirements/environments.txt, without comments: NAME BASE FILE... a line.
+_suite_environments() {
+  sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$1/requirements/environments.txt"
+}
+
+# The environments whose lock holds ENV's lock at the same versions: those that extend it, at any
+# depth (each extension's lock is compiled under its base's).
 _suite_wider_envs() {
-  case "$1" in
-    run) printf '%s\n' cluster dev ;;
-    cluster) printf '%s\n' dev ;;
-    run-gpu) printf '%s\n' cluster-gpu ;;
-  esac
+  local root=$1 env=$2 name base files
+  declare -A extends=()
+  while read -r name base files; do
+    extends[$name]=$base
+  done < <(_suite_environments "$root")
+  for name in "${!extends[@]}"; do
+    base=${extends[$name]}
+    while [ "$base" != "-" ] && [ -n "$base" ]; do
+      [ "$base" = "$env" ] && printf '%s\n' "$name" && break
+      base=${extends[$base]:-}
+    done
+  done
 }
 
 ensure_venv() {
   local venv=${1:-} env=${2:-}
   local root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  local inputs=()
-  case "$env" in
-    run) inputs=(requirements/host.txt requirements/worker-cpu.txt) ;;
-    run-gpu) inputs=(requirements/host.txt requirements/worker-gpu.txt) ;;
-    cluster) inputs=(requirements/host.txt requirements/worker-cpu.txt requirements/cluster.txt) ;;
-    cluster-gpu) inputs=(requirements/host.txt requirements/worker-gpu.txt requirements/cluster.txt) ;;
-    dev) inputs=(requirements/host.txt requirements/worker-cpu.txt requirements/cluster.txt requirements/dev.txt) ;;
-    *)
-      echo "error: ensure_venv: environment '$env' is unknown; allowed: run, run-gpu, cluster, cluster-gpu, dev" \
-        "(usage: ensure_venv VENV_DIR ENV)" >&2
-      return 2
-      ;;
-  esac
+  local inputs=() name base files known=()
+  while read -r name base files; do
+    known+=("$name")
+    [ "$name" = "$env" ] && read -r -a inputs <<<"$files"
+  done < <(_suite_environments "$root")
+  if [ ${#inputs[@]} -eq 0 ]; then
+    local allowed
+    allowed=$(printf '%s, ' "${known[@]}")
+    echo "error: ensure_venv: environment '$env' is unknown; allowed: ${allowed%, }" \
+      "(usage: ensure_venv VENV_DIR ENV; requirements/environments.txt lists them)" >&2
+    return 2
+  fi
   if [ -z "$venv" ]; then
     echo "error: ensure_venv: no venv folder given (usage: ensure_venv VENV_DIR ENV)" >&2
     return 2
@@ -105,7 +117,7 @@ ensure_venv() {
     # checks it), so a venv holding a wider one serves a narrower one as it is: no uninstall and
     # reinstall each time ./run_all.sh and ./run_tests.sh take turns.
     local wider
-    for wider in $(_suite_wider_envs "$env"); do
+    for wider in $(_suite_wider_envs "$root" "$env"); do
       if [ -n "$lock" ] && [ -f "$locks/$wider-py$xy.txt" ] &&
         [ "$held" = "$(sha256sum "$locks/$wider-py$xy.txt" | cut -d' ' -f1)" ]; then
         return 0
@@ -145,7 +157,7 @@ print(facts["environment"] if locked else "")
 ' "$record" 2>/dev/null) || recorded=""
     # A wider venv serves a narrower one (above), so it turns into it in place: the removal below
     # takes only the test tools or Ray, which share no files with what the narrower lock installs.
-    if [ "$recorded" != "$env" ] && ! _suite_wider_envs "$env" | grep -qx -- "$recorded"; then
+    if [ "$recorded" != "$env" ] && ! _suite_wider_envs "$root" "$env" | grep -qx -- "$recorded"; then
       if [ -z "$recorded" ]; then
         echo "recreating $venv: it holds no record of a hash-checked install" >&2
       else

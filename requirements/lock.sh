@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate every hash-locked requirement file from its top-level inputs:
-#   requirements/locks/<env>-py<X.Y>.txt  for env in run, run-gpu, cluster, cluster-gpu, dev and Python 3.11, 3.12
+#   requirements/locks/<env>-py<X.Y>.txt  for every environment of requirements/environments.txt and Python 3.11, 3.12
 #   docker/locks/<image>.txt              for every image of docker/images.yaml (the images' Python 3.11)
 # Usage (from anywhere): requirements/lock.sh [UV_ARGS...]
 # Extra arguments go to every `uv pip compile`, e.g. --upgrade-package numpy or --upgrade. Without
@@ -41,8 +41,8 @@ PLATFORM=x86_64-manylinux_2_28
 HOST_PYTHONS=(3.11 3.12)
 # The images' interpreter: every base in docker/images.yaml is a python:3.11 image.
 IMAGE_PYTHON=3.11
-# The venv's Python reads the catalog and the environments through the suite's own code (one
-# definition each: suite/environment/image_catalog.py, suite/environment/locks.py); it has PyYAML (host.txt pins it).
+# The venv's Python reads the image catalog through the suite's own code (one
+# definition: suite/environment/image_catalog.py); it has PyYAML (host.txt pins it).
 PY=$VENV/bin/python
 [ -x "$PY" ] || PY=python3
 
@@ -88,24 +88,19 @@ for name, d in catalog.images.items():
 EOF
 )
 
-# One line per environment: NAME<TAB>INPUT INPUT ... (suite/environment/locks.py ENVIRONMENTS).
-environments=$("$PY" -m suite.environment.locks environments)
+# requirements/environments.txt: NAME BASE INPUT... a line, each base before its extensions. An
+# extension is compiled under its base's lock (cluster under run, cluster-gpu under run-gpu, dev under
+# cluster), so a venv holding it holds its base at the same versions (ensure_venv relies on it).
 for py in "${HOST_PYTHONS[@]}"; do
-  while IFS=$'\t' read -r env inputs; do
-    case "$env" in dev | cluster | cluster-gpu) continue ;; esac  # below, each under the lock it extends
+  while read -r env base inputs; do
     read -r -a files <<<"$inputs"
-    compile "requirements/locks/$env-py$py.txt" "${inputs// / + }" "$py" "${files[@]}"
-  done <<<"$environments"
-  # cluster under the run lock, cluster-gpu under run-gpu, dev under cluster: a venv holding dev
-  # holds cluster and run too, one holding cluster holds run, one holding cluster-gpu holds run-gpu,
-  # at the same versions (ensure_venv relies on it).
-  for pair in cluster:run cluster-gpu:run-gpu dev:cluster; do
-    env=${pair%%:*} base=${pair#*:}
-    env_inputs=$(sed -n "s/^$env\t//p" <<<"$environments")
-    read -r -a files <<<"$env_inputs"
-    compile "requirements/locks/$env-py$py.txt" "${env_inputs// / + } (under the $base lock)" "$py" \
-      "${files[@]}" -c "requirements/locks/$base-py$py.txt"
-  done
+    if [ "$base" = "-" ]; then
+      compile "requirements/locks/$env-py$py.txt" "${inputs// / + }" "$py" "${files[@]}"
+    else
+      compile "requirements/locks/$env-py$py.txt" "${inputs// / + } (under the $base lock)" "$py" \
+        "${files[@]}" -c "requirements/locks/$base-py$py.txt"
+    fi
+  done < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' requirements/environments.txt)
 done
 
 while IFS=$'\t' read -r name lock constraints requirements; do

@@ -175,7 +175,7 @@ def test_every_environment_has_a_lock_per_python_and_no_other_lock_lies_there() 
     assert {p.name for p in LOCKS.glob("*.txt")} == want
 
 
-@pytest.mark.parametrize(("wider", "narrower"), [("dev", "cluster"), ("cluster", "run"), ("cluster-gpu", "run-gpu")])
+@pytest.mark.parametrize(("wider", "narrower"), sorted(locks.EXTENDS.items()))
 def test_a_wider_lock_holds_the_narrower_one_unchanged(wider: str, narrower: str) -> None:
     # ensure_venv lets a venv holding the wider environment serve the narrower one as it is (a dev
     # venv serves ./run_all.sh, a cluster venv a plain run); that is only right if so.
@@ -801,13 +801,17 @@ def test_lock_sh_checks_the_catalog_as_the_suite_does_before_writing(
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.txt")} == before
 
 
-def test_ensure_venv_knows_the_environments_suite_locks_defines(tmp_path: Path) -> None:
-    # ensure_venv repeats the list (it runs before any Python is known to work); lock.sh asks suite.environment.locks.
+def test_the_environments_are_listed_once(tmp_path: Path) -> None:
+    # requirements/environments.txt: ensure_venv and lock.sh read it as suite.environment.locks does,
+    # and name no environment's input of their own (lock.sh reads uv's pin from dev.txt, no more).
+    assert list(locks.ENVIRONMENTS) == ["run", "run-gpu", "cluster", "cluster-gpu", "dev"]
+    assert locks.EXTENDS == {"cluster": "run", "cluster-gpu": "run-gpu", "dev": "cluster"}
     proc = _ensure_venv(tmp_path / "venv", "nonesuch", {})
     assert f"allowed: {', '.join(locks.ENVIRONMENTS)}" in proc.stderr, proc.stderr
-    script = (REPO / "requirements" / "ensure_venv.sh").read_text(encoding="utf-8")
-    for env, inputs in locks.ENVIRONMENTS.items():
-        assert f"    {env}) inputs=({' '.join(inputs)}) ;;" in script, env
+    for script in ("ensure_venv.sh", "lock.sh"):
+        text = (REPO / "requirements" / script).read_text(encoding="utf-8")
+        inputs = {f for files in locks.ENVIRONMENTS.values() for f in files} - {"requirements/dev.txt"}
+        assert not [f for f in sorted(inputs) if f in text], script
 
 
 def _run_all(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

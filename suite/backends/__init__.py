@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from suite.backends.base import Backend
 
 AUTO = "auto"
-DEFAULT_ENVIRONMENT = "run"  # requirements/locks/<environment>-pyX.Y.txt (suite/environment/locks.py ENVIRONMENTS)
+DEFAULT_ENVIRONMENT = "run"  # requirements/locks/<environment>-pyX.Y.txt (requirements/environments.txt)
 
 
 def __getattr__(name: str) -> Any:
@@ -61,7 +61,7 @@ class Entry:
     # Makes the backend ready to run (the docker one builds the images); raises BackendUnavailable.
     # ``chosen``: False under ``auto``, where a backend that cannot be reached at all is passed over quietly.
     prepare: Callable[[BackendOptions, Callable[[str], None], bool], None] | None = None
-    # The hash-locked environment (suite/environment/locks.py ENVIRONMENTS) the orchestrator's venv must hold.
+    # The hash-locked environment (requirements/environments.txt) the orchestrator's venv must hold.
     environment: str = DEFAULT_ENVIRONMENT
 
 

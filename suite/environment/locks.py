@@ -22,26 +22,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from suite import paths
+
 LOCK_RECORD = ".suite-lock.json"
-# The host environments and the top-level requirement files each is compiled from; one lock per
-# environment and Python. requirements/lock.sh reads them here (``python -m suite.environment.locks environments``);
-# requirements/ensure_venv.sh repeats them, since it runs before any Python is known to be usable
-# (tests/test_locks.py checks the two agree).
-ENVIRONMENTS: dict[str, tuple[str, ...]] = {
-    "run": ("requirements/host.txt", "requirements/worker-cpu.txt"),
-    "run-gpu": ("requirements/host.txt", "requirements/worker-gpu.txt"),
-    # run + Ray, compiled under the run lock: what --backend ray needs on the orchestrator and on each node.
-    "cluster": ("requirements/host.txt", "requirements/worker-cpu.txt", "requirements/cluster.txt"),
-    # run-gpu + Ray, under the run-gpu lock: a GPU node of a Ray cluster without a Docker engine.
-    "cluster-gpu": ("requirements/host.txt", "requirements/worker-gpu.txt", "requirements/cluster.txt"),
-    # cluster + the test tools, compiled under the cluster lock, so the tests run real Ray.
-    "dev": (
-        "requirements/host.txt",
-        "requirements/worker-cpu.txt",
-        "requirements/cluster.txt",
-        "requirements/dev.txt",
-    ),
-}
+# The host environments (``requirements/environments.txt``, which the shell scripts read too): each
+# one's top-level requirement files, and the environment it extends (its lock compiled under that one's).
+ENVIRONMENTS_FILE = paths.REQUIREMENTS_DIR / "environments.txt"
+
+
+def read_environments(path: Path = ENVIRONMENTS_FILE) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """({name: its requirement files}, {name: the environment it extends}) from ``path``."""
+    inputs: dict[str, tuple[str, ...]] = {}
+    extends: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        name, base, *files = fields
+        inputs[name] = tuple(files)
+        if base != "-":
+            extends[name] = base
+    return inputs, extends
+
+
+ENVIRONMENTS, EXTENDS = read_environments()
 LOCKED_PYTHONS = ("3.11", "3.12")
 # What ``python -m venv`` puts into every venv to install the rest. The host locks pin it
 # (requirements/host.txt): a venv is born with whatever pip its Python build bundles, and pip's
@@ -207,14 +211,10 @@ def installer_requirements(path: str | Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m suite.environment.locks extraneous LOCK`` prints one name a line; ``check LOCK`` prints the
     differences and exits 1 when there are any; ``installer LOCK`` prints the lock's pip requirement
-    with its hashes, or nothing (all for requirements/ensure_venv.sh); ``environments`` prints each
-    host environment and its input files, one a line (for requirements/lock.sh); ``check-wheels LOCK
+    with its hashes, or nothing (all for requirements/ensure_venv.sh); ``check-wheels LOCK
     FOLDER`` exits 1, naming each, when a wheel there is not a file the lock hashes (for
     benchmarks/gpu_evidence.sh)."""
     args = sys.argv[1:] if argv is None else argv
-    if args == ["environments"]:  # NAME<TAB>INPUT INPUT ... a line, for requirements/lock.sh
-        print("\n".join(f"{env}\t{' '.join(inputs)}" for env, inputs in ENVIRONMENTS.items()))
-        return 0
     if len(args) == 3 and args[0] == "check-wheels":
         try:
             wrong = unlocked_wheels(args[1], args[2])
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2 or args[0] not in ("extraneous", "check", "installer"):
         print(
             "usage: python -m suite.environment.locks {extraneous,check,installer} LOCK_FILE"
-            " | check-wheels LOCK_FILE FOLDER | environments",
+            " | check-wheels LOCK_FILE FOLDER",
             file=sys.stderr,
         )
         return 2
