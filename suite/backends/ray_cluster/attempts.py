@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from suite.backends.ray_cluster.task import Reply
 from suite.record.results import RunResult
 from suite.spec.plan import RunSpec
 
@@ -44,7 +44,7 @@ class Finished:
     key: str | None = None  # the attempt it records (None: a record not made from an attempt)
 
 
-def result_of(attempt: Attempt, value: dict[str, Any]) -> Finished:
+def result_of(attempt: Attempt, value: Reply) -> Finished:
     """The result a task sent back, to be saved under the machine it ran on."""
     return Finished(attempt.spec, value["machine"], RunResult.from_dict(value["result"]), key=attempt.key)
 

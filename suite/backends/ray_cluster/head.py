@@ -9,7 +9,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from suite import paths
 from suite.backends.base import BackendUnavailable
@@ -17,7 +17,7 @@ from suite.backends.ray_cluster.attempts import result_of
 from suite.backends.ray_cluster.board import GCS_CALL_S, Board
 from suite.backends.ray_cluster.leftovers import sweep_task
 from suite.backends.ray_cluster.placement import MACHINE_LABEL, MODEL_PREFIX, SLOT
-from suite.backends.ray_cluster.task import ray_task
+from suite.backends.ray_cluster.task import Reply, ray_task
 from suite.backends.ray_cluster.threads import within
 from suite.record import code_identity
 
@@ -168,7 +168,7 @@ def salvage(pool: RayPool) -> None:
             continue
         if isinstance(value, dict) and "result" in value:
             attempt = pool._pending[ref]
-            pool._hold([result_of(attempt, value)])
+            pool._hold([result_of(attempt, cast(Reply, value))])
             del pool._pending[ref]
 
 

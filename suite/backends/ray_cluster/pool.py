@@ -17,6 +17,7 @@ from suite.backends.ray_cluster.board import BOARD_GONE
 from suite.backends.ray_cluster.head import HEAD_SILENT_S, LOCAL
 from suite.backends.ray_cluster.placement import MODEL_SHARE, demand, gpu_model_of, placement_problem
 from suite.backends.ray_cluster.stopping import CANCEL_GRACE_S
+from suite.backends.ray_cluster.task import Job
 from suite.record import code_identity, provenance
 from suite.record.results import RunResult
 from suite.spec.plan import RunSpec
@@ -159,7 +160,7 @@ class RayPool:
         need = demand(spec, self.gpu_model)
         custom = {k: v for k, v in need.items() if k not in ("CPU", "GPU")}
         custom.update({k: MODEL_SHARE for k in pin or []})
-        job = {
+        job: Job = {
             "suite": self.identity,
             "session": self.session,
             "address": self.address or "local",

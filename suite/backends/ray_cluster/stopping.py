@@ -4,10 +4,11 @@ forced task's run left on its node."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from suite.backends.ray_cluster.attempts import Attempt, Finished, result_of
 from suite.backends.ray_cluster.board import GCS_CALL_S
+from suite.backends.ray_cluster.task import Reply
 
 if TYPE_CHECKING:
     from suite.backends.ray_cluster.pool import RayPool
@@ -94,7 +95,7 @@ def take_ended(pool: RayPool, done: list[Any], running: list[Any]) -> None:
             running.remove(ref)
             continue
         if isinstance(value, dict) and "result" in value:
-            pool._hold([result_of(attempt, value)])
+            pool._hold([result_of(attempt, cast(Reply, value))])
             del pool._pending[ref]
         running.remove(ref)
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from suite.backends.base import BackendUnavailable
 from suite.backends.peak_cache import run_with_peak
@@ -40,10 +40,34 @@ _node_backends: dict[tuple[str, str, str | None], Any] = {}
 _built: set[str] = set()  # image names this worker process made sure of
 
 
-def run_point(spec_data: dict[str, Any], job: dict[str, Any], ray: Any, board: Any = None) -> dict[str, Any]:
+class Job(TypedDict, total=False):
+    """What the orchestrator sends with each task (``RayPool.submit``)."""
+
+    suite: Required[dict[str, Any]]  # the identity of the code shipped
+    session: Required[str]  # the plan's id, which tags everything its runs start
+    key: Required[str]  # this attempt's id
+    address: str  # the cluster's HOST:PORT, or "local"
+    attempt: int  # 1, or 2 for the retry of a run whose node was lost
+    retry_of: str | None  # the lost attempt's key
+    gpu_model: str | None  # --gpu-model
+    peaks: dict[str, list]  # by node id: its peak calibrations so far (read without a board)
+    pin: list[str]  # custom resources the task's node must also offer (a retry's GPU model)
+
+
+class Reply(TypedDict, total=False):
+    """What a task sends back: its run's result and new peak calibrations, or why it stopped."""
+
+    machine: Required[str]
+    node_id: Required[str]
+    result: dict[str, Any]  # RunResult.to_dict()
+    peaks: list  # [[peak key, peak]] measured by this run
+    stopped: str  # ASKED or BOARD_GONE: no run, or none to its end
+
+
+def run_point(spec_data: dict[str, Any], job: Job, ray: Any, board: Any = None) -> Reply:
     """Run one point on this node (inside a Ray task) and return {"machine", "result", "peaks"}.
 
-    job: the plan's settings: ``suite`` (the identity of the code shipped), ``session`` (the plan's
+    job: the plan's settings (``Job``): ``suite`` (the identity of the code shipped), ``session`` (the plan's
     id), ``address``, ``key`` (this attempt), ``attempt``, ``retry_of``, ``gpu_model`` and ``peaks``
     (this node's peak calibrations of earlier runs in the plan, by node id).
     """
@@ -179,7 +203,7 @@ def _task_id(ctx: Any) -> str | None:
         return None
 
 
-def _node_backend(machine: str, job: dict[str, Any]) -> Any:
+def _node_backend(machine: str, job: Job) -> Any:
     """This node's backend for the plan: Docker when its engine answers, else local; one per plan,
     worker process and set of GPUs Ray gave the task (a backend reads its GPU pool once, from the
     CUDA_VISIBLE_DEVICES Ray set, and a Docker backend asks its engine for the GPUs once)."""
@@ -233,7 +257,7 @@ def _gpu_mapping_problem(backend: Any, spec: RunSpec, machine: str, gpu_ids: lis
     )
 
 
-def _backend_key(machine: str, job: dict[str, Any]) -> tuple[str, str, str | None]:
+def _backend_key(machine: str, job: Job) -> tuple[str, str, str | None]:
     return machine, job["session"], os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
@@ -255,7 +279,7 @@ def _ensure_image(backend: Any, spec: RunSpec) -> None:
     _built.add(name)
 
 
-def ray_task(spec_data: dict[str, Any], job: dict[str, Any], board: Any) -> dict[str, Any]:
+def ray_task(spec_data: dict[str, Any], job: Job, board: Any) -> Reply:
     """The Ray task: runs on the node Ray chose."""
     import ray
 
