@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO
 
 from suite import cli
-from suite.report import pages, points
+from suite.report import pages, points, rerun
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GOLDEN = Path(__file__).parent / "golden"
@@ -306,9 +306,9 @@ def test_the_reproduce_command_carries_the_overrides_and_the_repository_folder(t
         data["spec"]["overrides"] = {"training.batch_size": 64}
         path.write_text(json.dumps(data))
     view = next(v for v in points.load_views(tmp_path) if v.machine == "box")
-    assert "--set training.batch_size=64" in pages._reproduce(view, tmp_path)
-    default = pages._reproduce(view, REPO / "reports" / "results")
-    assert "--results" not in default and "reports/results" in pages._check(view, None)
+    assert "--set training.batch_size=64" in rerun.run_commands(view, tmp_path)
+    default = rerun.run_commands(view, REPO / "reports" / "results")
+    assert "--results" not in default and "reports/results" in rerun.check_command(view, None)
 
 
 def test_the_image_line_names_the_base(tmp_path: Path) -> None:

@@ -29,11 +29,10 @@ from suite.record.results import (
     RUN_BACKEND,
     RUN_IMAGE,
 )
-from suite.report import compare, figures, plots, provenance_text, verdicts
+from suite.report import compare, figures, plots, provenance_text, rerun, verdicts
 from suite.report.points import Point, ScenarioView, load_views, select_views
 from suite.safe.markdown import cell, code, paragraph
 from suite.spec.plan import override_flag
-from suite.spec.select import expression_for
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
 
@@ -315,7 +314,7 @@ def _not_compared(verdict: verdicts.Verdict) -> list[str]:
 
 def _left_out(view: ScenarioView, results_dir: Path | None) -> list[str]:
     """Runs of the shown points measured with other settings: named, never merged into a row."""
-    folder = Path(_folder_text(results_dir) or DEFAULT_RESULTS)
+    folder = Path(rerun.folder_text(results_dir) or rerun.DEFAULT_RESULTS)
     return [
         f"- {cell(x.label)}: {x.runs} run{'s' if x.runs != 1 else ''} with other settings ({cell(x.differences)}); "
         f"the newest: {code('python -m suite show ' + shlex.quote(str(folder / x.example)))}"
@@ -326,88 +325,6 @@ def _left_out(view: ScenarioView, results_dir: Path | None) -> list[str]:
 def _notes(figs: list[figures.PointFigures], view: ScenarioView) -> list[str]:
     """A line per point that has notes (instability, the accuracy gate, load), below the table."""
     return [f"- {cell(f.point)}: {cell('; '.join(f.notes))}" for f in figs if f.notes]
-
-
-DEFAULT_RESULTS = Path("reports") / "results"  # what ``run --results`` and ``report --results`` default to
-
-
-def _folder_text(results_dir: Path | None) -> str | None:
-    """The results folder as a command names it: relative to the project's top when inside it (the
-    checkout, or the working directory of an installed suite: commands run there, and a page must not
-    depend on where the project lies); None for the default."""
-    if results_dir is None:
-        return None
-    path = Path(results_dir)
-    try:
-        path = path.resolve().relative_to(paths.project_root())
-    except (OSError, ValueError):
-        pass
-    return None if path == DEFAULT_RESULTS else str(path)
-
-
-def _repeats(view: ScenarioView) -> int:
-    """How many repetitions the runs recorded: the most any shown point has (a point whose later
-    repetitions did not finish has fewer files, not a smaller ``--repeats``)."""
-    return max((int(r.spec.get("repetition", 0)) + 1 for p in view.points for r in p.runs), default=1)
-
-
-def _takes_every_point(view: ScenarioView) -> bool:
-    """Whether the page's points are every point its scenario file has at this size: then ``run``
-    needs no ``-k``. False when the file cannot be read or has other points (the runs were chosen
-    with ``run -k``, which the results do not record, or the file changed since)."""
-    from suite.spec import plan, scenario
-
-    name = view.spec.get("scenario_file")
-    if not name:
-        return False
-    try:  # a result names the file: read with the files' bounds (a FIFO or a huge matrix is refused)
-        specs = plan.expand(scenario.load(paths.project_root() / name, repeats=1), smoke=view.smoke, repeats=1)
-    except Exception:  # noqa: BLE001 - any unreadable or invalid file: name the points instead
-        return False
-    return {s.point_label for s in specs} == {p.label for p in view.points}
-
-
-def _reproduce(view: ScenarioView, results_dir: Path | None = None) -> str:
-    """The commands that measure the shown points again, as they were measured, and remake the page.
-
-    Every recorded choice that changes what runs is carried: the backend, the smoke size, the
-    number of repetitions, the ``--set`` overrides of the view, and the points: ``-k`` naming them
-    when they are not every point of the scenario file (a page cut with ``report -k`` repeats that
-    ``-k``). The results folder and the machine's name are carried too, so ``report`` reads what
-    ``run`` wrote, as the page was made. On a machine whose folder already holds these results,
-    ``run`` skips every point that has an ok result: the reproduce command (``_check``) is the one
-    that measures them again there and compares.
-    """
-    spec, run = view.spec, view.newest.run
-    folder = _folder_text(results_dir)
-    base = ["python -m suite run", shlex.quote(spec.get("scenario_file", f"scenarios/{view.scenario}.yaml"))]
-    base.append(f"--backend {shlex.quote(str(run.get(RUN_BACKEND.key, 'local')))}")
-    if view.smoke:
-        base.append("--smoke")
-    base.append(f"--repeats {_repeats(view)}")
-    if folder:
-        base.append(f"--results {shlex.quote(folder)}")
-    base.append(f"--machine {shlex.quote(view.machine)}")
-    selection = getattr(view, "selection", None)  # points.SelectedView: the page was cut with -k
-    parts = list(base)
-    if selection:
-        parts.append(f"-k {shlex.quote(selection)}")
-    elif not _takes_every_point(view) and view.points:
-        parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in view.points]))}")
-    parts += [f"--set {shlex.quote(override_flag(k, v))}" for k, v in view.overrides.items()]
-    again = "python -m suite report" + (f" --results {shlex.quote(folder)}" if folder else "")
-    again += f" -k {shlex.quote(selection)}" if selection else ""
-    return " && ".join([" ".join(parts), again])
-
-
-def _check(view: ScenarioView, results_dir: Path | None) -> str:
-    """The command that reruns this machine's results of the scenario here and says whether each
-    point's time came out again (``suite reproduce``, docs/reproduce.md)."""
-    folder = Path(_folder_text(results_dir) or DEFAULT_RESULTS) / view.machine / view.scenario
-    selection = getattr(view, "selection", None)
-    return f"python -m suite reproduce {shlex.quote(str(folder))}" + (
-        f" -k {shlex.quote(selection)}" if selection else ""
-    )
 
 
 def plot_name(view: ScenarioView) -> str:
@@ -497,8 +414,8 @@ def render_scenario(
                 *left_out,
             ]
         lines += ["", "### Environment", "", *_environment(view)]
-        lines += ["", "### Reproduce", "", code(_reproduce(view, results_dir))]
-        lines += ["", f"To check these numbers: {code(_check(view, results_dir))}"]
+        lines += ["", "### Reproduce", "", code(rerun.run_commands(view, results_dir))]
+        lines += ["", f"To check these numbers: {code(rerun.check_command(view, results_dir))}"]
     return "\n".join(lines) + "\n"
 
 
