@@ -12,7 +12,7 @@ from typing import Any
 
 from suite import telemetry
 from suite.environment import host_facts
-from suite.record import results
+from suite.record import under_load
 from suite.worker.facts import collect_host
 
 PACKAGES = ("tensorflow", "tensorflow-cpu", "keras", "jax", "torch", "numpy", "docker", "nvidia-ml-py")
@@ -50,8 +50,8 @@ def quietness(gpus: list[dict[str, Any]] | None = None, seconds: float = QUIET_S
     """Whether this machine is quiet enough to benchmark now: a short sample of the load (what
     other processes use, steal, other compute processes on this host's GPUs), the load average
     against the logical cores, and the CPU frequency governors. ``quiet`` False when other
-    processes use at least ``results.OTHERS_BUSY_CORES``, steal reaches
-    ``results.STEAL_BUSY_SHARE`` (the thresholds a result's ``load_note`` uses), any other process
+    processes use at least ``under_load.OTHERS_BUSY_CORES``, steal reaches
+    ``under_load.STEAL_BUSY_SHARE`` (the thresholds a result's ``load_note`` uses), any other process
     computes on a GPU, or the last minute's load average reaches the core count (the sample may
     have fallen in a lull of a busy minute). A governor other than ``performance`` is advice, not
     busy: clocks that follow the load add noise, but a laptop cannot always change it."""
@@ -67,17 +67,17 @@ def quietness(gpus: list[dict[str, Any]] | None = None, seconds: float = QUIET_S
     busy = []
     if load1 is not None and load1 >= cores:
         busy.append(f"load {load1:.1f} on {cores} cores")
-    if others is not None and others >= results.OTHERS_BUSY_CORES:
+    if others is not None and others >= under_load.OTHERS_BUSY_CORES:
         top = (block.get("top_others") or [{}])[0]
         most = f", most {top['name']} (pid {top['pid']})" if top.get("name") else ""
-        busy.append(f"other processes use {results.cores_text(others)}{most}")
-    if steal is not None and steal >= results.STEAL_BUSY_SHARE:
+        busy.append(f"other processes use {under_load.cores_text(others)}{most}")
+    if steal is not None and steal >= under_load.STEAL_BUSY_SHARE:
         busy.append(f"the hypervisor takes {steal:.0%} of the CPU time (steal)")
     if gpu_users:
         busy.append(f"{len(gpu_users)} other process{'es' if len(gpu_users) > 1 else ''} compute on the GPUs")
     figures = [
         "load ?" if load1 is None else f"load {load1:.2f} on {cores} cores",
-        "other processes " + ("?" if others is None else results.cores_text(others)),
+        "other processes " + ("?" if others is None else under_load.cores_text(others)),
         "steal " + ("?" if steal is None else f"{steal:.1%}"),
     ]
     if busy:

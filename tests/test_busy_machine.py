@@ -19,7 +19,7 @@ import pytest
 from conftest import suite_cli, write_scenario
 
 from suite import telemetry
-from suite.record import results
+from suite.record import results, under_load
 from suite.record.results import RunResult
 from suite.report import show
 
@@ -176,30 +176,31 @@ def test_a_process_started_in_the_tick_of_the_first_scan_is_counted_whole(tmp_pa
 
 def test_load_note_words_and_thresholds() -> None:
     quiet = {"other_cores": 0.02, "steal_share": 0.001, "cores": 2}
-    assert results.load_note(_with_load(quiet)) is None
-    assert results.load_note(RunResult(status="ok", spec={})) is None  # not recorded: nothing said
-    assert results.load_note(_with_load({**quiet, "other_cores": 0.85})) == (
+    assert under_load.load_note(_with_load(quiet)) is None
+    assert under_load.load_note(RunResult(status="ok", spec={})) is None  # not recorded: nothing said
+    assert under_load.load_note(_with_load({**quiet, "other_cores": 0.85})) == (
         "measured while other processes used 85% of a core"
     )
     assert (
-        results.load_note(_with_load({**quiet, "other_cores": 1.6})) == "measured while other processes used 1.6 cores"
+        under_load.load_note(_with_load({**quiet, "other_cores": 1.6}))
+        == "measured while other processes used 1.6 cores"
     )
     # The timed fit's figure where the scans covered it, not the whole run's.
     fit = {**quiet, "other_cores": 0.05, "fit": {"other_cores": 0.4, "steal_share": 0.0, "covered_s": 3.0}}
-    assert results.load_note(_with_load(fit)) == "measured while other processes used 40% of a core"
-    assert results.load_note(_with_load({**quiet, "other_cores": results.OTHERS_BUSY_CORES - 0.001})) is None
+    assert under_load.load_note(_with_load(fit)) == "measured while other processes used 40% of a core"
+    assert under_load.load_note(_with_load({**quiet, "other_cores": under_load.OTHERS_BUSY_CORES - 0.001})) is None
     steal = {**quiet, "other_cores": 0.3, "steal_share": 0.07}
-    assert results.load_note(_with_load(steal)) == (
+    assert under_load.load_note(_with_load(steal)) == (
         "measured while other processes used 30% of a core and the hypervisor took 7% of the CPU time (steal)"
     )
     gpu = {**quiet, "gpu_others": {"GPU-1": [{"pid": 7, "name": "python", "used_memory_bytes": 2**30}], "GPU-2": []}}
-    assert results.load_note(_with_load(gpu)) == "measured while 1 other process used the GPU"
+    assert under_load.load_note(_with_load(gpu)) == "measured while 1 other process used the GPU"
     runs = [_with_load(quiet), _with_load({**quiet, "other_cores": 1.6}), _with_load({**quiet, "other_cores": 0.5})]
-    assert results.point_load_note(runs) == (
+    assert under_load.point_load_note(runs) == (
         "2 of 3 runs measured under load (the most: other processes used 1.6 cores)"
     )
-    assert results.point_load_note(runs[:1]) is None
-    assert results.point_load_note(runs[1:2]) == "measured while other processes used 1.6 cores"
+    assert under_load.point_load_note(runs[:1]) is None
+    assert under_load.point_load_note(runs[1:2]) == "measured while other processes used 1.6 cores"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,11 +233,11 @@ def test_a_run_beside_a_cpu_hog_is_recorded_and_said_to_be_under_load(tmp_path: 
     load = result.telemetry["load"]
     assert load["scans"] >= 2 and load["cores"] == os.cpu_count()
     # A hog spins all the time: on any machine it gets far more than the threshold, shared or not.
-    assert load["other_cores"] >= 3 * results.OTHERS_BUSY_CORES, load
+    assert load["other_cores"] >= 3 * under_load.OTHERS_BUSY_CORES, load
     assert hog.pid in [p["pid"] for p in load["top_others"]], load["top_others"]
     assert len(load["loadavg_start"]) == len(load["loadavg_end"]) == 3
     assert {s["name"] for s in result.telemetry["sources"]} == {"proc", "load"}
-    note = results.load_note(result)
+    note = under_load.load_note(result)
     assert note is not None and note.startswith("measured while other processes used"), note
     shown = suite_cli("show", file)
     assert shown.returncode == 0, shown.stderr

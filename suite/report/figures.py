@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.record import provenance, results
+from suite.record import provenance, results, under_load
 from suite.record.results import (
     ACHIEVED_FLOPS_PER_S,
     FIRST_EPOCH_OVERHEAD_S,
@@ -214,7 +214,7 @@ def _notes(
         notes.append(gate_text(p.accuracy))
     if any(STEADY_INCLUDES_FIRST_EPOCH.of(r) for r in p.ok_runs):
         notes.append("one epoch: the steady epoch includes tracing and compilation")
-    load = results.point_load_note(p.ok_runs)
+    load = under_load.point_load_note(p.ok_runs)
     if load:
         notes.append(load)
     return notes

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from suite.record import provenance, results
+from suite.record import provenance, results, under_load
 from suite.record.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
 from suite.report import provenance_text
 from suite.report.figures import RUN_TIMINGS, peak_of
@@ -158,8 +158,8 @@ def _telemetry(section: dict[str, Any]) -> list[str]:
 
 
 def _load(result: RunResult) -> list[str]:
-    """The machine's load around the run (``results.load_of``), and the warning when it was busy."""
-    block, load = results.LOAD.of(result), results.load_of(result)
+    """The machine's load around the run (``under_load.load_of``), and the warning when it was busy."""
+    block, load = results.LOAD.of(result), under_load.load_of(result)
     if load is None or not isinstance(block, dict):
         return ["  not recorded (a remote engine's run, or a result made before the suite recorded it)"]
     window = "over the timed fit" if load.window == "fit" else "over the whole run"
@@ -169,9 +169,9 @@ def _load(result: RunResult) -> list[str]:
 
     lines = [
         "  other processes: "
-        + ("not measured" if load.other_cores is None else f"{results.cores_text(load.other_cores)} {window}")
+        + ("not measured" if load.other_cores is None else f"{under_load.cores_text(load.other_cores)} {window}")
         + (
-            f" ({results.cores_text(block['other_cores'])} over the whole run)"
+            f" ({under_load.cores_text(block['other_cores'])} over the whole run)"
             if load.window == "fit" and block.get("other_cores") is not None
             else ""
         )
@@ -179,11 +179,11 @@ def _load(result: RunResult) -> list[str]:
         + ("?" if load.steal_share is None else f"{load.steal_share:.1%}"),
         f"  load average (1 min): {avg(load.loadavg_start)} at the start, {avg(load.loadavg_end)} at the end, "
         f"on {load.cores or '?'} cores; everything that ran (the run included): "
-        + ("?" if block.get("machine_busy_cores") is None else results.cores_text(block["machine_busy_cores"])),
+        + ("?" if block.get("machine_busy_cores") is None else under_load.cores_text(block["machine_busy_cores"])),
     ]
     top = block.get("top_others") or []
     if top:
-        named = [f"{p.get('name')} (pid {p.get('pid')}) {results.cores_text(p['cores'])}" for p in top]
+        named = [f"{p.get('name')} (pid {p.get('pid')}) {under_load.cores_text(p['cores'])}" for p in top]
         lines.append("  most: " + "; ".join(named))
     if load.gpu_checked:
         gpus = [
@@ -195,7 +195,7 @@ def _load(result: RunResult) -> list[str]:
     lines.append(f"  own: {block.get('own')}, {block.get('scans')} scans over {_value(block.get('window_s'))} s")
     if block.get("error"):
         lines.append(f"  error: {block['error']}")
-    note = results.load_note(result)
+    note = under_load.load_note(result)
     lines.append(f"  {note}" if note else "  quiet: no other load above the thresholds")
     return lines
 

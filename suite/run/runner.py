@@ -23,7 +23,7 @@ from typing import Any
 
 from suite.backends.base import Backend
 from suite.backends.peak_cache import run_with_peak
-from suite.record import results
+from suite.record import results, under_load
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 from suite.report import points, verdicts
 from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, runs_text, shorten
@@ -264,7 +264,7 @@ def _say_result(
     line of message at the end (cut to fit; whole, with the result file, under -v)."""
     eta = progress.eta_text() if progress.remaining else ""
     what, message = _outcome(result)
-    load = results.load_note(result)  # "measured while other processes used 85% of a core": a line of its own
+    load = under_load.load_note(result)  # "measured while other processes used 85% of a core": a line of its own
     if progress.level >= VERBOSE:
         progress.line(step.line(f"{_tail(what, message[:200], took, eta)} -> {path}", None, note), VERBOSE)
         if load:

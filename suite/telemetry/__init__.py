@@ -34,7 +34,7 @@ Samplers, each a thread started by ``Recorder`` once the worker is launched (``R
 - ``LoadSampler`` (local backend, or a Docker engine on this host): the machine's load around the
   run, from ``/proc`` once a second: CPU used by processes that are not the run's own, CPU steal,
   the load average at the start and the end, and other compute processes on the run's GPUs (NVML).
-  ``suite.telemetry.load``'s docstring says exactly what is counted; ``suite.record.results.load_note``
+  ``suite.telemetry.load``'s docstring says exactly what is counted; ``suite.record.under_load.load_note``
   says when a result was measured under load.
 
 Sampling never fails a run: a sampler that cannot start or breaks records its error in the section.

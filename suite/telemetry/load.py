@@ -1,7 +1,7 @@
 """The machine's load around a run: what other processes, the hypervisor and other GPU users took.
 
 A run measured beside a busy program is slower by an amount nobody can tell afterwards, so the
-load is recorded with the result and a result measured under load says so (``suite.record.results
+load is recorded with the result and a result measured under load says so (``suite.record.under_load
 .load_note``). ``LoadSampler`` is one more telemetry sampler; ``sample_machine`` takes the same
 figures for ``suite env`` over a short sample.
 
