@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import http_server, suite_cli, write_scenario
 
-from suite.environment import datasets
+from suite.environment import datasets, mnist_fetch
 from suite.worker import data as wdata
 
 HANG_S = 30  # a hang is a failure; every run here takes seconds
@@ -77,13 +77,13 @@ def test_a_dripping_download_stops_at_the_deadline_and_leaves_nothing(
     slow_server: str, tmp_path: Path, path: str
 ) -> None:
     home = tmp_path / "keras"
-    env = {"KERAS_HOME": str(home), datasets.DEADLINE_ENV: str(DEADLINE_S), datasets.SHA_ENV: "0" * 64}
+    env = {"KERAS_HOME": str(home), mnist_fetch.DEADLINE_ENV: str(DEADLINE_S), datasets.SHA_ENV: "0" * 64}
     started = time.monotonic()
     proc = suite_cli("data", "fetch", "--url", slow_server + path, env=env, timeout=HANG_S)
     took = time.monotonic() - started
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert proc.stderr.startswith(f"error: download of {slow_server}{path} stopped after {DEADLINE_S} s"), proc.stderr
-    assert f"{datasets.DEADLINE_ENV}=SECONDS (default 600)" in proc.stderr and "nothing was cached" in proc.stderr
+    assert f"{mnist_fetch.DEADLINE_ENV}=SECONDS (default 600)" in proc.stderr and "nothing was cached" in proc.stderr
     assert took >= DEADLINE_S
     assert _left(home / "datasets") == [], "no .part file left behind"
 
@@ -91,11 +91,11 @@ def test_a_dripping_download_stops_at_the_deadline_and_leaves_nothing(
 @pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
 def test_a_deadline_that_is_not_a_positive_number_is_refused(slow_server: str, tmp_path: Path, value: str) -> None:
     home = tmp_path / "keras"
-    env = {"KERAS_HOME": str(home), datasets.DEADLINE_ENV: value, datasets.SHA_ENV: "0" * 64}
+    env = {"KERAS_HOME": str(home), mnist_fetch.DEADLINE_ENV: value, datasets.SHA_ENV: "0" * 64}
     proc = suite_cli("data", "fetch", "--url", slow_server + "/fast.npz", env=env, timeout=HANG_S)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert proc.stderr.startswith(
-        f"error: ${datasets.DEADLINE_ENV} {value!r}: give the seconds a whole download may take, a number > 0"
+        f"error: ${mnist_fetch.DEADLINE_ENV} {value!r}: give the seconds a whole download may take, a number > 0"
     ), proc.stderr
     assert _left(home / "datasets") == []
 

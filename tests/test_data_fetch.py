@@ -23,7 +23,7 @@ from conftest import http_server, suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO, backend_factory, engine_client, image_fixture  # noqa: F401 - fixtures
 
 from suite import cli
-from suite.environment import datasets
+from suite.environment import datasets, mnist_fetch
 from suite.record import results
 from suite.spec import plan, scenario
 from suite.worker import data as wdata
@@ -91,23 +91,23 @@ def _left(folder: Path) -> list[str]:
 
 
 def test_fetch_downloads_verifies_and_keeps_one_copy(server: str, cache: Path) -> None:
-    path = datasets.fetch(f"{server}/mnist.npz", say=lambda _: None)
+    path = mnist_fetch.fetch(f"{server}/mnist.npz", say=lambda _: None)
     assert path == cache / "mnist.npz" and path.read_bytes() == PAYLOAD
     assert _left(cache) == ["mnist.npz"], "no temporary file left beside it"
-    datasets.fetch(f"{server}/mnist.npz", say=lambda _: None)
+    mnist_fetch.fetch(f"{server}/mnist.npz", say=lambda _: None)
     assert _Handler.hits == ["/mnist.npz"], "a verified copy is not downloaded again"
 
 
 def test_corrupt_download_is_refused_and_leaves_nothing(server: str, cache: Path) -> None:
     with pytest.raises(datasets.FetchError) as err:
-        datasets.fetch(f"{server}/corrupt.npz", say=lambda _: None)
+        mnist_fetch.fetch(f"{server}/corrupt.npz", say=lambda _: None)
     assert f"expected {PAYLOAD_SHA}" in str(err.value) and "nothing was cached" in str(err.value)
     assert _left(cache) == []
 
 
 def test_interrupted_download_is_refused_and_leaves_nothing(server: str, cache: Path) -> None:
     with pytest.raises(datasets.FetchError) as err:
-        datasets.fetch(f"{server}/cut.npz", say=lambda _: None)
+        mnist_fetch.fetch(f"{server}/cut.npz", say=lambda _: None)
     assert "interrupted" in str(err.value) and str(len(PAYLOAD)) in str(err.value), err.value
     assert _left(cache) == []
 
@@ -115,19 +115,19 @@ def test_interrupted_download_is_refused_and_leaves_nothing(server: str, cache: 
 def test_stalled_download_times_out(server: str, cache: Path) -> None:
     t = time.monotonic()
     with pytest.raises(datasets.FetchError, match="timed out"):
-        datasets.fetch(f"{server}/stall.npz", timeout=0.5, say=lambda _: None)
+        mnist_fetch.fetch(f"{server}/stall.npz", timeout=0.5, say=lambda _: None)
     assert time.monotonic() - t < 2.5
     assert _left(cache) == []
 
 
 def test_http_error_is_named(server: str, cache: Path) -> None:
     with pytest.raises(datasets.FetchError, match="HTTP 404"):
-        datasets.fetch(f"{server}/nothing.npz", say=lambda _: None)
+        mnist_fetch.fetch(f"{server}/nothing.npz", say=lambda _: None)
     assert _left(cache) == []
 
 
 def test_cli_fetch_by_url_variable_and_by_flag(server: str, cache: Path, tmp_path: Path) -> None:
-    env = {"KERAS_HOME": str(cache.parent), datasets.SHA_ENV: PAYLOAD_SHA, datasets.URL_ENV: f"{server}/corrupt.npz"}
+    env = {"KERAS_HOME": str(cache.parent), datasets.SHA_ENV: PAYLOAD_SHA, mnist_fetch.URL_ENV: f"{server}/corrupt.npz"}
     bad = suite_cli("data", "fetch", env=env)
     assert bad.returncode == 1 and "nothing was cached" in bad.stderr and "Traceback" not in bad.stderr
     assert _left(cache) == []
@@ -156,14 +156,14 @@ def test_a_file_accepted_under_an_overridden_hash_is_not_called_mnist(tmp_path: 
 
 def test_url_errors_name_where_the_url_came_from(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(datasets.BadSource, match=r"^--url http://\[bad"):
-        datasets.fetch("http://[bad", say=lambda _: None)
-    monkeypatch.setenv(datasets.URL_ENV, "http://[bad")
-    with pytest.raises(datasets.BadSource, match=rf"^\${datasets.URL_ENV} http://\[bad"):
-        datasets.fetch(say=lambda _: None)
-    monkeypatch.delenv(datasets.URL_ENV)
-    monkeypatch.setattr(datasets, "MNIST_URL", "http://[bad")
+        mnist_fetch.fetch("http://[bad", say=lambda _: None)
+    monkeypatch.setenv(mnist_fetch.URL_ENV, "http://[bad")
+    with pytest.raises(datasets.BadSource, match=rf"^\${mnist_fetch.URL_ENV} http://\[bad"):
+        mnist_fetch.fetch(say=lambda _: None)
+    monkeypatch.delenv(mnist_fetch.URL_ENV)
+    monkeypatch.setattr(mnist_fetch, "MNIST_URL", "http://[bad")
     with pytest.raises(datasets.BadSource, match=r"^the default URL http://\[bad"):
-        datasets.fetch(say=lambda _: None)
+        mnist_fetch.fetch(say=lambda _: None)
 
 
 def test_only_http_and_https_urls_are_fetched(cache: Path, tmp_path: Path) -> None:
@@ -187,11 +187,11 @@ def test_stale_part_files_are_removed_and_fresh_ones_kept(server: str, cache: Pa
     for d in (stale_dir, fresh_dir):
         d.mkdir()
         (d / "train-images-idx3-ubyte").write_bytes(b"half")
-    old = time.time() - 2 * datasets.STALE_PART_S
+    old = time.time() - 2 * mnist_fetch.STALE_PART_S
     for entry in (stale_file, stale_dir):
         os.utime(entry, (old, old))
     said: list[str] = []
-    datasets.fetch(f"{server}/mnist.npz", say=said.append)
+    mnist_fetch.fetch(f"{server}/mnist.npz", say=said.append)
     assert _left(cache) == sorted([fresh_file.name, fresh_dir.name, "mnist.npz"])
     assert any(str(stale_dir) in line for line in said) and any(str(stale_file) in line for line in said)
 
@@ -199,7 +199,7 @@ def test_stale_part_files_are_removed_and_fresh_ones_kept(server: str, cache: Pa
 def test_a_failed_store_keeps_the_previous_import(
     mnist_dir: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    datasets.import_from(_full_idx_folder(tmp_path / "first", mnist_dir), say=lambda _: None)
+    mnist_fetch.import_from(_full_idx_folder(tmp_path / "first", mnist_dir), say=lambda _: None)
     before = datasets.identity_for({"allow_synthetic": False})
     rename = Path.rename
 
@@ -212,7 +212,7 @@ def test_a_failed_store_keeps_the_previous_import(
     second = _full_idx_folder(tmp_path / "second", mnist_dir, n_train=60000)
     (second / "train-labels-idx1-ubyte").write_bytes(_idx((60000,), np.zeros(60000)))  # other data
     with pytest.raises(datasets.FetchError, match="No space left on device"):
-        datasets.import_from(second, say=lambda _: None)
+        mnist_fetch.import_from(second, say=lambda _: None)
     assert _left(cache) == [wdata.IDX_FOLDER], "the previous import back in place, nothing else left"
     assert datasets.identity_for({"allow_synthetic": False})["sha256"] == before["sha256"]
 
@@ -249,7 +249,7 @@ def _full_idx_folder(folder: Path, mnist_dir: Path, n_train: int = 60000) -> Pat
 
 def test_from_an_idx_folder_imports_it_under_its_own_identity(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
     folder = _full_idx_folder(tmp_path / "lecun", mnist_dir)
-    stored = datasets.import_from(folder, say=lambda _: None)
+    stored = mnist_fetch.import_from(folder, say=lambda _: None)
     assert stored == cache / wdata.IDX_FOLDER and _left(cache) == [wdata.IDX_FOLDER]
     identity = datasets.identity_for({"allow_synthetic": False})
     assert identity["source"] == "idx", "not passed off as Keras' mnist.npz"
@@ -262,19 +262,19 @@ def test_from_an_idx_folder_imports_it_under_its_own_identity(mnist_dir: Path, c
 def test_from_an_idx_folder_with_wrong_shapes_is_refused(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
     folder = _full_idx_folder(tmp_path / "short", mnist_dir, n_train=1000)
     with pytest.raises(datasets.BadSource, match=r"train-images-idx3-ubyte has shape \(1000, 28, 28\)"):
-        datasets.import_from(folder, say=lambda _: None)
+        mnist_fetch.import_from(folder, say=lambda _: None)
     assert _left(cache) == []
 
 
 def test_from_an_npz_is_checked_by_sha256(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "copy.npz"
     src.write_bytes(PAYLOAD)
-    assert datasets.import_from(src, say=lambda _: None).read_bytes() == PAYLOAD
+    assert mnist_fetch.import_from(src, say=lambda _: None).read_bytes() == PAYLOAD
     assert _left(cache) == ["mnist.npz"]
     monkeypatch.setenv(datasets.SHA_ENV, wdata.MNIST_NPZ_SHA256)  # the real expectation: this file is not it
     (cache / "mnist.npz").unlink()
     with pytest.raises(datasets.BadSource, match=f"sha256 {PAYLOAD_SHA}, expected {wdata.MNIST_NPZ_SHA256}"):
-        datasets.import_from(src, say=lambda _: None)
+        mnist_fetch.import_from(src, say=lambda _: None)
     assert _left(cache) == []
 
 
@@ -317,7 +317,7 @@ def test_a_cut_off_gz_in_a_data_dir_is_refused_by_check_naming_it(mnist_dir: Pat
 
 
 def test_a_damaged_imported_copy_is_not_used_and_says_why(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
-    datasets.import_from(_full_idx_folder(tmp_path / "lecun", mnist_dir), say=lambda _: None)
+    mnist_fetch.import_from(_full_idx_folder(tmp_path / "lecun", mnist_dir), say=lambda _: None)
     stored = cache / wdata.IDX_FOLDER / "t10k-labels-idx1-ubyte"
     os.remove(stored)
     (stored.parent / (stored.name + ".gz")).write_bytes(b"not gzip at all")

@@ -27,7 +27,7 @@ from suite.cli.commands import (
     cmd_show,
 )
 from suite.cli.common import DEFAULT_REPORTS, DEFAULT_RESULTS, UsageError
-from suite.environment import datasets
+from suite.environment import datasets, mnist_fetch
 from suite.record import code_identity, results
 from suite.report import provenance_text
 from suite.run import results_folder
@@ -306,13 +306,15 @@ def _data_parser(sub: Any) -> None:
         metavar="PATH",
         help="fetch: no download; take Keras' mnist.npz or a folder of the four MNIST IDX files (.gz or not)",
     )
-    d.add_argument("--url", help=f"fetch: download from here (default: ${datasets.URL_ENV} or {datasets.MNIST_URL})")
+    d.add_argument(
+        "--url", help=f"fetch: download from here (default: ${mnist_fetch.URL_ENV} or {mnist_fetch.MNIST_URL})"
+    )
     d.add_argument(
         "--timeout",
         type=float,
-        default=datasets.TIMEOUT_S,
-        help=f"fetch: seconds without progress; the whole download may take at most ${datasets.DEADLINE_ENV} "
-        f"seconds (default {datasets.DEADLINE_S:g})",
+        default=mnist_fetch.TIMEOUT_S,
+        help=f"fetch: seconds without progress; the whole download may take at most ${mnist_fetch.DEADLINE_ENV} "
+        f"seconds (default {mnist_fetch.DEADLINE_S:g})",
     )
     d.set_defaults(func=cmd_data)
 

@@ -18,7 +18,7 @@ from suite.cli.common import (
     make_plan,
     refuse_without_data,
 )
-from suite.environment import datasets, host_facts
+from suite.environment import datasets, host_facts, mnist_fetch
 from suite.run import closing, results_folder, runner
 from suite.run.progress import NORMAL, QUIET, VERBOSE, runs_text
 from suite.safe.markdown import escaped
@@ -126,9 +126,9 @@ def cmd_data(args: argparse.Namespace) -> int:
     if not 0 < args.timeout <= 86400:  # NaN and infinity fail too
         raise UsageError(f"--timeout {args.timeout}: allowed: seconds above 0, at most 86400")
     if args.source:
-        datasets.import_from(args.source)
+        mnist_fetch.import_from(args.source)
     else:
-        datasets.fetch(args.url, timeout=args.timeout)
+        mnist_fetch.fetch(args.url, timeout=args.timeout)
     return 0
 
 
