@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.environment import datasets
-from suite.spec.settings import Scenario, apply_overrides
+from suite.spec.setting_paths import apply_overrides
+from suite.spec.settings import Scenario
 from suite.worker.devices import parse_device  # one definition, shared with the worker
 
 __all__ = [

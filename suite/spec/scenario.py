@@ -17,6 +17,7 @@ import yaml
 from suite.safe import bounded
 from suite.spec import names
 from suite.spec.plan import MAX_RUNS, expand, overlaps, point_count, shape_text
+from suite.spec.setting_paths import apply_overrides, path_problem
 from suite.spec.settings import (
     DEFAULTS,
     MAX_REPEATS,
@@ -26,13 +27,11 @@ from suite.spec.settings import (
     Checker,
     Scenario,
     ScenarioError,
-    apply_overrides,
     brief,
     check_config,
     check_value,
     cross_checks,
     is_int,
-    path_problem,
     plain_text,
     resolve,
     type_name,
