@@ -310,21 +310,24 @@ def test_no_git_gives_nulls(repo: Path, tmp_path: Path, monkeypatch: pytest.Monk
 
 @needs_git
 def test_the_cached_identity_asks_git_again_only_when_the_checkout_changed(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[tuple[str, ...]] = []
-    real = code_identity._git
+    # Every git process the suite starts, counted by a git of our own on PATH that logs and runs the real one.
+    log, bin_dir = tmp_path / "git-calls.log", tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{GIT}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
-    def counting(root: Path, *args: str, env: dict[str, str] | None = None) -> bytes | None:
-        calls.append(args)
-        return real(root, *args, env=env)
+    def calls() -> int:
+        return len(log.read_text().splitlines()) if log.exists() else 0
 
-    monkeypatch.setattr(code_identity, "_git", counting)
     first = code_identity.current_suite_identity(repo)
-    asked = len(calls)
+    asked = calls()
     for _ in range(100):
         assert code_identity.current_suite_identity(repo) == first
-    assert len(calls) == asked <= 6, "a plan over an unchanged tree asks git once"
+    assert 0 < calls() == asked <= 6, "a plan over an unchanged tree asks git once"
     (repo / "b.py").write_text("two = 'edited mid-plan'\n")
     edited = code_identity.current_suite_identity(repo)
     assert edited["dirty_paths"] == ["b.py"] and edited["diff_sha256"] == plain_diff_sha(repo)
