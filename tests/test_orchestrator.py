@@ -105,13 +105,6 @@ class FakeBackend:
         return {"backend": self.name, "machine": self.machine, "started_at": now, "finished_at": now}
 
 
-class OldBackend(FakeBackend):
-    """A backend whose ``run`` predates live progress: no ``on_event`` parameter."""
-
-    def run(self, spec: RunSpec) -> RunResult:  # type: ignore[override]
-        return super().run(spec)
-
-
 def _specs(tmp_path: Path, **kw: Any) -> list[RunSpec]:
     return plan.interleave(plan.expand(scenario.load(write_scenario(tmp_path, "fake", TEXT)), **kw))
 
@@ -291,13 +284,10 @@ def test_eta_arithmetic() -> None:
     assert [progress.duration_text(s) for s in (None, 4.4, 125, 7260)] == ["?", "4 s", "2 min 5 s", "2 h 1 min"]
 
 
-def test_on_event_reaches_a_backend_that_takes_it_and_spares_one_that_does_not(tmp_path: Path) -> None:
-    new = FakeBackend()
-    _run(_specs(tmp_path), new, tmp_path / "a")
-    assert all(new.events_given)
-    old = OldBackend()
-    summary, _ = _run(_specs(tmp_path), old, tmp_path / "b")
-    assert summary.counts == {STATUS_OK: 8} and not any(old.events_given)
+def test_on_event_reaches_the_backend(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    _run(_specs(tmp_path), backend, tmp_path / "a")
+    assert backend.events_given and all(backend.events_given)
 
 
 def test_status_line_shows_point_repetition_epoch_elapsed_and_eta() -> None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, write_scenario
@@ -96,7 +97,7 @@ class RecordingBackend:
     def skip_reason(self, spec: plan.RunSpec) -> None:
         return None
 
-    def run(self, spec: plan.RunSpec) -> RunResult:
+    def run(self, spec: plan.RunSpec, on_event: Any = None) -> RunResult:
         self.asked.append((spec.point_label, spec.calibrate_peak))
         work = {"peak": {"flops_per_s": 1e9}} if spec.calibrate_peak else {}
         return RunResult(status="ok", spec=spec.to_dict(), work=work, run={"finished_at": "x"})

@@ -584,7 +584,7 @@ class FakeBackend:
     def skipped(self, spec: plan.RunSpec, reason: str) -> results.RunResult:
         raise AssertionError("nothing is skipped here")
 
-    def run(self, spec: plan.RunSpec) -> results.RunResult:
+    def run(self, spec: plan.RunSpec, on_event: Any = None) -> results.RunResult:
         run = {"backend": "local", "machine": self.machine, "finished_at": datetime.now(UTC).isoformat()}
         timing = {"fit_s": self.fit_s[spec.repetition], "steady_epoch_s": 0.5}
         return results.RunResult(status="ok", spec=spec.to_dict(), run=run, timing=timing, provenance=self.provenance)

@@ -8,7 +8,6 @@ flight (hyperfine's rule: export after every benchmark).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 import signal
 import stat
@@ -204,7 +203,6 @@ def run_plan(
     try:
         steps = _steps(specs, backend, previous)
         _start_plan(progress, steps)
-        events = _accepts_on_event(backend)
         with Ticker(progress):
             for step in steps:
                 spec = step.spec
@@ -224,7 +222,7 @@ def run_plan(
                     progress.line(step.line(f"skipped: {step.reason} -> {path}", None), VERBOSE)
                     continue
                 progress.start(step.head(), spec.fingerprint)
-                result = run_with_peak(spec, backend, peaks, progress.on_event if events else None)
+                result = run_with_peak(spec, backend, peaks, progress.on_event)
                 seconds = progress.finish(spec.fingerprint)
                 path = _saved(result, folder / spec.scenario, spec, summary, progress)
                 _count(summary, step, result)
@@ -413,15 +411,6 @@ def _wall_s(result: results.RunResult) -> float | None:
         return (datetime.fromisoformat(str(result.run["finished_at"])) - started).total_seconds()
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def _accepts_on_event(backend: Backend) -> bool:
-    """Whether ``backend.run`` takes ``on_event`` (a backend without live progress still runs)."""
-    try:
-        params = inspect.signature(backend.run).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "on_event" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 # A hangup (the terminal closed, the ssh link dropped) stops a plan as SIGTERM does, not by the
