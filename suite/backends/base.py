@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from suite import telemetry
 from suite.record import code_identity, provenance
@@ -54,12 +54,28 @@ def tag_env(tags: Mapping[str, str]) -> dict[str, str]:
     return {TAG_ENV_PREFIX + key.upper(): value for key, value in tags.items()}
 
 
+class Inventory(TypedDict, total=False):
+    """What a backend can give a run (``Backend.inventory``), as ``gpu_pool`` and the backends make it."""
+
+    gpus: list[dict[str, Any]]  # the GPUs it may hand out, in order: index, uuid, name, pci_bus_id, ...
+    gpu_note: str | None  # why there are fewer GPUs than the machine has, or none
+    cpus: int | None
+    cpus_usable: int  # a Docker engine's probe: the CPUs its container may run on
+    pool: dict[str, Any]  # which GPUs may be used and what said so (CUDA_VISIBLE_DEVICES, --gpus)
+    outside_pool: list[dict[str, Any]]  # the host's GPUs left out by the inherited CUDA_VISIBLE_DEVICES
+    source: str  # a Docker engine's: "engine info" or "probe container"
+    runtimes: list[str]  # a Docker engine's runtimes
+    nodes: int  # a pool of nodes: how many are alive
+    gpu_total: float  # a pool of nodes: their GPUs together
+    where: str  # a pool of nodes: which cluster
+
+
 class Backend(Protocol):
     name: str
     machine: str
 
-    def inventory(self) -> dict[str, Any]:
-        """What this backend can give a run: {'gpus': [{index, uuid, name, ...}], 'cpus': N, ...}."""
+    def inventory(self) -> Inventory:
+        """What this backend can give a run (``Inventory``)."""
         ...
 
     def skip_reason(self, spec: RunSpec) -> str | None:

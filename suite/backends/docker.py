@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.backends import docker_parts as parts
-from suite.backends.base import WORKER_DEADLINE_GRACE_S, RunSkeleton, Unavailable, tag_labels
+from suite.backends.base import WORKER_DEADLINE_GRACE_S, Inventory, RunSkeleton, Unavailable, tag_labels
 from suite.backends.docker_run import (
     OUT_NAME,
     RESULT_PATH,
@@ -76,7 +76,7 @@ class DockerBackend(RunSkeleton):
         shm_size: str = SHM_SIZE,
         network_mode: str = "none",
         keras_home: str | Path | None = None,
-        inventory: dict[str, Any] | None = None,
+        inventory: Inventory | None = None,
         user: str = f"{parts.RUN_UID}:{parts.RUN_GID}",
         gpus: list[str] | None = None,
     ):
@@ -115,12 +115,12 @@ class DockerBackend(RunSkeleton):
 
     # -- protocol -------------------------------------------------------------------------------
 
-    def inventory(self) -> dict[str, Any]:
+    def inventory(self) -> Inventory:
         if self._inventory is None:
             self._inventory = restrict_gpus(self._engine_pool(self._ask_engine()), self.allowed_gpus)
         return self._inventory
 
-    def _engine_pool(self, found: dict[str, Any]) -> dict[str, Any]:
+    def _engine_pool(self, found: Inventory) -> Inventory:
         """The engine host's GPUs the suite may use: on a local engine the orchestrator's inherited
         CUDA_VISIBLE_DEVICES (a scheduler's allocation on this machine) limits them, as for local
         runs; on a remote one it names this machine's GPUs, not the engine's, and is not applied."""
@@ -335,7 +335,7 @@ class DockerBackend(RunSkeleton):
             self._stream_client, _ = docker_engine.connect(self._docker_host, timeout=None)
         return self._stream_client
 
-    def _ask_engine(self) -> dict[str, Any]:
+    def _ask_engine(self) -> Inventory:
         """The engine host's GPUs and CPUs, from a short probe container of the run image."""
         try:
             client = self._connect()
@@ -343,7 +343,7 @@ class DockerBackend(RunSkeleton):
             return {"gpus": [], "gpu_note": str(exc), "cpus": None}
         info = client.info()
         runtimes = sorted(info.get("Runtimes") or {})
-        base = {"gpus": [], "cpus": info.get("NCPU"), "source": "engine info", "runtimes": runtimes}
+        base: Inventory = {"gpus": [], "cpus": info.get("NCPU"), "source": "engine info", "runtimes": runtimes}
         image = self._probe_image(client)
         if image is None:
             return {**base, "gpu_note": "no suite image on the engine to ask it for GPUs"}

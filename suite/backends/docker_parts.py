@@ -16,7 +16,9 @@ import socket
 import tarfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from suite.backends.base import Inventory
 
 SUITE_PACKAGE = Path(__file__).resolve().parents[1]  # suite/: the only code a container gets
 RUN_UID = RUN_GID = 65534  # "nobody": a user that exists in every image, given by number
@@ -284,12 +286,13 @@ print(json.dumps(out))
 """
 
 
-def parse_probe(log: str) -> dict[str, Any]:
+def parse_probe(log: str) -> Inventory:
+    """The inventory PROBE printed (its last line of JSON)."""
     for line in reversed(log.strip().splitlines()):
         try:
             found = json.loads(line)
         except ValueError:
             continue
         if isinstance(found, dict):
-            return found
+            return cast(Inventory, found)
     raise ValueError(f"the probe printed no inventory: {log[-500:]}")

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from suite import telemetry
 from suite.backends import docker_parts as parts
-from suite.backends.base import Exit, RunLost, Unavailable, split_lines
+from suite.backends.base import Exit, Inventory, RunLost, Unavailable, split_lines
 from suite.environment.docker_engine import Daemon
 
 WORK_DIR = "/work"  # an anonymous volume: the archive endpoints see volumes, not tmpfs or a read-only rootfs
@@ -275,7 +275,7 @@ def _isolation(attrs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def probe_engine(client: Any, image: Any, backend: DockerBackend, gpu_runtime: bool) -> dict[str, Any]:
+def probe_engine(client: Any, image: Any, backend: DockerBackend, gpu_runtime: bool) -> Inventory:
     """Run PROBE in a hardened, short container; with all GPUs requested where a GPU runtime exists."""
     from docker.types import DeviceRequest
 

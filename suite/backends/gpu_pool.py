@@ -8,20 +8,20 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from suite.backends.base import BackendUnavailable
+from suite.backends.base import BackendUnavailable, Inventory
 from suite.environment import host_facts
 from suite.spec.plan import RunSpec, parse_device
 from suite.worker import identity
 
 
-def host_inventory(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def host_inventory(environ: Mapping[str, str] | None = None) -> Inventory:
     """The GPUs (NVML or nvidia-smi) and CPUs of the machine the suite runs on, as far as its
     inherited CUDA_VISIBLE_DEVICES lets it use them (``inherit_pool``)."""
     gpus, note = host_facts.gpu_inventory()
     return inherit_pool({"gpus": gpus, "gpu_note": note, "cpus": os.cpu_count()}, environ)
 
 
-def inherit_pool(inventory: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def inherit_pool(inventory: Inventory, environ: Mapping[str, str] | None = None) -> Inventory:
     """The inventory limited to the GPUs the orchestrator's own CUDA_VISIBLE_DEVICES allows.
 
     A batch scheduler hands a job its GPUs that way; the suite draws only from them (``--gpus``
@@ -60,7 +60,7 @@ def _unavailable(message: str) -> Exception:
     return BackendUnavailable(message)  # the CLI reports it with exit code 2
 
 
-def restrict_gpus(inventory: dict[str, Any], allowed: list[str] | None) -> dict[str, Any]:
+def restrict_gpus(inventory: Inventory, allowed: list[str] | None) -> Inventory:
     """The inventory with only the GPUs ``allowed`` names (host indices or UUIDs), in its order.
 
     A name that is not on the host at all is noted (points needing more GPUs are then skipped with
@@ -99,7 +99,7 @@ def restrict_gpus(inventory: dict[str, Any], allowed: list[str] | None) -> dict[
     }
 
 
-def device_skip_reason(spec: RunSpec, inventory: dict[str, Any]) -> str | None:
+def device_skip_reason(spec: RunSpec, inventory: Inventory) -> str | None:
     kind, count = parse_device(spec.device)
     gpus = inventory.get("gpus", [])
     if kind == "gpu" and count > len(gpus):
@@ -109,19 +109,19 @@ def device_skip_reason(spec: RunSpec, inventory: dict[str, Any]) -> str | None:
     return None
 
 
-def gpus_for(spec: RunSpec, inventory: dict[str, Any]) -> list[dict[str, Any]]:
+def gpus_for(spec: RunSpec, inventory: Inventory) -> list[dict[str, Any]]:
     """The GPUs a spec gets: the first N of the inventory (the pool, in its order). Empty for CPU runs."""
     kind, count = parse_device(spec.device)
     return list(inventory["gpus"][:count]) if kind == "gpu" else []
 
 
-def gpu_ids(spec: RunSpec, inventory: dict[str, Any]) -> list[str]:
+def gpu_ids(spec: RunSpec, inventory: Inventory) -> list[str]:
     """What CUDA_VISIBLE_DEVICES gets for a spec: the GPUs' UUIDs (the host index only where the
     inventory knows no UUID, read in PCI bus order as CUDA_DEVICE_ORDER is set). Empty for CPU runs."""
     return [str(g.get("uuid") or g["index"]) for g in gpus_for(spec, inventory)]
 
 
-def gpu_env(spec: RunSpec, inventory: dict[str, Any]) -> dict[str, str]:
+def gpu_env(spec: RunSpec, inventory: Inventory) -> dict[str, str]:
     """The GPU part of a worker's environment: CUDA_VISIBLE_DEVICES by UUID ("" for CPU runs), and
     ``SUITE_GPUS``, the same GPUs by UUID and PCI bus id, which the worker checks its framework against."""
     given = gpus_for(spec, inventory)

@@ -29,7 +29,7 @@ from typing import Any
 
 from suite import paths, telemetry
 from suite.backends import lifeline
-from suite.backends.base import Exit, RunSkeleton, tag_env
+from suite.backends.base import Exit, Inventory, RunSkeleton, tag_env
 from suite.backends.gpu_pool import device_skip_reason, gpu_env, host_inventory, restrict_gpus
 from suite.backends.oom import OomWitness
 from suite.environment import datasets, host_facts
@@ -61,11 +61,11 @@ class LocalBackend(RunSkeleton):
         self.allowed_gpus = gpus
         self.results_folder = results_folder
         self._swept = False
-        self._inventory: dict[str, Any] | None = None
+        self._inventory: Inventory | None = None
         self._current: _Process | None = None
         self._environment: dict[str, Any] | None = None
 
-    def inventory(self) -> dict[str, Any]:
+    def inventory(self) -> Inventory:
         if self._inventory is None:
             self._inventory = restrict_gpus(host_inventory(), self.allowed_gpus)
         return self._inventory

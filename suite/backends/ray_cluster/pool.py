@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from suite.backends.base import BackendUnavailable, now_iso
+from suite.backends.base import BackendUnavailable, Inventory, now_iso
 from suite.backends.ray_cluster import head, stopping
 from suite.backends.ray_cluster.attempts import Attempt, Finished, Suspect, first_line, iso_time, result_of
 from suite.backends.ray_cluster.board import BOARD_GONE
@@ -120,7 +120,7 @@ class RayPool:
 
     # -- the Backend protocol, as far as a pool has it -------------------------------------------
 
-    def inventory(self) -> dict[str, Any]:
+    def inventory(self) -> Inventory:
         nodes = [n for n in self.nodes() if n.get("Alive")]
         gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in nodes)
         return {"nodes": len(nodes), "gpus": [], "gpu_total": gpus, "cpus": None, "where": self.where}
