@@ -28,7 +28,7 @@ engine), so no image build is ever timed.
    the per-round differences; the ratio ray/docker is the ratio of geometric means with
    suite.report.stats' 95% Welch interval (3 rounds or more).
 
-2. Plan wall time: ``runner.run_plan_pool`` with the same plan (``--points`` points of one
+2. Plan wall time: ``runner.run_plan`` with the same plan (``--points`` points of one
    repetition, fresh results folder) on a fresh cluster with one slot node and on one with two
    (the head holds no slot: it runs no point), alternating which goes first per round. It counts
    the whole plan as ``suite run --backend ray`` runs it: joining the cluster, the first worker
@@ -228,7 +228,7 @@ def part_one(spec: RunSpec, image: str, repeats: int) -> dict[str, Any]:
 
 
 def plan_once(specs: list[RunSpec], nodes: int, image: str) -> dict[str, Any]:
-    """The plan on a fresh cluster of ``nodes`` slot nodes; wall time of run_plan_pool alone."""
+    """The plan on a fresh cluster of ``nodes`` slot nodes; wall time of run_plan alone."""
     from ray_local import RayLocalCluster
 
     workers = {f"node-{i + 1}": {SLOT: 1} for i in range(nodes)}
@@ -239,7 +239,7 @@ def plan_once(specs: list[RunSpec], nodes: int, image: str) -> dict[str, Any]:
         pool = RayPool("bench-orchestrator", address=cluster.address)
         with tempfile.TemporaryDirectory() as out:
             t = time.perf_counter()
-            summary = runner.run_plan_pool(specs, pool, Path(out), fresh=True, say=lambda _line: None)
+            summary = runner.run_plan(specs, pool, Path(out), pool.machine, fresh=True, say=lambda _line: None)
             wall = time.perf_counter() - t
             by_machine = Counter(p.parts[-3] for p in Path(out).glob("*/*/*.json"))
     if summary.failed or summary.counts.get("ok", 0) != len(specs):

@@ -404,7 +404,7 @@ def make_pool(head: socket.socket, gpu_model: str | None = None) -> tuple[RayPoo
 
 
 def take(pool: RayPool) -> list[Finished]:
-    """One poll of the pool, as run_plan_pool makes it: what it hands out, each then saved."""
+    """One poll of the pool, as run_plan makes it for a pool: what it hands out, each then saved."""
     done = pool.collect(timeout=0)
     for d in done:
         pool.saved(d)
@@ -529,16 +529,16 @@ def test_a_skip_records_the_gpu_model_asked_so_the_pool_finds_it_again(
 def test_a_rerun_says_a_skip_was_recorded_before_instead_of_writing_it_again(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
-    """Through run_plan_pool with a real RayPool: --gpu-model C, which no node offers."""
+    """Through run_plan with a real RayPool: --gpu-model C, which no node offers."""
     cpu, _ = specs_of(tmp_path)
     res = tmp_path / "res"
     first, _, _ = make_pool(head, gpu_model="C")
-    runner.run_plan_pool([cpu], first, res, say=lambda _line: None)
+    runner.run_plan([cpu], first, res, first.machine, say=lambda _line: None)
     [skip] = _on_disk(res, "orchestrator", cpu)
     assert skip.status == "skipped" and "gpu_model:C" in skip.message
     again, fake, _ = make_pool(head, gpu_model="C")
     lines: list[str] = []
-    summary = runner.run_plan_pool([cpu], again, res, say=lines.append)
+    summary = runner.run_plan([cpu], again, res, again.machine, say=lines.append)
     assert any("skipped, as recorded before" in line for line in lines), lines
     assert len(_on_disk(res, "orchestrator", cpu)) == 1, "no second skip record"
     assert summary.counts["skipped"] == 1 and not fake.submissions
@@ -892,7 +892,7 @@ def test_a_refusal_after_a_silence_is_gone_at_once(
 
 
 def test_a_plan_whose_head_goes_away_keeps_what_arrived(tmp_path: Path, head: socket.socket, no_real_ray: None) -> None:
-    """Through run_plan_pool: the run started on node-b1 is recorded there, the result that arrived
+    """Through run_plan: the run started on node-b1 is recorded there, the result that arrived
     in the last poll before the head went is saved, and the summary says why the plan stopped."""
     pool, fake, _ = make_pool(head)
     cpu, gpu = specs_of(tmp_path)
@@ -912,7 +912,7 @@ def test_a_plan_whose_head_goes_away_keeps_what_arrived(tmp_path: Path, head: so
         return wait(refs, num_returns=num_returns, timeout=timeout)
 
     fake.wait = scripted_wait  # type: ignore[method-assign]
-    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    summary = runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lambda _line: None)
     assert polls["n"] == 3, "no poll of Ray after the head was found gone"
     [lost] = _on_disk(res, "node-b1", cpu)
     assert lost.status == "error" and "stopped answering" in lost.message
@@ -1411,12 +1411,12 @@ def test_a_board_that_died_stops_a_run_and_a_slow_or_unavailable_one_does_not() 
     assert ray_board.stop_asked(ray, None, "k") is None, "no board: nothing stops the run"
 
 
-# --- run_plan_pool with a stand-in pool ------------------------------------------------------------
+# --- run_plan with a stand-in pool ------------------------------------------------------------
 
 
 @dataclass
 class StandInPool:
-    """The pool protocol run_plan_pool uses: collect hands out ``batches`` in turn (an exception in
+    """The pool protocol run_plan uses: collect hands out ``batches`` in turn (an exception in
     a batch is raised instead)."""
 
     machine: str = "orchestrator"
@@ -1490,7 +1490,7 @@ def test_results_are_saved_under_the_machine_each_came_from(tmp_path: Path) -> N
         [Finished(cpu, "node-a", ok_result(cpu, "node-a"))],
     ]
     res = tmp_path / "res"
-    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    summary = runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lambda _line: None)
     assert pool.submitted == [cpu, gpu]
     assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"]
     assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"]
@@ -1508,7 +1508,7 @@ def test_a_run_ok_in_another_folder_of_the_pool_is_already_done(tmp_path: Path) 
     pool = StandInPool()
     pool.batches = [[Finished(gpu, "node-a", ok_result(gpu, "node-a"))]]
     lines: list[str] = []
-    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lines.append)
+    summary = runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lines.append)
     assert pool.submitted == [gpu], "the cpu run is ok in node-b's folder"
     assert summary.counts["already done"] == 1 and summary.counts["ok"] == 1
     assert any("already done" in line for line in lines), lines
@@ -1520,7 +1520,7 @@ def test_skips_are_saved_in_the_orchestrators_folder(tmp_path: Path) -> None:
     pool = StandInPool(skip={"gpu:2": reason})
     pool.batches = [[Finished(cpu, "node-a", ok_result(cpu, "node-a"))]]
     res = tmp_path / "res"
-    summary = runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+    summary = runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lambda _line: None)
     assert pool.submitted == [cpu]
     [skip] = _on_disk(res, "orchestrator", gpu)
     assert skip.status == "skipped" and skip.message == reason
@@ -1533,7 +1533,7 @@ def test_an_interrupt_cancels_closes_and_keeps_what_arrived(tmp_path: Path) -> N
     pool.batches = [[Finished(cpu, "node-a", ok_result(cpu, "node-a"))], KeyboardInterrupt()]
     res = tmp_path / "res"
     with pytest.raises(KeyboardInterrupt):
-        runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+        runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lambda _line: None)
     assert pool.calls == ["cancel_all", "close"]
     assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"]
     assert not _on_disk(res, "node-b", gpu) and not _on_disk(res, "node-a", gpu)
@@ -1547,7 +1547,7 @@ def test_an_interrupt_saves_the_runs_that_ended_while_the_others_were_cancelled(
     res = tmp_path / "res"
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
-        runner.run_plan_pool([cpu, gpu], pool, res, say=lines.append)
+        runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lines.append)
     assert pool.calls == ["cancel_all", "close"]
     assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"], "on disk after the interrupt"
     assert not _on_disk(res, "node-a", cpu) and not _on_disk(res, "orchestrator", cpu)
@@ -1787,7 +1787,7 @@ def test_a_lost_run_whose_retry_succeeds_does_not_fail_the_plan(tmp_path: Path) 
 
     pool.collect = collect  # type: ignore[method-assign]
     res = tmp_path / "res"
-    summary = runner.run_plan_pool([cpu], pool, res, say=lines.append)
+    summary = runner.run_plan([cpu], pool, res, pool.machine, say=lines.append)
     assert summary.counts == {"error, retried": 1, "ok": 1} and not summary.failed, summary.counts
     assert [r.status for r in _on_disk(res, "node-b1", cpu)] == ["error"], "the lost attempt is kept"
     assert any("(retry) on node-b2: ok" in line for line in lines), lines
@@ -1884,7 +1884,7 @@ def test_an_interrupt_between_two_saves_keeps_the_second_result_and_saves_the_fi
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        runner.run_plan_pool([cpu, gpu], pool, res, say=say)
+        runner.run_plan([cpu, gpu], pool, res, pool.machine, say=say)
     assert interrupted
     assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"], "the second result reached the disk"
     assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"], "the first once, not again"
@@ -1899,7 +1899,7 @@ def test_a_second_interrupt_during_the_cancel_still_saves_what_the_pool_holds(tm
     pool.cancel_raises = KeyboardInterrupt()  # Ctrl-C again during the cancel's wait
     res = tmp_path / "res"
     with pytest.raises(KeyboardInterrupt):
-        runner.run_plan_pool([cpu, gpu], pool, res, say=lambda _line: None)
+        runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lambda _line: None)
     assert [r.status for r in _on_disk(res, "node-a", cpu)] == ["ok"]
     assert [r.status for r in _on_disk(res, "node-b", gpu)] == ["ok"]
     assert pool.calls == ["cancel_all", "close"]

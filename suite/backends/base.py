@@ -93,6 +93,12 @@ class Backend(Protocol):
         ...
 
 
+def is_pool(backend: Any) -> bool:
+    """Whether a backend takes a whole plan at once and places each run on a node of its own
+    (``submit``, ``collect``: Ray's pool), rather than running one spec at a time here."""
+    return callable(getattr(backend, "submit", None)) and callable(getattr(backend, "collect", None))
+
+
 @dataclass
 class Exit:
     """How the launched worker ended, as the backend saw it.

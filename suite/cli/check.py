@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite import backends
+from suite.backends.base import is_pool
 from suite.cli.common import UsageError, backend_options, check_ray_args, display_path, make_plan, refuse_without_data
 from suite.environment import datasets, host_facts
 from suite.record import results
@@ -32,7 +33,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     backend, chosen = _check_backend(args)
     try:
         folders = [folder]
-        if getattr(backend, "where", None) is not None:  # a pool: its runs lie in each node's folder
+        if is_pool(backend):  # its runs lie in each node's folder
             folders = results_folder.result_folders(args.results)
             on_file = [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
         else:
@@ -59,7 +60,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 if row[5].startswith("will run"):
                     row[5] = row[5].replace("will run", "run refuses", 1) + " (below)"
         pool_note = None
-        if getattr(backend, "where", None) is not None:
+        if is_pool(backend):
             slots = sum(float(n.get("Resources", {}).get("suite_slot", 0)) for n in backend.nodes() if n.get("Alive"))
             pool_note = (
                 f"on {backend.where}: the estimate adds the runs up; up to {slots:g} run at once (suite_slot), "

@@ -8,6 +8,7 @@ import os
 import sys
 
 from suite import backends, paths
+from suite.backends.base import is_pool
 from suite.cli.common import (
     UsageError,
     backend_options,
@@ -54,14 +55,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         except UsageError:
             backend.close()
             raise
-        if getattr(backend, "where", None) is not None:  # a pool of nodes: results per node
-            say(f"{runs_text(len(specs))} on backend {backend.name} ({backend.where}), results in {args.results}")
-            summary = runner.run_plan_pool(specs, backend, args.results, fresh=args.fresh, live=live, level=level)
-            folders = results_folder.result_folders(args.results)
-        else:
-            say(f"{runs_text(len(specs))} on backend {backend.name}, results in {folder}")
-            summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level)
-            folders = [folder]
+        pooled = is_pool(backend)  # a pool of nodes: results in each node's machine folder
+        where = f" ({backend.where})" if pooled else ""
+        say(
+            f"{runs_text(len(specs))} on backend {backend.name}{where}, results in {args.results if pooled else folder}"
+        )
+        summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level)
+        folders = results_folder.result_folders(args.results) if pooled else [folder]
     for line in closing.closing_lines(args.results, folders, specs) + summary.lines():
         print(line)
     print(f"pages: python -m suite report --results {display_path(args.results)}")

@@ -43,7 +43,7 @@ def eta_s(
 
 
 def runs_text(n: int) -> str:
-    """"1 run", "3 runs"."""
+    """ "1 run", "3 runs"."""
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
@@ -115,11 +115,17 @@ class Progress:
         self._key: str | None = None
         self._started: float | None = None
 
-    def plan(self, to_run: list[str], bounds: dict[str, float] | None = None) -> None:
+    def plan(
+        self, to_run: list[str], bounds: dict[str, float] | None = None, earlier: dict[str, list[float]] | None = None
+    ) -> None:
         """The point keys (fingerprints) of every run the backend will be asked for, in plan order,
-        and each key's timeout_s: the ETA before any run of the plan is known."""
+        and each key's timeout_s: the ETA before any run of the plan is known; ``earlier``: the
+        seconds runs of these keys took before (the results on file)."""
         self.remaining = list(to_run)
         self.bounds = dict(bounds or {})
+        for key, seconds in (earlier or {}).items():
+            if seconds:
+                self.durations.setdefault(key, []).extend(seconds)
 
     def start(self, head: str, key: str | None = None) -> None:
         with self._lock:

@@ -16,17 +16,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from suite.backends.base import Backend
-from suite.backends.peak_cache import run_with_peak
+from suite.backends.base import Backend, is_pool
 from suite.record import results, under_load
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 from suite.report import points, verdicts
+from suite.run import executors
 from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, runs_text, shorten
-from suite.run.results_folder import machine_dir, pool_previous_runs, wall_times
+from suite.run.results_folder import machine_dir
 from suite.spec import names
 from suite.spec.plan import RunSpec, parse_device
 
@@ -110,7 +109,7 @@ class _Step:
         return before, f" run {self.spec.repetition + 1} of {self.reps}{note}: {tail}"
 
 
-def _steps(specs: list[RunSpec], backend: Backend, previous: dict) -> list[_Step]:
+def _steps(specs: list[RunSpec], backend: executors.Runs, previous: dict) -> list[_Step]:
     reps: Counter = Counter()
     for spec in specs:
         reps[spec.fingerprint] = max(reps[spec.fingerprint], spec.repetition + 1)
@@ -131,12 +130,14 @@ def _steps(specs: list[RunSpec], backend: Backend, previous: dict) -> list[_Step
     return steps
 
 
-def _start_plan(progress: Progress, steps: list[_Step], eta: bool = True) -> None:
+def _start_plan(progress: Progress, steps: list[_Step], earlier: dict[str, list[float]] | None) -> None:
     """Tell ``progress`` the work, and say once what the plan does: the skips grouped by reason, the
-    runs already done, how many run and when the plan should end."""
+    runs already done, how many run and when the plan should end. ``earlier`` (the seconds of the
+    runs on file, by point key) is None where the end cannot be foretold (a pool's runs go at once)."""
     to_run = [s.spec for s in steps if s.action == "run"]
+    eta = earlier is not None
     if eta:
-        progress.plan([s.fingerprint for s in to_run], {s.fingerprint: s.timeout_s for s in to_run})
+        progress.plan([s.fingerprint for s in to_run], {s.fingerprint: s.timeout_s for s in to_run}, earlier)
     for text in _skip_lines(steps):
         progress.line(text)
     done = sum(1 for s in steps if s.action == "done")
@@ -175,7 +176,7 @@ def _skip_line(specs: list[RunSpec], reason: str, again: bool) -> str:
 
 def run_plan(
     specs: list[RunSpec],
-    backend: Backend,
+    backend: Backend | Any,
     results_dir: Path,
     machine: str,
     *,
@@ -185,7 +186,13 @@ def run_plan(
     clock: Callable[[], float] = time.monotonic,
     level: int = NORMAL,
 ) -> Summary:
-    """Run every spec in order and save each result as it comes.
+    """Run every spec of the plan and save each result the moment it exists: in order on this
+    machine's backend, or, on a pool of nodes (``is_pool``: Ray's), all submitted at once in the
+    plan's interleaved order, each result saved under the machine folder of the node that ran it.
+
+    The plan's rules are the same for both: resume by fingerprint (``fresh`` runs all again), the
+    same skip records, one summary. Ctrl-C or SIGTERM stops what runs (a pool's tasks each remove
+    their container) after the results that already arrived are saved.
 
     live: keep a status line (run, epoch, elapsed, plan ETA) on stdout, a terminal; otherwise only
         the line each run prints when it ends.
@@ -193,46 +200,59 @@ def run_plan(
         its result file).
     """
     summary = Summary()
-    folder = machine_dir(results_dir, machine)
-    on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
-    previous = {} if fresh else results.latest_by_run(on_file)
-    peaks: dict[tuple, dict] = {}
-    stream = sys.stdout if live else None
-    progress = Progress(say=say, stream=stream, clock=clock, earlier=wall_times(on_file), level=level)
+    runs: executors.Runs = executors.Pooled(backend) if is_pool(backend) else executors.InOrder(backend, machine)
+    progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock, level=level)
     old_handlers = _stop_signals_as_interrupt()
+    by_run: dict[tuple[str, int], _Step] = {}
+
+    def save(made: executors.Made) -> None:
+        step = by_run.get((made.spec.fingerprint, made.spec.repetition)) or _Step(made.spec, "run")
+        _save(made, results_dir, step, summary, progress, runs)
+
     try:
-        steps = _steps(specs, backend, previous)
-        _start_plan(progress, steps)
+        previous, earlier = runs.on_file(results_dir)
+        steps = _steps(specs, runs, {} if fresh else previous)
+        _start_plan(progress, steps, earlier)
         with Ticker(progress):
             for step in steps:
                 spec = step.spec
+                by_run[(spec.fingerprint, spec.repetition)] = step
                 if step.action == "done":
                     summary.counts[ALREADY_DONE] += 1
                     progress.line(step.line("already done (ok result on file; --fresh reruns)", None), VERBOSE)
-                    continue
-                if step.action == "skip-again":
+                elif step.action == "skip-again":
                     summary.counts[STATUS_SKIPPED] += 1
                     progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
-                    continue
-                if step.reason:
-                    path = _saved(backend.skipped(spec, step.reason), folder / spec.scenario, spec, summary, progress)
-                    if path is None:
-                        break
-                    summary.counts[STATUS_SKIPPED] += 1
-                    progress.line(step.line(f"skipped: {step.reason} -> {path}", None), VERBOSE)
-                    continue
-                progress.start(step.head(), spec.fingerprint)
-                result = run_with_peak(spec, backend, peaks, progress.on_event)
-                seconds = progress.finish(spec.fingerprint)
-                path = _saved(result, folder / spec.scenario, spec, summary, progress)
-                _count(summary, step, result)
-                if path is None:
+                elif step.reason:
+                    save(executors.Made(spec, runs.machine, runs.skipped(spec, step.reason)))
+                else:
+                    runs.submit(step.spec, step.head(), progress)
+                    for made in runs.ready():  # in order: the run just made; a pool's come in collect
+                        save(made)
+                if summary.stopped:  # a result could not be saved: the next would meet the same disk
                     break
-                _say_result(progress, step, result, f"{seconds:.1f} s", path)
+            if runs.pending and not summary.stopped:
+                progress.line(runs.submitted_text())
+            while runs.pending and not summary.stopped:
+                for made in runs.collect():
+                    save(made)
+            if summary.stopped:  # stop the rest, keep what has come back
+                for made in runs.stop(progress.line):
+                    save(made)
+        summary.stopped = summary.stopped or runs.gone
+    except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: nothing may outlive the plan
+        try:
+            runs.stop(progress.line)
+        finally:
+            # What is held is saved, also after another Ctrl-C during the stop: the results taken
+            # before and not saved yet, and the runs that ended while the others were stopped.
+            for made in runs.held():
+                save(made)
+        raise
     finally:
         progress.close()
         _restore_signals(old_handlers)
-        backend.close()
+        runs.close()
     return summary
 
 
@@ -248,8 +268,8 @@ def _saved(result: results.RunResult, folder: Path, spec: RunSpec, summary: Summ
         return None
 
 
-def _count(summary: Summary, step: _Step, result: results.RunResult, key: str | None = None) -> None:
-    summary.counts[key or count_key(result)] += 1
+def _count(summary: Summary, step: _Step, result: results.RunResult) -> None:
+    summary.counts[count_key(result)] += 1
     if result.status in FAILED:
         first = result.message.splitlines()[0] if result.message else ""
         summary.failures.append(shorten(f"{step.head()}: {result.status}: {first}", WIDTH - 2))
@@ -295,122 +315,31 @@ def _outcome(result: results.RunResult) -> tuple[str, str]:
     return f"ok, fit {fit:.2f} s, test accuracy {accuracy:.3f}", ""
 
 
-def run_plan_pool(
-    specs: list[RunSpec],
-    pool: Any,
-    results_dir: Path,
-    *,
-    fresh: bool = False,
-    say: Callable[[str], None] = print,
-    live: bool = False,
-    clock: Callable[[], float] = time.monotonic,
-    level: int = NORMAL,
-) -> Summary:
-    """Run a plan on a pool of nodes (``backends.ray_cluster.RayPool``): every run submitted at once,
-    in the plan's interleaved order, each result saved the moment it comes back, under the machine
-    folder of the node that ran it.
-
-    The plan's rules are ``run_plan``'s: resume by fingerprint (across the pool's machine folders),
-    the same skip records, one summary. Ctrl-C or SIGTERM cancels every task (each removes its
-    container) after the results that already arrived are saved.
-    """
-    summary = Summary()
-    progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock, level=level)
-    old_handlers = _stop_signals_as_interrupt()
-    by_run: dict[tuple[str, int], _Step] = {}
-    try:
-        previous = {} if fresh else pool_previous_runs(results_dir, pool.counts_as_done)
-        steps = _steps(specs, pool, previous)
-        _start_plan(progress, steps, eta=False)  # the runs go at once, on several nodes: no ETA
-        for step in steps:
-            spec = step.spec
-            by_run[(spec.fingerprint, spec.repetition)] = step
-            if step.action == "done":
-                summary.counts[ALREADY_DONE] += 1
-                progress.line(step.line("already done (ok result on file; --fresh reruns)", None), VERBOSE)
-            elif step.action == "skip-again":
-                summary.counts[STATUS_SKIPPED] += 1
-                progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
-            elif step.reason:
-                skipped = _PoolRecord(spec, pool.machine, pool.skipped(spec, step.reason))
-                _save_pool(skipped, results_dir, step, summary, progress, retry=False)
-            else:
-                pool.submit(spec)
-        if pool.pending:
-            progress.line(f"{pool.pending} run(s) submitted to {pool.where}")
-        with Ticker(progress):
-            while pool.pending:
-                for done in pool.collect():
-                    step = by_run[(done.spec.fingerprint, done.spec.repetition)]
-                    retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
-                    _save_pool(done, results_dir, step, summary, progress, retry, pool=pool)
-                if summary.stopped:  # a result could not be saved: stop the rest, keep what has come back
-                    pool.cancel_all(say=progress.line)
-                    for done in pool.held():
-                        step = by_run.get((done.spec.fingerprint, done.spec.repetition)) or _Step(done.spec, "run")
-                        _save_pool(done, results_dir, step, summary, progress, False, pool=pool)
-                    break
-        summary.stopped = summary.stopped or getattr(pool, "gone", None)
-    except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: no task may outlive the plan
-        try:
-            pool.cancel_all(say=progress.line)
-        finally:
-            # What the pool holds is saved, also after another Ctrl-C during the cancel: the results
-            # taken before and not saved yet, and the runs that ended while the others were cancelled.
-            for done in pool.held():
-                step = by_run.get((done.spec.fingerprint, done.spec.repetition)) or _Step(done.spec, "run")
-                retry = (done.result.run.get("ray") or {}).get("attempt", 1) > 1
-                _save_pool(done, results_dir, step, summary, progress, retry, pool=pool)
-        raise
-    finally:
-        progress.close()
-        _restore_signals(old_handlers)
-        pool.close()
-    return summary
-
-
-@dataclass
-class _PoolRecord:
-    spec: RunSpec
-    machine: str
-    result: results.RunResult
-
-
-def _save_pool(
-    done: Any, results_dir: Path, step: _Step, summary: Summary, progress: Progress, retry: bool, pool: Any = None
+def _save(
+    made: executors.Made, results_dir: Path, step: _Step, summary: Summary, progress: Progress, runs: executors.Runs
 ) -> None:
-    """Save one result of a pool where it belongs; a lost run that is being retried is counted apart
-    (its retry's own result is the run's last word, and counts). ``pool``: the pool holding the
-    result until it is on file, told so the moment it is (before anything that can fail or wait)."""
-    result, spec, machine = done.result, done.spec, done.machine
+    """Save one result where it belongs and say so; a lost run that is being retried is counted
+    apart (its retry's own result is the run's last word, and counts). ``runs`` is told the moment
+    the result is on file (before anything that can fail or wait): a pool holds it until then."""
+    result, spec, machine = made.result, made.spec, made.machine
     if not names.is_safe(machine):  # a node's label chose it: never a path outside the results folder
         safe = "unsafe-label-" + hashlib.sha256(str(machine).encode()).hexdigest()[:12]
         progress.line(f"a node's machine name {machine!r} is not a safe folder name; its result goes to {safe}/")
         machine = safe
     path = _saved(result, machine_dir(results_dir, machine) / spec.scenario, spec, summary, progress)
-    if pool is not None:
-        pool.saved(done)  # on file, or kept elsewhere as the line above says
+    runs.saved(made)  # on file, or kept elsewhere as the line above says
     if path is None:
         _count(summary, step, result)
         return
-    if getattr(done, "retried", False):
+    if made.retried:
         summary.counts[f"{count_key(result)}, retried"] += 1
     else:
         _count(summary, step, result)
+    note = (" (retry)" if made.retry else "") + (f" on {machine}" if runs.names_machine else "")
     if result.status == STATUS_SKIPPED and step.action == "skip":  # said once, grouped, when the plan started
-        progress.line(step.line(f"skipped: {result.message} -> {path}", None, f" on {machine}"), VERBOSE)
+        progress.line(step.line(f"skipped: {result.message} -> {path}", None, note), VERBOSE)
         return
-    wall = _wall_s(result)
-    note = (" (retry)" if retry else "") + f" on {machine}"
-    _say_result(progress, step, result, f"{wall:.1f} s" if wall is not None else "", path, note)
-
-
-def _wall_s(result: results.RunResult) -> float | None:
-    try:
-        started = datetime.fromisoformat(str(result.run["started_at"]))
-        return (datetime.fromisoformat(str(result.run["finished_at"])) - started).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return None
+    _say_result(progress, step, result, made.took, path, note)
 
 
 # A hangup (the terminal closed, the ssh link dropped) stops a plan as SIGTERM does, not by the

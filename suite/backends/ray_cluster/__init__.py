@@ -1,6 +1,6 @@
 """Ray backend: one plan spread over the nodes of a Ray cluster, each run placed by Ray's scheduler.
 
-The orchestrator (``pool.RayPool``, driven by ``runner.run_plan_pool``) submits every run of the plan
+The orchestrator (``pool.RayPool``, driven by ``runner.run_plan``) submits every run of the plan
 as a Ray task and saves each result the moment it comes back; nothing but Ray connects the two
 sides, so no shared file system is needed. A task asks for 1 CPU, one ``suite_slot`` (a custom
 resource: a node offering one runs one benchmark at a time, so a neighbour never skews a timing),
