@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from conftest import write_scenario
 
-from suite.backends.base import Deadline, Exit, RunLost, RunSkeleton, classify_exit, parse_event, split_lines
+from suite.backends.base import Exit, RunLost, RunSkeleton, classify_exit
 from suite.backends.docker_run import exit_signal
+from suite.backends.worker_output import Deadline, parse_event, split_lines
 from suite.spec import plan, scenario
 from suite.spec.plan import RunSpec
 

@@ -29,10 +29,10 @@ from docker_fixtures import (  # noqa: F401 - fixtures
     with_config,
 )
 
-from suite.backends.base import Deadline
 from suite.backends.docker import auto_choice, container_data_dir, engine_answers, engine_facts
 from suite.backends.docker_run import ContainerRun
 from suite.backends.local import LocalBackend
+from suite.backends.worker_output import Deadline
 from suite.record import results
 
 pytestmark = pytest.mark.docker

@@ -16,29 +16,25 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Protocol, TypedDict
 
 from suite import telemetry
+from suite.backends.worker_output import Deadline, EventSink, LogPump, tail
 from suite.record import code_identity, provenance
 from suite.record.results import RunResult
 from suite.spec.plan import RunSpec
 from suite.worker import identity
 
-LOG_TAIL_LINES = 60
-EVENT_PREFIX = "@@suite "  # a worker progress line: the prefix, then one JSON object
 # The worker ends itself this long after the run's own limit, so the host's deadline fires first
 # while the host lives, and the worker's only when nobody is left to enforce it.
 WORKER_DEADLINE_GRACE_S = 5.0
 LOG_DRAIN_S = 10.0  # how long the log may keep flowing after the exit (a child holding the pipe)
 
-EventSink = Callable[[dict[str, Any]], None]
 # A backend's tags (``RunSkeleton.tags``) as its workers carry them: container labels, or variables
 # in a local worker's environment. A caller whose process may die before its workers (a Ray task
 # killed by force) finds them again by these, from another process (``ray_cluster.leftovers.sweep``).
@@ -326,97 +322,6 @@ def worker_env(spec: RunSpec) -> dict[str, str]:
 
 def spec_json(spec: RunSpec) -> bytes:
     return json.dumps(spec.to_dict(), indent=1, sort_keys=True).encode("utf-8")
-
-
-class Deadline:
-    """The run's time limit: a timer thread that kills the worker when it runs out.
-
-    ``fired`` is set before the kill is sent: the exit the kill causes can reach the thread in
-    ``wait`` before ``kill()`` returns, and must read as a timeout. A kill that finds the worker
-    already ended by itself takes the mark back.
-    """
-
-    def __init__(self, seconds: float):
-        self.seconds, self.fired = seconds, False
-        self._timer: threading.Timer | None = None
-
-    def arm(self, kill: Callable[[], bool]) -> None:
-        self._timer = threading.Timer(self.seconds, self._kill, args=(kill,))
-        self._timer.daemon = True
-        self._timer.start()
-
-    def disarm(self) -> bool:
-        """Stop the timer, let a kill in flight finish, and say whether the deadline ended the run."""
-        if self._timer is not None:
-            self._timer.cancel()
-            if self._timer is not threading.current_thread():
-                self._timer.join()
-        return self.fired
-
-    def _kill(self, kill: Callable[[], bool]) -> None:
-        self.fired = True
-        try:
-            if not kill():
-                self.fired = False  # it ended on its own before the kill: not a timeout
-        except Exception:  # noqa: BLE001 - the limit was reached; that is what is known, and the thread must not die
-            pass
-
-
-class LogPump(threading.Thread):
-    """Reads a worker's output as it comes: keeps the tail, hands progress lines to ``on_event``."""
-
-    def __init__(self, lines: Iterator[str], on_event: EventSink | None):
-        super().__init__(daemon=True)
-        self._lines, self._on_event = lines, on_event
-        self._tail: deque[str] = deque(maxlen=LOG_TAIL_LINES * 4)
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        try:
-            for line in self._lines:
-                line = line.rstrip("\r\n")
-                with self._lock:
-                    self._tail.append(line)
-                event = parse_event(line)
-                if event is not None and self._on_event is not None:
-                    try:
-                        self._on_event(event)
-                    except Exception:  # noqa: BLE001 - a display problem must never fail a run
-                        pass
-        except Exception as exc:  # noqa: BLE001 - a broken stream ends the log, not the run
-            with self._lock:
-                self._tail.append(f"[log stream ended: {type(exc).__name__}: {exc}]")
-
-    def text(self) -> str:
-        with self._lock:
-            return "\n".join(self._tail)
-
-
-def parse_event(line: str) -> dict[str, Any] | None:
-    """The dict of a worker progress line (``@@suite {...}``), or None for any other line."""
-    if not line.startswith(EVENT_PREFIX):
-        return None
-    try:
-        event = json.loads(line[len(EVENT_PREFIX) :])
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def split_lines(chunks: Iterator[bytes]) -> Iterator[str]:
-    """Text lines from a stream of byte chunks that may cut a line (or a UTF-8 character) anywhere."""
-    buffer = b""
-    for chunk in chunks:
-        buffer += chunk
-        *whole, buffer = buffer.split(b"\n")
-        for line in whole:
-            yield line.decode("utf-8", errors="replace")
-    if buffer:
-        yield buffer.decode("utf-8", errors="replace")
-
-
-def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def skipped_result(spec: RunSpec, reason: str, run_info: dict[str, Any]) -> RunResult:

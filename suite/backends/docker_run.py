@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from suite import telemetry
 from suite.backends import docker_parts as parts
-from suite.backends.base import Exit, Inventory, RunLost, Unavailable, split_lines
+from suite.backends.base import Exit, Inventory, RunLost, Unavailable
+from suite.backends.worker_output import split_lines
 from suite.environment.docker_engine import Daemon
 
 WORK_DIR = "/work"  # an anonymous volume: the archive endpoints see volumes, not tmpfs or a read-only rootfs
