@@ -213,24 +213,9 @@ def run_plan(
         previous, earlier = runs.on_file(results_dir)
         steps = _steps(specs, runs, {} if fresh else previous)
         _start_plan(progress, steps, earlier)
+        by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
-            for step in steps:
-                spec = step.spec
-                by_run[(spec.fingerprint, spec.repetition)] = step
-                if step.action == "done":
-                    summary.counts[ALREADY_DONE] += 1
-                    progress.line(step.line("already done (ok result on file; --fresh reruns)", None), VERBOSE)
-                elif step.action == "skip-again":
-                    summary.counts[STATUS_SKIPPED] += 1
-                    progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
-                elif step.reason:
-                    save(executors.Made(spec, runs.machine, runs.skipped(spec, step.reason)))
-                else:
-                    runs.submit(step.spec, step.head(), progress)
-                    for made in runs.ready():  # in order: the run just made; a pool's come in collect
-                        save(made)
-                if summary.stopped:  # a result could not be saved: the next would meet the same disk
-                    break
+            _walk(steps, runs, summary, progress, save)
             if runs.pending and not summary.stopped:
                 progress.line(runs.submitted_text())
             while runs.pending and not summary.stopped:
@@ -254,6 +239,34 @@ def run_plan(
         _restore_signals(old_handlers)
         runs.close()
     return summary
+
+
+def _walk(
+    steps: list[_Step],
+    runs: executors.Runs,
+    summary: Summary,
+    progress: Progress,
+    save: Callable[[executors.Made], None],
+) -> None:
+    """Each step in plan order: counted when done or skipped as before, its skip record saved, or
+    its run made (in order: here and now; a pool's: submitted). Stops at a result that could not be
+    saved: the next would meet the same full disk."""
+    for step in steps:
+        spec = step.spec
+        if step.action == "done":
+            summary.counts[ALREADY_DONE] += 1
+            progress.line(step.line("already done (ok result on file; --fresh reruns)", None), VERBOSE)
+        elif step.action == "skip-again":
+            summary.counts[STATUS_SKIPPED] += 1
+            progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
+        elif step.reason:
+            save(executors.Made(spec, runs.machine, runs.skipped(spec, step.reason)))
+        else:
+            runs.submit(spec, step.head(), progress)
+            for made in runs.ready():  # in order: the run just made; a pool's come in collect
+                save(made)
+        if summary.stopped:
+            return
 
 
 def _saved(result: results.RunResult, folder: Path, spec: RunSpec, summary: Summary, progress: Progress) -> Path | None:

@@ -11,7 +11,7 @@ import math
 import time
 from typing import Any
 
-EVENT_PREFIX = "@@suite "  # the host's suite.backends.worker_output.EVENT_PREFIX: the worker imports nothing of the host
+EVENT_PREFIX = "@@suite "  # the host's backends.worker_output.EVENT_PREFIX: the worker imports nothing of the host
 _timers_made = 0  # the first timer of a process times the run's fit; later ones time probes
 
 
