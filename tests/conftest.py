@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,40 @@ def copy_of_checkout(into: Path) -> Path:
             (into / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, into / rel)
     return into
+
+
+@dataclass(frozen=True)
+class QuickStart:
+    tree: Path  # the copy the quick start ran in: results in reports/results/testbox, pages in reports/
+    output: str  # what ./run_all.sh printed (stdout, then stderr)
+    returncode: int
+    revision: str  # the copy's git HEAD: the code every result must name
+
+
+@pytest.fixture(scope="session")
+def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
+    """``./run_all.sh --smoke --backend local --machine testbox`` once per session, as a new user runs
+    the README's quick start: in a copy of this tree that is a git repository of its own (as a clone
+    is, so every result names the revision that ran), with this checkout's venv, and no MNIST
+    anywhere (a fetch fails at once), so every CPU point trains on synthetic digits. The quick
+    start's own test and the tests of what the smoke run of every shipped scenario yields share it:
+    one real run of every scenario instead of one per test file."""
+    tree = copy_of_checkout(tmp_path_factory.mktemp("quick-start"))
+    git = ["git", "-c", "user.name=suite tests", "-c", "user.email=tests@localhost", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the checkout under test"]):
+        subprocess.run([*git, *args], cwd=tree, check=True, capture_output=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], cwd=tree, check=True, capture_output=True, text=True)
+    venv = Path(os.environ.get("VIRTUAL_ENV") or REPO / ".venv")
+    env = {**os.environ, "SUITE_VENV": str(venv), "SUITE_MNIST_URL": closed_url(), "PYTHONPATH": ""}
+    proc = subprocess.run(
+        ["./run_all.sh", "--smoke", "--backend", "local", "--machine", "testbox"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    return QuickStart(tree, proc.stdout + proc.stderr, proc.returncode, revision.stdout.strip())
 
 
 def closed_url() -> str:

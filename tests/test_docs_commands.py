@@ -8,14 +8,12 @@ itself here.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, closed_url, copy_of_checkout, suite_cli
+from conftest import REPO, QuickStart, closed_url, suite_cli
 
 from suite import cli
 
@@ -117,7 +115,7 @@ def test_the_readmes_worked_scenario_checks_and_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_quick_start_runs_and_prints_what_the_readme_shows(tmp_path: Path) -> None:
+def test_the_quick_start_runs_and_prints_what_the_readme_shows(quick_start: QuickStart) -> None:
     """`./run_all.sh --smoke`, in a copy of this tree on the local backend (the venv already made),
     ends with exit 0, writes reports/README.md, and prints lines of the shapes the README quotes."""
     if shutil.which("nvidia-smi"):
@@ -126,19 +124,8 @@ def test_the_quick_start_runs_and_prints_what_the_readme_shows(tmp_path: Path) -
     assert "./run_all.sh --smoke" in section
     quoted = re.search(r"```text\n(.*?)```", section, re.S)
     assert quoted, "the quick start shows what a smoke run prints"
-    tree = copy_of_checkout(tmp_path / "clone")
-    venv = Path(os.environ.get("VIRTUAL_ENV") or REPO / ".venv")
-    env = {**os.environ, "SUITE_VENV": str(venv), "SUITE_MNIST_URL": closed_url(), "PYTHONPATH": ""}
-    proc = subprocess.run(
-        ["./run_all.sh", "--smoke", "--backend", "local"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    tree, out = quick_start.tree, quick_start.output
+    assert quick_start.returncode == 0, out
     assert (tree / "reports" / "README.md").is_file()
     # What the README quotes: console lines, and table rows of a page (spaced as a page pads them).
     seen = " ".join((out + (tree / "reports" / "mnist_mlp_width.md").read_text(encoding="utf-8")).split())

@@ -4,37 +4,25 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SCENARIOS, suite_cli
+from conftest import SCENARIOS, QuickStart, suite_cli
 
 from suite.record import results
 
 pytestmark = pytest.mark.slow
 
 
-def git_head() -> str | None:
-    proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
 @pytest.fixture(scope="module")
-def head_before() -> str | None:
-    """This checkout's HEAD before the plan ran (a commit may land while it runs)."""
-    return git_head()
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory: pytest.TempPathFactory, head_before: str | None) -> tuple[Path, Path, str]:
-    base = tmp_path_factory.mktemp("e2e")
-    res, out = base / "results", base / "reports"
-    proc = suite_cli("run", "--smoke", "--backend", "local", "--results", res, "--machine", "testbox")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def smoke_run(quick_start: QuickStart, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """The quick start's results (every shipped scenario at smoke size, machine testbox), and pages
+    made from them here, as ``report`` makes them from this checkout (the rerun below compares)."""
+    assert quick_start.returncode == 0, quick_start.output
+    res, out = quick_start.tree / "reports" / "results", tmp_path_factory.mktemp("e2e") / "reports"
     rep = suite_cli("report", "--results", res, "--out", out)
     assert rep.returncode == 0, rep.stderr
-    return res, out, proc.stdout
+    return res, out, quick_start.output
 
 
 def test_every_scenario_gets_a_report_with_its_matrix_points(smoke_run) -> None:
@@ -112,13 +100,11 @@ def test_result_files_hold_the_spec_and_schema(smoke_run) -> None:
     assert path.name.startswith(data["spec"]["fingerprint"][:12])
 
 
-def test_every_result_says_which_code_and_environment_made_it(smoke_run, head_before: str | None) -> None:
+def test_every_result_says_which_code_and_environment_made_it(smoke_run, quick_start: QuickStart) -> None:
     res, _, _ = smoke_run
-    if head_before is None:
-        pytest.skip("not a git checkout: git_revision is null by design")
     loaded = [r for _, r in results.load_folder(res / "testbox")]
     assert {r.status for r in loaded} == {"ok", "skipped"}, "both kinds are checked"
     for r in loaded:
-        assert r.provenance["suite"]["git_revision"] in {head_before, git_head()}, r.provenance
+        assert r.provenance["suite"]["git_revision"] == quick_start.revision, r.provenance
         assert isinstance(r.provenance["suite"]["git_dirty"], bool)
         assert r.provenance["environment"]["kind"] == "venv" and r.provenance["image"] is None

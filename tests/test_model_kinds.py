@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SCENARIOS, suite_cli, write_scenario
+from conftest import REPO, SCENARIOS, QuickStart, suite_cli, write_scenario
 
 from suite.record import results
 from suite.spec import plan, scenario, settings
@@ -128,24 +128,22 @@ def test_cnn_trains_on_real_digits_above_the_gate(tmp_path: Path, mnist_dir: Pat
 
 
 @pytest.mark.slow
-def test_shipped_cnn_scenario_smoke_report_names_the_filters_axis(tmp_path: Path) -> None:
-    src = SCENARIOS / "mnist_cnn_filters.yaml"
-    res, out = tmp_path / "res", tmp_path / "reports"
-    proc = suite_cli("run", "--smoke", src, "--backend", "local", "--results", res, "--machine", "box")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert suite_cli("report", "--results", res, "--out", out).returncode == 0
+def test_shipped_cnn_scenario_smoke_report_names_the_filters_axis(quick_start: QuickStart) -> None:
+    # The quick start's smoke run of every shipped scenario, this one among them, on machine testbox.
+    assert quick_start.returncode == 0, quick_start.output
+    res, out = quick_start.tree / "reports" / "results" / "testbox", quick_start.tree / "reports"
     page = (out / "mnist_cnn_filters.md").read_text()
     assert "**Question:** Does a convolutional network move the point where the GPU wins?" in page
     for filters in (8, 16, 32, 64):
         assert f"| filters={filters}, device=cpu " in page, page
     skips = next(line for line in page.splitlines() if line.startswith("- `skipped`, 4 runs of 4 points"))
     assert all(f"filters={filters}, device=gpu" in skips for filters in (8, 16, 32, 64)), skips
-    verdict = next(line for line in page.splitlines() if line.startswith("- **On `box`:**"))
+    verdict = next(line for line in page.splitlines() if line.startswith("- **On `testbox`:**"))
     assert "at filters 8 to" in verdict and "at filters 64" in verdict, verdict
     assert "width" not in verdict
-    assert "[reading a report](docs/reading-a-report.md)" in page  # the column definitions, CNN's included
+    assert "[reading a report](../docs/reading-a-report.md)" in page  # the column definitions, CNN's included
     assert "a CNN with one filter per conv layer" in (REPO / "docs" / "reading-a-report.md").read_text()
-    runs = [r for _, r in results.load_folder(res)]
+    runs = [r for _, r in results.load_folder(res / "mnist_cnn_filters")]
     cpu = [r for r in runs if r.spec["config"]["device"] == "cpu"]
     assert len(cpu) == 4 and all(r.ok for r in cpu)
     assert all(r.work["flops_counted"] == kinds.CNN_FLOPS_COUNTED for r in cpu)
