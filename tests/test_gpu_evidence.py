@@ -243,6 +243,7 @@ def test_cpu_run_with_jax_records_gpu_points_as_skipped(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.network  # --prepare-wheels downloads the wheels from the package index
 @needs_jax
 def test_missing_packages_come_from_the_wheel_folder(tmp_path: Path) -> None:
     """As on the GPU machine: JAX there, Keras, PyYAML, tabulate and matplotlib not; no index at run time."""
