@@ -532,7 +532,8 @@ def test_the_head_going_away_ends_the_plan_and_keeps_what_was_saved(
 
 
 def _running_past_their_deadline(nodes: Nodes, name: str, started: list[Any]) -> dict[str, str]:
-    """Containers of scenario ``name`` that still run once the last one's worker deadline is past.
+    """Containers of scenario ``name`` that still run once the last one's worker deadline is past
+    (watched until then: once none runs, none can start again, as nothing is left to start one).
 
     What the code guarantees for a container whose node lost the head: its worker ends itself at
     timeout_s + WORKER_DEADLINE_GRACE_S after it started (SIGALRM HARD_STOP_S later as a backstop),
@@ -541,10 +542,10 @@ def _running_past_their_deadline(nodes: Nodes, name: str, started: list[Any]) ->
     seen = {c.id: c for c in started}
     seen.update({c.id: c for c in nodes.client.containers.list(all=True, filters={"label": f"suite.scenario={name}"})})
     starts = [t for t in (_started_unix(c) for c in seen.values()) if t is not None]
-    if starts:
-        limit = max(starts) + SLOW_LIMIT_S + WORKER_DEADLINE_GRACE_S + HARD_STOP_S + 5
-        time.sleep(max(0.0, limit - time.time()))
-    return {c.name: c.labels.get("suite.session", "") for c in running_containers(nodes, name)}
+    limit = max(starts) + SLOW_LIMIT_S + WORKER_DEADLINE_GRACE_S + HARD_STOP_S + 5 if starts else time.time()
+    while (running := running_containers(nodes, name)) and time.time() < limit:
+        time.sleep(1.0)
+    return {c.name: c.labels.get("suite.session", "") for c in running}
 
 
 def _started_unix(container: Any) -> float | None:
