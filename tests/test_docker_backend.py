@@ -276,12 +276,16 @@ def _suite(*args: str, env: dict[str, str]) -> subprocess.Popen:
 
 
 def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, tmp_path: Path) -> None:
+    # The shipped scenarios' first point of each model kind (an MLP, a CNN), on the CPU and on a GPU
+    # (skipped without one): every other point runs the same container path again.
     out = tmp_path / "results"
     proc = _suite(
         "run",
         "--backend",
         "docker",
         "--smoke",
+        "-k",
+        "width=100 or filters=8",
         "--results",
         str(out),
         "--machine",
@@ -294,6 +298,8 @@ def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, 
     assert found, log
     statuses = {r.status for _, r in found}
     assert statuses <= {"ok", "skipped"} and "ok" in statuses, log
+    kinds = {r.spec["config"]["model"]["kind"] for _, r in found if r.ok}
+    assert kinds == {"mlp", "cnn"}, log
     for _, r in found:
         if r.ok:
             assert r.run["backend"] == "docker" and r.run["image_id"].startswith("sha256:")
