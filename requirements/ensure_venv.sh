@@ -20,18 +20,28 @@ _suite_environments() {
 }
 
 # The environments whose lock holds ENV's lock at the same versions: those that extend it, at any
-# depth (each extension's lock is compiled under its base's).
+# depth (each extension's lock is compiled under its base's). Plain arrays: bash 3.2 (macOS) has no
+# associative ones, and SUITE_UNLOCKED=1 serves such machines.
 _suite_wider_envs() {
-  local root=$1 env=$2 name base files
-  declare -A extends=()
+  local root=$1 env=$2 name base files i j k next
+  local names=() bases=()
   while read -r name base files; do
-    extends[$name]=$base
+    names+=("$name")
+    bases+=("$base")
   done < <(_suite_environments "$root")
-  for name in "${!extends[@]}"; do
-    base=${extends[$name]}
-    while [ "$base" != "-" ] && [ -n "$base" ]; do
-      [ "$base" = "$env" ] && printf '%s\n' "$name" && break
-      base=${extends[$base]:-}
+  for ((i = 0; i < ${#names[@]}; i++)); do
+    base=${bases[i]}
+    for ((k = 0; k < ${#names[@]}; k++)); do # up the chain of bases (no longer than the list)
+      [ "$base" = "-" ] || [ -z "$base" ] && break
+      if [ "$base" = "$env" ]; then
+        printf '%s\n' "${names[i]}"
+        break
+      fi
+      next=""
+      for ((j = 0; j < ${#names[@]}; j++)); do
+        if [ "${names[j]}" = "$base" ]; then next=${bases[j]}; fi
+      done
+      base=$next
     done
   done
 }
