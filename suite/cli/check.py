@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from suite import backends
@@ -32,12 +33,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     folder = results_folder.machine_dir(args.results, machine)
     backend, chosen = _check_backend(args)
     try:
-        folders = [folder]
-        if is_pool(backend):  # its runs lie in each node's folder
-            folders = results_folder.result_folders(args.results)
-            on_file = [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
-        else:
-            on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+        folders, on_file = _on_file(backend, args.results, folder)
         done = {} if args.fresh else results.latest_by_run(on_file)
         walls = results_folder.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
@@ -78,16 +74,30 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(total.text())
     if pool_note:
         print(pool_note)
+    for line in _data_lines(specs):
+        print(line)
+    if refused:
+        print(f"run would refuse this plan: {refused}")
+    return 0
+
+
+def _on_file(backend: Any, results_dir: Path, folder: Path) -> tuple[list[Path], list[results.RunResult]]:
+    """The folders ``run`` resumes from and the results in them: this machine's, or for a pool every
+    node's folder, with the results a node of the pool made (``counts_as_done``)."""
+    if is_pool(backend):
+        folders = results_folder.result_folders(results_dir)
+        return folders, [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
+    return [folder], [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+
+
+def _data_lines(specs: list[plan.RunSpec]) -> list[str]:
+    """A line per data identity the plan's runs use: how many runs, the identity, and its note."""
     data: dict[str, tuple[int, str]] = {}
     for s in specs:
         identity = s.config["data"]["identity"]
         key = ", ".join(f"{k} {v}" for k, v in datasets.fingerprinted(identity).items())
         data[key] = (data.get(key, (0, ""))[0] + 1, identity.get("note", ""))
-    for key, (n, note) in data.items():
-        print(f"data for {runs_text(n)}: {key} ({note})")
-    if refused:
-        print(f"run would refuse this plan: {refused}")
-    return 0
+    return [f"data for {runs_text(n)}: {key} ({note})" for key, (n, note) in data.items()]
 
 
 def _check_backend(args: argparse.Namespace) -> tuple[Any, str]:
