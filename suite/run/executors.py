@@ -42,9 +42,9 @@ class Runs(Protocol):
     @property
     def gone(self) -> str | None: ...  # why no more results can come (a pool's cluster went away)
 
-    def on_file(self, results_dir: Path) -> tuple[dict, dict[str, list[float]] | None]:
-        """(the results on file by (fingerprint, repetition), the seconds earlier runs took by point
-        key: None where the plan's end cannot be foretold)"""
+    def on_file(self, results_dir: Path, fresh: bool) -> tuple[dict, dict[str, list[float]] | None]:
+        """(the results on file by (fingerprint, repetition), none with ``fresh``; the seconds earlier
+        runs took by point key, None where the plan's end cannot be foretold)"""
         ...
 
     def skip_reason(self, spec: RunSpec) -> str | None: ...
@@ -75,10 +75,10 @@ class InOrder:
     def pending(self) -> int:
         return len(self._made)
 
-    def on_file(self, results_dir: Path) -> tuple[dict, dict[str, list[float]]]:
+    def on_file(self, results_dir: Path, fresh: bool) -> tuple[dict, dict[str, list[float]]]:
         folder = machine_dir(results_dir, self.machine)
         on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
-        return results.latest_by_run(on_file), wall_times(on_file)
+        return {} if fresh else results.latest_by_run(on_file), wall_times(on_file)  # the ETA uses them all the same
 
     def skip_reason(self, spec: RunSpec) -> str | None:
         return self.backend.skip_reason(spec)
@@ -95,7 +95,7 @@ class InOrder:
     def ready(self) -> list[Made]:
         return list(self._made)
 
-    collect = held = ready
+    collect = ready
 
     def saved(self, made: Made) -> None:
         self._made = [m for m in self._made if m is not made]
@@ -104,7 +104,12 @@ class InOrder:
         return ""
 
     def stop(self, say: Callable[[str], None]) -> list[Made]:
-        return self.held()  # a run in flight was stopped by the interrupt inside it
+        return []  # a run in flight was stopped by the interrupt inside it
+
+    def held(self) -> list[Made]:
+        # Nothing to save after a stop: a result interrupted while it was being saved is not saved
+        # again (the save may have linked the file already; a second would be a duplicate record).
+        return []
 
     def close(self) -> None:
         self.backend.close()
@@ -127,8 +132,9 @@ class Pooled:
     def gone(self) -> str | None:
         return getattr(self.pool, "gone", None)
 
-    def on_file(self, results_dir: Path) -> tuple[dict, None]:
-        return pool_previous_runs(results_dir, self.pool.counts_as_done), None  # the runs go at once: no ETA
+    def on_file(self, results_dir: Path, fresh: bool) -> tuple[dict, None]:
+        # Every node's folder is read only to resume; the runs go at once: no ETA.
+        return {} if fresh else pool_previous_runs(results_dir, self.pool.counts_as_done), None
 
     def skip_reason(self, spec: RunSpec) -> str | None:
         return self.pool.skip_reason(spec)

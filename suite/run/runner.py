@@ -210,8 +210,8 @@ def run_plan(
         _save(made, results_dir, step, summary, progress, runs)
 
     try:
-        previous, earlier = runs.on_file(results_dir)
-        steps = _steps(specs, runs, {} if fresh else previous)
+        previous, earlier = runs.on_file(results_dir, fresh)
+        steps = _steps(specs, runs, previous)
         _start_plan(progress, steps, earlier)
         by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
