@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.record.results import RunResult
-from suite.report import pages
+from suite.report import environment_section, pages
 from suite.report.points import Point, ScenarioView
 
 
@@ -85,7 +85,7 @@ def test_gpu_facts_come_from_the_gpu_points() -> None:
         False,
         [Point("device=gpu", {"device": "gpu"}, [gpu_run]), Point("device=cpu", {"device": "cpu"}, [cpu_run])],
     )
-    assert "- GPUs: NVIDIA H100 (81559 MiB, driver 550.1)" in pages._environment(view)
+    assert "- GPUs: NVIDIA H100 (81559 MiB, driver 550.1)" in environment_section.environment_lines(view)
     from suite.report import compare
 
     facts = compare.machine_facts([view])

@@ -12,27 +12,15 @@ import os
 import shlex
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from tabulate import tabulate
 
 from suite import paths
-from suite.record import provenance
-from suite.record.results import (
-    DATA_DETAIL,
-    DATA_SOURCE,
-    ENV_GPUS,
-    ENV_HOST,
-    ENV_VERSIONS,
-    FLOPS_COUNTED,
-    RUN_BACKEND,
-    RUN_IMAGE,
-)
-from suite.report import compare, figures, plots, provenance_text, rerun, verdicts
+from suite.report import compare, environment_section, figures, plots, rerun, verdicts
+from suite.report.environment_section import set_flags
 from suite.report.points import Point, ScenarioView, load_views, select_views
 from suite.safe.markdown import cell, code, paragraph
-from suite.spec.plan import override_flag
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
 
@@ -155,134 +143,6 @@ def _peak_memory(f: figures.PointFigures) -> str:
     return text + (f" (GPU {gib(gpu)})" if gpu is not None else "")
 
 
-def _environment(view: ScenarioView) -> list[str]:
-    r = view.newest
-    env, run = r.environment, r.run
-    host, versions = env.get(ENV_HOST.key, {}), env.get(ENV_VERSIONS.key, {})
-    lines = [
-        f"- Machine: {code(view.machine)}, backend {code(run.get(RUN_BACKEND.key, '?'))}"
-        + (f", image {code(run[RUN_IMAGE.key])}" if run.get(RUN_IMAGE.key) else "")
-    ]
-    if env:
-        lines += [
-            f"- CPU: {cell(host.get('cpu_model', '?'))}, {cell(host.get('cpu_count', '?'))} logical cores",
-            f"- GPUs: {cell(_gpu_text(view))}",
-            f"- Python {cell(host.get('python', '?'))}, TensorFlow {cell(versions.get('tensorflow', '-'))}, "
-            f"Keras {cell(versions.get('keras', '?'))} (backend {cell(versions.get('keras_backend', '?'))}), "
-            f"CUDA/cuDNN built for: {cell(versions.get('tf_cuda_build') or '-')}"
-            f"/{cell(versions.get('tf_cudnn_build') or '-')}",
-        ]
-    else:
-        reasons = sorted({verdicts.short_reason(x.message) for p in view.points for x in p.runs if x.message})
-        lines.append(
-            "- CPU, GPUs and versions: not recorded, as no run reached the worker here"
-            + (f" ({cell('; '.join(reasons))})" if reasons else "")
-        )
-    lines += _provenance_lines(view)
-    sources = sorted({p.ok_runs[0].quality.get(DATA_SOURCE.key, "?") for p in view.points if p.ok_runs})
-    lines.append(f"- Data: {cell(', '.join(sources) or 'no run completed')}")
-    if "synthetic" in sources:
-        detail = next(p.ok_runs[0].quality.get(DATA_DETAIL.key, "") for p in view.points if p.ok_runs)
-        lines.append(f"- **The data was synthetic** (MNIST's shapes, not its digits): {cell(detail)}")
-    if view.smoke:
-        lines.append(
-            "- **Smoke size**: fewer samples and epochs than the scenario; a check that it runs, not a measurement"
-        )
-    counted = sorted(
-        {str(x.work[FLOPS_COUNTED.key]) for p in view.points for x in p.ok_runs if FLOPS_COUNTED.key in x.work}
-    )
-    if counted:
-        lines.append(f"- FLOPs per example counted as: {cell('; '.join(counted))}")
-    if view.overrides:
-        lines.append(f"- Changed from the scenario file (every point): {_set_flags(view.overrides)}")
-    lines += [f"- Also on file: {cell(o)}" for o in view.other_sizes]
-    return lines
-
-
-def _provenance_lines(view: ScenarioView) -> list[str]:
-    """The suite revision, environment lock and image the page's runs came from: one value each, or
-    every value with its number of runs when the runs do not all share it (never the newest alone)."""
-    runs = view.provenance_runs
-    sections = [provenance.of_result(r.provenance, r.run) for r in runs]
-    suites = [provenance_text.suite_text(s.get("suite"), markdown=True, paths=5) for s in sections]
-    lines = [
-        _provenance_line("Suite revision", "suite revisions", suites),
-        _provenance_line("Environment lock", "environment locks", [_lock_md(s.get("environment")) for s in sections]),
-    ]
-    changed = [text for s in sections if (text := provenance_text.changed_during_run_text(s, markdown=True))]
-    if changed:
-        lines.append(_changed_line(changed, len(sections)))
-    images = [_image_md(s["image"], r.run) for s, r in zip(sections, runs, strict=True) if s.get("image")]
-    if images:
-        lines.append(_provenance_line("Image", "images", images))
-    return lines
-
-
-def _changed_line(at_end: list[str], total: int) -> str:
-    """Local runs whose checkout changed between their launch and their end: the suite revision
-    line gives their code at launch; they may have imported some of the code at their end."""
-    n = f"{len(at_end)} of {total} run{'s' if total != 1 else ''}"
-    ends = "; ".join(dict.fromkeys(at_end))
-    return f"- **The suite's code changed while {n} ran** (above: the code at launch); at the end: {ends}"
-
-
-def _provenance_line(label: str, plural: str, values: list[str]) -> str:
-    counts: dict[str, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    if len(counts) == 1:
-        return f"- {label}: {values[0]}"
-    listed = "; ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items(), key=lambda c: -c[1]))
-    return f"- {label}: runs on this page came from {len(counts)} {plural}: {listed}"
-
-
-def _lock_md(environment: dict[str, Any] | None) -> str:
-    if not environment:
-        return "not recorded"
-    differences = environment.get("lock_differences") or []
-    lock_file, sha = environment.get("lock_file"), environment.get("lock_sha256")
-    if not (lock_file and sha):
-        why = provenance.no_lock_reason(differences)
-        return "not from a lock" + (f" ({cell(why)})" if why else "")
-    text = f"{code(lock_file)} (sha256 {code(provenance_text.short(sha))})"
-    if environment.get("matches_lock") is False:
-        text += f"; installed packages differ from the lock: {cell('; '.join(differences))}"
-    elif environment.get("matches_lock") is None and differences:
-        text += f"; not checked against it: {cell('; '.join(differences))}"
-    return text
-
-
-def _image_md(image: dict[str, Any], run: dict[str, Any]) -> str:
-    """ID, digest, recipe hash and base. An image the engine knows no registry digest of (RepoDigests
-    empty: built on the engine, never pushed or pulled) says so; a record made before runs recorded
-    the digests says that instead. The base: one recipe built on another base is another image
-    (other OS libraries, another Python build)."""
-    recipe, digest = image.get("recipe_hash"), image.get("digest")
-    digest_text = code(digest) if digest else provenance_text.digest_text(image, run)
-    return (
-        f"ID {code(provenance_text.short(image.get('id')))}, digest {digest_text}, recipe "
-        + (code(provenance_text.short(recipe)) if recipe else "not recorded (built before images carried one)")
-        + f", base: {provenance_text.base_text(image, markdown=True)}"
-    )
-
-
-def _set_flags(overrides: dict[str, Any]) -> str:
-    return " ".join(code(f"--set {override_flag(k, v)}") for k, v in overrides.items())
-
-
-def _gpu_text(view: ScenarioView) -> str:
-    """The GPUs the GPU points ran on, from those runs' own records; never a CPU run's view."""
-    seen: dict[str, None] = {}
-    for r in view.gpu_runs:
-        for g in ENV_GPUS.of(r) or []:
-            seen[f"{g.get('name')} ({g.get('memory_mib')} MiB, driver {g.get('driver')})"] = None
-    if seen:
-        return ", ".join(seen)
-    if any(p.device.startswith("gpu") for p in view.points):
-        return "none: no GPU point ran"
-    return "none used (no GPU point in this scenario)"
-
-
 def _failures(view: ScenarioView) -> list[str]:
     """Runs that did not end ok, one line per status and reason (the full reason, once), with
     how many runs of which points it holds."""
@@ -337,7 +197,7 @@ def plot_name(view: ScenarioView) -> str:
 
 def view_title(view: ScenarioView) -> str:
     """'On `box`', or 'On `box`, with `--set x=1`' for a view of runs with overrides."""
-    return f"On {code(view.machine)}" + (f", with {_set_flags(view.overrides)}" if view.overrides else "")
+    return f"On {code(view.machine)}" + (f", with {set_flags(view.overrides)}" if view.overrides else "")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -379,7 +239,7 @@ def render_scenario(
         lines += ["", f"## {view_title(view)}", ""]
         if view.overrides:
             lines += [
-                f"These runs changed the scenario file's settings with {_set_flags(view.overrides)}: "
+                f"These runs changed the scenario file's settings with {set_flags(view.overrides)}: "
                 "they are shown apart from the runs without it, and never compared with them.",
                 "",
             ]
@@ -413,7 +273,7 @@ def render_scenario(
                 "",
                 *left_out,
             ]
-        lines += ["", "### Environment", "", *_environment(view)]
+        lines += ["", "### Environment", "", *environment_section.environment_lines(view)]
         lines += ["", "### Reproduce", "", code(rerun.run_commands(view, results_dir))]
         lines += ["", f"To check these numbers: {code(rerun.check_command(view, results_dir))}"]
     return "\n".join(lines) + "\n"
@@ -423,7 +283,7 @@ def render_index(by_scenario: dict[str, list[ScenarioView]], selection: str | No
     rows = []
     for name, views in sorted(by_scenario.items()):
         for view in views:
-            machine = cell(view.machine) + (f" ({_set_flags(view.overrides)})" if view.overrides else "")
+            machine = cell(view.machine) + (f" ({set_flags(view.overrides)})" if view.overrides else "")
             answer = verdicts.judge(view).first_sentence
             rows.append([f"[{cell(name)}]({quote(name)}.md)", machine, cell(answer)])
     table = tabulate(rows, headers=["scenario", "machine", "verdict"], tablefmt="github", disable_numparse=True)
