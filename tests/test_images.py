@@ -17,7 +17,7 @@ from conftest import suite_cli
 from docker_fixtures import engine_client, image_fixture  # noqa: F401 - fixtures
 from test_locks import _package_index_reachable  # noqa: F401 - fixture: a network test names an unreachable index
 
-from suite.environment import debian_base, image_catalog, images
+from suite.environment import debian_base, image_catalog, images, images_lock
 
 DOCKER = Path(__file__).resolve().parents[1] / "docker"
 
@@ -678,7 +678,7 @@ def test_locking_again_with_nothing_changed_leaves_the_file_as_it_is(
     images.build_images(["tf2.21-cpu"], progress=lambda _: None, client=engine)
     engine.registry_error = None
     path = tmp_path / "images.lock"
-    images.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
+    images_lock.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
     first = path.read_bytes()
     stamps = re.findall(rb"locked_at: '([^']+)'", first)
     assert len(stamps) == 2, first
@@ -689,11 +689,11 @@ def test_locking_again_with_nothing_changed_leaves_the_file_as_it_is(
             entry["locked_at"] = "2000-01-01T00:00:00+00:00"
     image_catalog.write_lock(path, earlier["bases"], earlier["debian_bases"])
     kept = path.read_bytes()
-    images.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
+    images_lock.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
     assert path.read_bytes() == kept
     # A changed entry (another digest) is stamped anew; the unchanged one keeps its stamp.
     engine.registry_digest = "sha256:" + "5" * 64
-    images.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
+    images_lock.lock_images(["tf2.21-cpu"], progress=lambda _: None, client=engine, path=path)
     after = image_catalog.read_lock(path)
     assert after["bases"]["python:3.11-slim-bookworm"]["locked_at"] != "2000-01-01T00:00:00+00:00"
     assert after["debian_bases"]["tf2.21-cpu"]["locked_at"] == "2000-01-01T00:00:00+00:00"
@@ -709,7 +709,7 @@ def test_lock_records_the_debian_base_where_no_registry_answers(
     path = tmp_path / "images.lock"
     said: list[str] = []
     with pytest.raises(images.ImageError) as failed:
-        images.lock_images(["tf2.21-cpu", "tf2.21-cuda12.5"], progress=said.append, client=engine, path=path)
+        images_lock.lock_images(["tf2.21-cpu", "tf2.21-cuda12.5"], progress=said.append, client=engine, path=path)
     message = str(failed.value)
     assert "registry digest of python:3.11-slim-bookworm: " in message and "no such host" in message
     assert "was written with what was recorded" in message and "Debian base of tf2.21-cpu" in message
@@ -726,7 +726,7 @@ def test_lock_records_the_debian_base_where_no_registry_answers(
     assert any(s.startswith("not recorded: Debian base of tf2.21-cuda12.5") for s in said), said
     # Where the registry answers, both parts are written and nothing fails.
     engine.registry_error = None
-    written = images.lock_images(["tf2.21-cpu"], progress=said.append, client=engine, path=path)
+    written = images_lock.lock_images(["tf2.21-cpu"], progress=said.append, client=engine, path=path)
     assert written["bases"]["python:3.11-slim-bookworm"]["digest"] == "sha256:" + "4" * 64
     assert image_catalog.read_lock(path) == written and written["debian_bases"]["tf2.21-cpu"]["packages"] == PACKAGES
 

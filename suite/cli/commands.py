@@ -228,7 +228,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_images(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from suite.environment import images
+    from suite.environment import images, images_lock
 
     try:
         if args.action == "list":
@@ -253,7 +253,7 @@ def cmd_images(args: argparse.Namespace) -> int:
                     f"images lock writes docker/images.lock, a file of the suite's own repository; this suite is an "
                     f"installed package ({paths.PACKAGE_DIR}): run it from a clone (docs/install.md)"
                 )
-            images.lock_images(args.names or None, docker_host=args.docker_host)
+            images_lock.lock_images(args.names or None, docker_host=args.docker_host)
     except images.UnknownImage as exc:
         raise UsageError(str(exc)) from None
     except images.ImageError as exc:
