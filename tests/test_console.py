@@ -127,8 +127,8 @@ def test_quiet_says_only_the_summary_and_verbose_every_run_with_its_file(tiny: t
 
 def test_the_live_eta_counts_down_while_a_run_goes() -> None:
     now = [0.0]
-    prog = progress.Progress(say=lambda _: None, clock=lambda: now[0], earlier={"a": [20.0]})
-    prog.plan(["a", "b"], {"a": 600.0, "b": 600.0})
+    prog = progress.Progress(say=lambda _: None, clock=lambda: now[0])
+    prog.plan(["a", "b"], {"a": 600.0, "b": 600.0}, earlier={"a": [20.0]})
     prog.start("[1/2] s [width=16] run 1 of 1", "a")
     assert prog.status().endswith("; ETA 40 s"), "a: its earlier 20 s, b: the median of what is known"
     now[0] = 5.0

@@ -102,11 +102,10 @@ class Progress:
         say: Callable[[str], None] = print,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
-        earlier: dict[str, list[float]] | None = None,
         level: int = NORMAL,
     ):
         self.say, self.stream, self.clock, self.level = say, stream, clock, level
-        self.durations: dict[str, list[float]] = {k: list(v) for k, v in (earlier or {}).items() if v}
+        self.durations: dict[str, list[float]] = {}  # point key -> seconds its runs took (plan's earlier, then these)
         self.remaining: list[str] = []  # point keys of the runs not yet finished that will run
         self.bounds: dict[str, float] = {}  # point key -> its timeout_s
         self._lock = threading.Lock()
