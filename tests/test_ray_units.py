@@ -1062,7 +1062,7 @@ def test_without_a_snapshot_after_the_stop_every_task_is_waited_for(
     assert sorted(n for n, _ in fake.sweeps) == ["n1", "n2", "n3"], "every alive node swept after the force"
 
 
-def test_a_task_that_found_the_board_gone_is_an_error_saying_so(
+def test_a_task_that_found_the_board_gone_while_the_head_answers_is_an_error_saying_so(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:
     pool, fake, _ = make_pool(head)
@@ -1073,6 +1073,34 @@ def test_a_task_that_found_the_board_gone_is_an_error_saying_so(
     [done] = take(pool)
     assert done.result.status == "error" and "board" in done.result.message and "gone" in done.result.message
     assert done.machine == "node-b1"
+
+
+def test_tasks_that_found_the_board_gone_with_the_head_end_the_plan_as_the_heads_loss(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    """The head dies between the poll's look at it and Ray's wait: the tasks' replies that the board
+    is gone arrive first. They are the head's loss, not runs that failed on their own."""
+    pool, fake, _ = make_pool(head)
+    cpu, gpu = specs_of(tmp_path)
+    pool.submit(cpu)
+    pool.submit(gpu)
+    started(fake, 0, "n2", "node-b1")
+    assert take(pool) == []
+    a, b = (s.ref for s in fake.submissions)
+    fake.finish(a, {"machine": "node-b1", "node_id": "n2", "stopped": ray_board.BOARD_GONE})  # stopped mid-run
+    fake.finish(b, {"machine": "node-b2", "node_id": "n3", "stopped": ray_board.BOARD_GONE})  # found it as it began
+    wait = fake.wait
+
+    def head_goes_during_the_wait(*args: Any, **kwargs: Any) -> Any:
+        head.close()
+        return wait(*args, **kwargs)
+
+    fake.wait = head_goes_during_the_wait  # type: ignore[method-assign]
+    [lost] = take(pool)
+    assert pool.gone is not None and "stopped answering" in pool.gone, pool.gone
+    assert lost.spec == cpu and lost.machine == "node-b1" and lost.result.status == "error"
+    assert "stopped answering" in lost.result.message, lost.result.message
+    assert pool.pending == 0 and take(pool) == [], "the run that never started is left for the next run"
 
 
 def test_the_orchestrators_records_take_the_backend_the_node_said(

@@ -203,16 +203,7 @@ class RayPool:
         # First, and before any call that needs the head: once the head is gone, Ray's calls block,
         # and Ray ends this process on its own within a minute (its raylet or GCS client gives up).
         if not self._head_answers():
-            self.gone = (
-                f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections, or has "
-                f"not answered for {HEAD_SILENT_S:g} s); "
-                "the plan ends here. Results already saved are kept; rerun the same command to resume."
-            )
-            self._salvage()
-            self._abandon_all(
-                f"outcome unknown: {self.where} stopped answering (its head at {self.gcs_address} is gone) "
-                "while this run was in progress on its node, and its result, if any, could not come back"
-            )
+            self._end_without_head()
             return
         ray = self.ray
         if self._pending:
@@ -223,11 +214,29 @@ class RayPool:
         # Each record is held before its attempt is let go: an interrupt in between finds it twice at
         # most (cancel_all skips an attempt already held), never nowhere.
         for ref in done:
-            self._hold(self._finished(ref, self._pending[ref]))
+            records = self._finished(ref, self._pending[ref])
+            if records is None:  # a task found the board gone, and the head went with it
+                self._end_without_head()
+                return
+            self._hold(records)
             del self._pending[ref]
         self._decide_suspects()
         self._check_deadlines_and_placement()
         self._note_new_nodes()
+
+    def _end_without_head(self) -> None:
+        """The head stopped answering: the plan ends with what reached this driver, the started runs
+        recorded as lost with it, the queued ones left for the next run."""
+        self.gone = (
+            f"{self.where} stopped answering (its head at {self.gcs_address} refuses connections, or has "
+            f"not answered for {HEAD_SILENT_S:g} s); "
+            "the plan ends here. Results already saved are kept; rerun the same command to resume."
+        )
+        self._salvage()
+        self._abandon_all(
+            f"outcome unknown: {self.where} stopped answering (its head at {self.gcs_address} is gone) "
+            "while this run was in progress on its node, and its result, if any, could not come back"
+        )
 
     def _hold(self, records: list[Finished]) -> None:
         self._unsaved += records
@@ -235,7 +244,9 @@ class RayPool:
     def _held_keys(self) -> set[str]:
         return {d.key for d in self._unsaved if d.key}
 
-    def _finished(self, ref: Any, attempt: Attempt) -> list[Finished]:
+    def _finished(self, ref: Any, attempt: Attempt) -> list[Finished] | None:
+        """The records of a task that ended; None when it found the board gone because the head is
+        (the board lives there: the plan ends as for the head's loss, see _end_without_head)."""
         ray = self.ray
         try:
             value = ray.get(ref)
@@ -261,7 +272,12 @@ class RayPool:
             if attempt.cancelled_for == "timeout":
                 return [self._recorded(attempt, "timeout", self._timeout_text(attempt))]
             if value["stopped"] == BOARD_GONE:
-                why = "the plan's board (a Ray actor on the cluster's head) is gone, so its node ran nothing"
+                if not self._head_answers():
+                    return None
+                why = (
+                    "the plan's board (a Ray actor on the cluster's head) is gone while the head still answers, "
+                    "so its node stopped this run, or did not start it"
+                )
                 return [self._recorded(attempt, "error", why)]
             return [self._recorded(attempt, "error", "the run was stopped before it ended (the plan was stopping)")]
         for key, peak in value.get("peaks") or []:
