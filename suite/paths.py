@@ -15,10 +15,12 @@ Nothing else in the suite works out these places.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DISTRIBUTION = "keras-speed-suite"
+CACHE_ENV = "SUITE_CACHE_DIR"
 
 
 def _checkout(top: Path) -> Path | None:
@@ -80,3 +82,12 @@ def version() -> str:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def cache_dir() -> Path:
+    """Where this user's suite keeps what it can always make again (which result files it has
+    checked, plots it has drawn): ``$SUITE_CACHE_DIR``, else ``$XDG_CACHE_HOME/keras-speed-suite``,
+    else ``~/.cache/keras-speed-suite``. Never a results folder, which may come from anyone."""
+    if given := os.environ.get(CACHE_ENV):
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / DISTRIBUTION

@@ -25,7 +25,14 @@ MNIST_DIR = Path(os.environ.get("SUITE_MNIST_DIR", REPO.parent / "shared" / "dat
 # What a user's own machine holds and no test may read: their Keras cache (MNIST there changes the
 # data source, a run's mounts and its accuracy), their Keras backend, a mirror or a cluster they
 # point the suite at. Each test session gets an empty Keras home and matplotlib folder of its own.
-USER_STATE = ("KERAS_BACKEND", "SUITE_MNIST_URL", "SUITE_FETCH_DEADLINE_S", "RAY_ADDRESS", "SUITE_GPUS")
+USER_STATE = (
+    "KERAS_BACKEND",
+    "SUITE_MNIST_URL",
+    "SUITE_FETCH_DEADLINE_S",
+    "RAY_ADDRESS",
+    "SUITE_GPUS",
+    "SUITE_CACHE_DIR",
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -36,6 +43,7 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERAS_HOME", str(home / "keras"))
         mp.setenv("MPLCONFIGDIR", str(home / "matplotlib"))
+        mp.setenv("XDG_CACHE_HOME", str(home / "cache"))
         for name in USER_STATE:
             mp.delenv(name, raising=False)
         yield home / "keras"

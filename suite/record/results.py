@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import json
 import math
@@ -75,6 +76,7 @@ from typing import Any, NamedTuple
 
 from suite import telemetry as tm
 from suite.record import shape
+from suite.record.checked_files import CheckedFiles
 from suite.safe import bounded
 
 SCHEMA_VERSION = 2
@@ -411,9 +413,21 @@ def _jsonable(value: Any) -> Any:
 def load(path: Path, in_folder: bool = False) -> RunResult:
     """The result in ``path``; ResultError naming the file when it cannot be read (not UTF-8, not
     JSON) or is not a result. ``in_folder``: it was found in a results folder, which it blocks."""
+    return _load(path, in_folder)[0]
+
+
+def _load(
+    path: Path, in_folder: bool = False, checked: Callable[[os.stat_result], bool] | None = None
+) -> tuple[RunResult, os.stat_result]:
+    """``load``, and the file's status as read. Where ``checked`` says the file is one found to be
+    a result before, as it is now (record/checked_files), its fields are not checked again; its
+    bytes are read and decoded all the same (the same objects: the hooks only refuse)."""
     advice = "; move it out of the results folder" if in_folder else ""
     try:
-        text = bounded.read_text(path, MAX_RESULT_BYTES)
+        raw, info = bounded.read_with_stat(path, MAX_RESULT_BYTES)
+        text = raw.decode("utf-8")
+        if checked is not None and checked(info):
+            return _known(json.loads(text)), info
         data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
     except OSError as exc:
         raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
@@ -441,9 +455,16 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
     if not shape.valid(data) and (found := shape.problem(data)) is not None:
         raise ResultError(f"{path}: {found}{advice}")
     try:
-        return RunResult.from_dict(data)
+        return RunResult.from_dict(data), info
     except (TypeError, ValueError) as exc:
         raise ResultError(f"{path}: malformed result ({exc})") from None
+
+
+def _known(data: dict[str, Any]) -> RunResult:
+    """A record found to be a result before: migrated as ``load`` does, without the checks."""
+    while data["schema_version"] < SCHEMA_VERSION:
+        data = _MIGRATIONS[data["schema_version"]](data)
+    return RunResult.from_dict(data)
 
 
 # A result is 3-20 KB (telemetry series are capped at 600 points per metric; eight GPUs' metrics
@@ -479,7 +500,15 @@ def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
     """
     paths = sorted(folder.rglob("*.json"))
     kept = [p for p in paths if not any(part[0] in "._" for part in p.relative_to(folder).parts)]
-    return [(p, load(p, in_folder=True)) for p in kept]
+    known = CheckedFiles(folder)
+    out = []
+    for p in kept:
+        relative = p.relative_to(folder).as_posix()
+        result, info = _load(p, True, functools.partial(known.checked, relative))
+        known.add(relative, info)
+        out.append((p, result))
+    known.save()
+    return out
 
 
 def latest_by_run(results: list[RunResult]) -> dict[tuple[str, int], RunResult]:
