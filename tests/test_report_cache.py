@@ -1,5 +1,6 @@
 """What a report keeps in the user's cache: the result files it has already checked, so it does not
-check every field again, never vouching for a file changed since; real `suite report` runs."""
+check every field again, never vouching for a file changed since; and the plots it has drawn, so
+it does not import matplotlib again. Real `suite report` runs."""
 
 from __future__ import annotations
 
@@ -96,3 +97,28 @@ def test_an_unwritable_cache_folder_changes_nothing(tmp_path: Path) -> None:
     proc = suite_cli("report", "--results", res, "--out", tmp_path / "out", env=env)
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
     assert (tmp_path / "out" / "fx_width.md").is_file()
+
+
+def test_a_plot_drawn_before_is_taken_from_the_cache_without_matplotlib(tmp_path: Path) -> None:
+    """The second report finds every plot among those drawn before: it writes the same PNG bytes
+    where matplotlib cannot even be imported. A plot whose data changed is drawn again."""
+    res, cache = _results(tmp_path), tmp_path / "cache"
+    first = tmp_path / "first"
+    assert suite_cli("report", "--results", res, "--out", first, env={paths.CACHE_ENV: str(cache)}).returncode == 0
+    broken = tmp_path / "no-matplotlib" / "matplotlib"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('matplotlib is not to be imported')\n")
+    env = {paths.CACHE_ENV: str(cache), "PYTHONPATH": f"{broken.parent}{os.pathsep}{paths.IMPORT_ROOT}"}
+    again = tmp_path / "again"
+    proc = suite_cli("report", "--results", res, "--out", again, env=env)
+    assert proc.returncode == 0, proc.stderr
+    pngs = sorted(p.name for p in first.glob("*.png"))
+    assert pngs and _tree(again) == _tree(first)
+    # One more run of a point: its plot is another, which needs matplotlib.
+    record = sorted(p for p in res.rglob("*.json") if json.loads(p.read_text())["status"] == "ok")[0]
+    data = json.loads(record.read_text())
+    data["spec"]["repetition"] += 100
+    data["timing"]["fit_s"] *= 3
+    record.with_name("extra-r100.json").write_text(json.dumps(data))
+    proc = suite_cli("report", "--results", res, "--out", again, env=env)
+    assert proc.returncode == 1 and "matplotlib is not to be imported" in proc.stderr, proc.stderr

@@ -1,28 +1,48 @@
 """PNG plots beside the reports, one per scenario and machine, chosen by the scenario's verdict kind.
 
 Agg backend, fixed size and DPI, no metadata (matplotlib otherwise stamps its version): the same
-results give the same bytes.
+results give the same bytes. A plot is first drawn on a stand-in for matplotlib's axes that keeps
+the calls (``Drawing``); a plot drawn before from the same calls, by the same code and matplotlib,
+is taken from this user's cache, and only a new one imports matplotlib (half a second) to paint.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
 import io
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from suite.record.results import FIT_S  # noqa: E402
-from suite.report import stats  # noqa: E402
-from suite.report.points import Point, ScenarioView  # noqa: E402
-from suite.report.verdicts import device_count  # noqa: E402
-from suite.safe.markdown import plot_text  # noqa: E402
-from suite.spec.plan import axis_name  # noqa: E402
+from suite import paths
+from suite.record.results import FIT_S
+from suite.report import stats
+from suite.report.points import Point, ScenarioView
+from suite.report.verdicts import device_count
+from suite.safe.markdown import plot_text
+from suite.spec.plan import axis_name
 
 SIZE, DPI = (7.0, 4.2), 100
+KEPT_PLOTS = 1000  # plots kept in the cache; the least recently used go first
+_PNG_END = b"IEND\xaeB`\x82"  # the last chunk of every whole PNG
+
+
+class Drawing:
+    """A stand-in for matplotlib's axes: every method call is kept, in order, to be played on real
+    axes (``_paint``) or to name the plot (``_key``). The plots below use no value a call returns."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        def call(*args: Any, **kwargs: Any) -> None:
+            self.calls.append((name, args, kwargs))
+
+        return call
 
 
 def _fit(p: Point | None) -> list[float]:
@@ -35,13 +55,14 @@ def _fit_summary(p: Point) -> tuple[float, float, float]:
     return stats.geometric_mean(fits), min(fits), max(fits)
 
 
-def _along(ax: plt.Axes, view: ScenarioView, axis: str | None, series: Callable[[Point], str]) -> bool:
+def _along(ax: Drawing, view: ScenarioView, axis: str | None, series: Callable[[Point], str]) -> bool:
     """Fit time against ``axis``, one line per ``series(point)``, each point at its own value.
 
     Numeric axes are placed by value (on a log scale where they span a factor of 10 or more), so a
     point missing in one series cannot shift that curve against the others; any other axis gets one
     shared slot per value. A series with no point that ran ok is named in the legend, not drawn.
     """
+
     def at(p: Point) -> Any:
         return None if axis is None else p.coords.get(axis)
 
@@ -75,12 +96,12 @@ def _along(ax: plt.Axes, view: ScenarioView, axis: str | None, series: Callable[
     return drawn
 
 
-def crossover(view: ScenarioView, ax: plt.Axes) -> bool:
+def crossover(view: ScenarioView, ax: Drawing) -> bool:
     """Fit time (the figure the verdict compares) against the size axis, one line per device."""
     return _along(ax, view, view.size_axis, lambda p: p.device)
 
 
-def sweep(view: ScenarioView, ax: plt.Axes) -> bool:
+def sweep(view: ScenarioView, ax: Drawing) -> bool:
     """A sweep of the user's own: fit time against its first numeric axis, one line per combination
     of the other coordinates; nothing when no axis is numeric."""
     keys = list(view.points[0].coords) if view.points else []
@@ -107,7 +128,7 @@ def _bars(ratios: list[stats.Ratio]) -> list[list[float]]:
     ]
 
 
-def speedup(view: ScenarioView, ax: plt.Axes) -> bool:
+def speedup(view: ScenarioView, ax: Drawing) -> bool:
     """Speedup over the baseline device set against device count, one line per batch mode, and ideal."""
     base_device = str(view.spec.get("report", {}).get("baseline", {}).get("device", "gpu:1"))
     counts = sorted({device_count(p.device) for p in view.points})
@@ -137,7 +158,7 @@ def speedup(view: ScenarioView, ax: plt.Axes) -> bool:
     return drawn
 
 
-def knob_bars(view: ScenarioView, ax: plt.Axes) -> bool:
+def knob_bars(view: ScenarioView, ax: Drawing) -> bool:
     """Speedup of each variant over the default at the same other coordinates, as bars."""
     labels, ratios = [], []
     for p in view.points:
@@ -155,7 +176,7 @@ def knob_bars(view: ScenarioView, ax: plt.Axes) -> bool:
     return True
 
 
-PLOTS: dict[str, Callable[[ScenarioView, plt.Axes], bool]] = {
+PLOTS: dict[str, Callable[[ScenarioView, Drawing], bool]] = {
     "gpu_crossover": crossover,
     "scaling": speedup,
     "knobs": knob_bars,
@@ -168,11 +189,39 @@ def render(view: ScenarioView) -> bytes | None:
     draw = PLOTS.get(view.spec.get("report", {}).get("verdict", "none"))
     if draw is None:
         return None
+    drawing = Drawing()
+    if not draw(view, drawing):
+        return None
+    title = f"{view.scenario} on {view.machine}" + (" (smoke size)" if view.smoke else "")
+    kept = paths.cache_dir() / "plots" / f"{_key(drawing, title)}.png"
+    with contextlib.suppress(OSError):
+        png = kept.read_bytes()
+        if png.startswith(b"\x89PNG\r\n\x1a\n") and png.endswith(_PNG_END):
+            os.utime(kept)  # used now: kept longer
+            return png
+    png = _paint(drawing, title)
+    _keep(kept, png)
+    return png
+
+
+def _key(drawing: Drawing, title: str) -> str:
+    """What names a plot's bytes: its calls and title, this module's code, and matplotlib's version."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(importlib.metadata.version("matplotlib").encode())
+    digest.update(repr((drawing.calls, title, SIZE, DPI)).encode())
+    return digest.hexdigest()
+
+
+def _paint(drawing: Drawing, title: str) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     try:
-        if not draw(view, ax):
-            return None
-        title = f"{view.scenario} on {view.machine}" + (" (smoke size)" if view.smoke else "")
+        for name, args, kwargs in drawing.calls:
+            getattr(ax, name)(*args, **kwargs)
         ax.set_title(plot_text(title), fontsize=10)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -183,3 +232,21 @@ def render(view: ScenarioView) -> bytes | None:
         return buf.getvalue()
     finally:
         plt.close(fig)
+
+
+def _keep(path: Path, png: bytes) -> None:
+    """``png`` into the cache (whole, or not at all), which keeps the KEPT_PLOTS used last; where the
+    cache cannot be written, nothing is kept."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(png)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        kept = sorted(path.parent.glob("*.png"), key=lambda p: p.stat().st_mtime_ns)
+        for old in kept[:-KEPT_PLOTS]:
+            old.unlink(missing_ok=True)
