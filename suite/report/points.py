@@ -197,7 +197,8 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
 
 
 def _overrides_key(result: RunResult) -> str:
-    return json.dumps(dict(result.spec.get("overrides") or {}), sort_keys=True)
+    overrides = result.spec.get("overrides")
+    return json.dumps(dict(overrides), sort_keys=True) if overrides else "{}"  # most runs have none
 
 
 def _points(runs: list[tuple[Path, RunResult]]) -> tuple[list[Point], list[LeftOut]]:
