@@ -15,6 +15,8 @@ Nothing else in the suite works out these places.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from pathlib import Path
 
@@ -84,10 +86,27 @@ def version() -> str:
         return "unknown"
 
 
-def cache_dir() -> Path:
+def cache_dir() -> Path | None:
     """Where this user's suite keeps what it can always make again (which result files it has
     checked, plots it has drawn): ``$SUITE_CACHE_DIR``, else ``$XDG_CACHE_HOME/keras-speed-suite``,
-    else ``~/.cache/keras-speed-suite``. Never a results folder, which may come from anyone."""
+    else ``~/.cache/keras-speed-suite``; None where no home folder is known (nothing is kept).
+    Never a results folder, which may come from anyone."""
     if given := os.environ.get(CACHE_ENV):
-        return Path(given)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / DISTRIBUTION
+        return Path(given).absolute()
+    if base := os.environ.get("XDG_CACHE_HOME"):
+        return Path(base).absolute() / DISTRIBUTION
+    try:
+        return Path.home() / ".cache" / DISTRIBUTION
+    except (RuntimeError, KeyError):  # no HOME and no passwd entry (a container run as a bare uid)
+        return None
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 of this package's Python files, names and bytes: what a cached verdict or drawing
+    was made by. Any change to the code, the checks' helpers included, makes everything anew."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()

@@ -1,124 +1,139 @@
-"""What a report keeps in the user's cache: the result files it has already checked, so it does not
-check every field again, never vouching for a file changed since; and the plots it has drawn, so
-it does not import matplotlib again. Real `suite report` runs."""
+"""What a report keeps in the user's cache: the result files it has already checked (by the sha256
+of their bytes), so it does not check every field again, and never vouches for bytes it did not
+check; and the plots it has drawn, so it does not import matplotlib again. Real `suite report` runs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import mmap
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 from conftest import suite_cli
 
 from suite import paths
-from suite.record import checked_files
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results" / "fixture-local" / "fx_width"
 
 
-def _results(tmp_path: Path) -> Path:
-    res = tmp_path / "results"
+def _results(under: Path) -> Path:
+    res = under / "results"
     shutil.copytree(FIXTURE, res / "fixture-local" / "fx_width")
-    # Older than RACY_S: a file changed just before it is read is never listed.
-    time.sleep(checked_files.RACY_S + 0.1)
     return res
 
 
-def _spoil(path: Path) -> None:
-    """The record's status in capitals: no status the suite knows, in a file of the same size."""
-    text = path.read_text()
-    spoiled = re.sub(r'"status": "(\w+)"', lambda m: m.group(0).upper(), text, count=1)
+def _timed(res: Path) -> Path:
+    """A result file with a fit time."""
+    return next(p for p in sorted(res.rglob("*.json")) if json.loads(p.read_text())["timing"].get("fit_s"))
+
+
+def _spoiled(text: str) -> str:
+    """The fit time made negative, in a file of the same size: a record that loads as any other,
+    and that only the field checks refuse ("field timing.fit_s")."""
+    spoiled = re.sub(r'"fit_s": (\d)', r'"fit_s":-\1', text, count=1)
     assert spoiled != text and len(spoiled) == len(text)
-    path.write_text(spoiled)
+    return spoiled
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _report(res: Path, out: Path, cache: Path, **env: str) -> tuple[int, str]:
+    proc = suite_cli("report", "--results", res, "--out", out, env={paths.CACHE_ENV: str(cache), **env})
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 def test_a_second_report_reads_the_checked_files_and_writes_the_same_pages(tmp_path: Path) -> None:
     res, cache = _results(tmp_path), tmp_path / "cache"
-    env = {paths.CACHE_ENV: str(cache)}
     before = _tree(res)
-    pages = []
     for n in (1, 2):
-        out = tmp_path / f"out{n}"
-        proc = suite_cli("report", "--results", res, "--out", out, env=env)
-        assert proc.returncode == 0, proc.stderr
-        pages.append(_tree(out))
-    assert pages[0] == pages[1] and "fx_width.md" in pages[0]
+        code, said = _report(res, tmp_path / f"out{n}", cache)
+        assert code == 0, said
+    assert _tree(tmp_path / "out1") == _tree(tmp_path / "out2") and (tmp_path / "out1" / "fx_width.md").is_file()
     assert _tree(res) == before, "nothing is written into the results folder"
     [listed] = (cache / "checked-results").glob("*.json")
-    files = json.loads(listed.read_text())["files"]
-    assert sorted(files) == sorted(p.relative_to(res).as_posix() for p in res.rglob("*.json")), "every result listed"
-
-
-def test_a_file_changed_after_its_check_is_checked_again_even_with_its_size_and_time_put_back(
-    tmp_path: Path,
-) -> None:
-    res, cache = _results(tmp_path), tmp_path / "cache"
-    env = {paths.CACHE_ENV: str(cache)}
-    assert suite_cli("report", "--results", res, "--out", tmp_path / "out", env=env).returncode == 0
-    target = sorted(res.rglob("*.json"))[0]
-    info = target.stat()
-    _spoil(target)
-    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))  # the size and modification time it was checked at
-    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out", env=env)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert str(target) in proc.stderr and "field status" in proc.stderr, proc.stderr
-
-
-def test_a_list_left_by_another_version_of_the_checks_or_unreadable_is_not_used(tmp_path: Path) -> None:
-    res, cache = _results(tmp_path), tmp_path / "cache"
-    env = {paths.CACHE_ENV: str(cache)}
-    assert suite_cli("report", "--results", res, "--out", tmp_path / "out", env=env).returncode == 0
-    [listed] = (cache / "checked-results").glob("*.json")
     data = json.loads(listed.read_text())
-    target = sorted(res.rglob("*.json"))[0]
-    _spoil(target)
-    # The list vouches for the changed file's new times, but was written by other checks.
-    data["files"][target.relative_to(res).as_posix()] = checked_files.key_of(target.stat())
-    listed.write_text(json.dumps({**data, "checker": "0" * 64}))
-    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out", env=env)
-    assert proc.returncode == 2 and "field status" in proc.stderr, proc.stdout + proc.stderr
-    listed.write_text("{not json")
-    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out", env=env)
-    assert proc.returncode == 2 and "field status" in proc.stderr, proc.stdout + proc.stderr
+    digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in res.rglob("*.json")}
+    assert set(data["files"]) == digests and data["code"] == paths.code_digest(), "every result, by its bytes"
 
 
-def test_an_unwritable_cache_folder_changes_nothing(tmp_path: Path) -> None:
-    res = _results(tmp_path)
+def test_bytes_changed_after_their_check_are_checked_again_whatever_the_files_times_say(tmp_path: Path) -> None:
+    """A write through a shared mapping whose page is already dirty leaves every time of the file as
+    it was (Linux sets them at the page's first write fault): the list goes by the bytes read."""
+    res, cache = _results(tmp_path), tmp_path / "cache"
+    target = _timed(res)
+    with open(target, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mapped:
+        mapped[0:1] = mapped[0:1]  # the page's first write: the file's times are set now
+        code, said = _report(res, tmp_path / "out", cache)
+        assert code == 0, said
+        mapped[:] = _spoiled(mapped[:].decode()).encode()  # through the dirty page
+        mapped.flush()
+    code, said = _report(res, tmp_path / "out", cache)
+    assert code == 2 and str(target) in said and "field timing.fit_s" in said, said
+
+
+def test_a_list_made_by_other_code_or_unreadable_vouches_for_nothing(tmp_path: Path) -> None:
+    res, cache = _results(tmp_path), tmp_path / "cache"
+    assert _report(res, tmp_path / "out", cache)[0] == 0
+    [listed] = (cache / "checked-results").glob("*.json")
+    target = _timed(res)
+    target.write_text(_spoiled(target.read_text()))
+    # A list of another version of the suite that holds the spoiled file's bytes: not this code's checks.
+    spoiled = hashlib.sha256(target.read_bytes()).hexdigest()
+    listed.write_text(json.dumps({"code": "0" * 64, "files": [spoiled]}))
+    for garbage in (None, "{not json", "[" * 100_000 + "]" * 100_000):
+        if garbage is not None:
+            listed.write_text(garbage)
+        code, said = _report(res, tmp_path / "out", cache)
+        assert code == 2 and "field timing.fit_s" in said, said
+
+
+def test_without_a_writable_cache_a_utf8_folder_name_or_a_cache_apart_the_report_is_the_same(tmp_path: Path) -> None:
+    res = _results(Path(os.fsdecode(bytes(tmp_path) + b"/r\xe9sultats")))  # Latin-1, not UTF-8
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    env = {paths.CACHE_ENV: str(blocker / "cache")}  # under a file: no folder can be made there
-    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out", env=env)
-    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
-    assert (tmp_path / "out" / "fx_width.md").is_file()
+    code, said = _report(res, tmp_path / "out", blocker / "cache")  # under a file: no folder there
+    assert code == 0 and "error" not in said.lower() and "Traceback" not in said, said
+    code, said = _report(res, tmp_path / "again", tmp_path / "cache")
+    assert code == 0 and _tree(tmp_path / "out") == _tree(tmp_path / "again"), said
+    for _ in (1, 2):  # a cache inside the results folder: its list is not kept there, to be read as a result
+        code, said = _report(res, tmp_path / "inside", res / "cache")
+        assert code == 0, said
 
 
 def test_a_plot_drawn_before_is_taken_from_the_cache_without_matplotlib(tmp_path: Path) -> None:
     """The second report finds every plot among those drawn before: it writes the same PNG bytes
     where matplotlib cannot even be imported. A plot whose data changed is drawn again."""
     res, cache = _results(tmp_path), tmp_path / "cache"
-    first = tmp_path / "first"
-    assert suite_cli("report", "--results", res, "--out", first, env={paths.CACHE_ENV: str(cache)}).returncode == 0
+    assert _report(res, tmp_path / "first", cache)[0] == 0
     broken = tmp_path / "no-matplotlib" / "matplotlib"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('matplotlib is not to be imported')\n")
-    env = {paths.CACHE_ENV: str(cache), "PYTHONPATH": f"{broken.parent}{os.pathsep}{paths.IMPORT_ROOT}"}
-    again = tmp_path / "again"
-    proc = suite_cli("report", "--results", res, "--out", again, env=env)
-    assert proc.returncode == 0, proc.stderr
-    pngs = sorted(p.name for p in first.glob("*.png"))
-    assert pngs and _tree(again) == _tree(first)
+    pythonpath = f"{broken.parent}{os.pathsep}{paths.IMPORT_ROOT}"
+    code, said = _report(res, tmp_path / "again", cache, PYTHONPATH=pythonpath)
+    assert code == 0, said
+    assert list((tmp_path / "first").glob("*.png")) and _tree(tmp_path / "again") == _tree(tmp_path / "first")
     # One more run of a point: its plot is another, which needs matplotlib.
     record = sorted(p for p in res.rglob("*.json") if json.loads(p.read_text())["status"] == "ok")[0]
     data = json.loads(record.read_text())
     data["spec"]["repetition"] += 100
     data["timing"]["fit_s"] *= 3
     record.with_name("extra-r100.json").write_text(json.dumps(data))
-    proc = suite_cli("report", "--results", res, "--out", again, env=env)
-    assert proc.returncode == 1 and "matplotlib is not to be imported" in proc.stderr, proc.stderr
+    code, said = _report(res, tmp_path / "again", cache, PYTHONPATH=pythonpath)
+    assert code == 1 and "matplotlib is not to be imported" in said, said
+
+
+def test_a_plot_is_the_same_whatever_matplotlibrc_this_machine_has(tmp_path: Path) -> None:
+    """Plots are drawn in matplotlib's default style, so a plot taken from the cache is the one that
+    would be drawn now, and a published page's plots do not depend on where they were drawn."""
+    res = _results(tmp_path)
+    assert _report(res, tmp_path / "plain", tmp_path / "cache1")[0] == 0
+    rc = tmp_path / "matplotlibrc"
+    rc.write_text("figure.dpi: 20\nlines.linewidth: 9\naxes.prop_cycle: cycler('color', ['r'])\nfont.size: 30\n")
+    assert _report(res, tmp_path / "styled", tmp_path / "cache2", MATPLOTLIBRC=str(rc))[0] == 0
+    pngs = sorted(p.name for p in (tmp_path / "plain").glob("*.png"))
+    assert pngs and all((tmp_path / "plain" / n).read_bytes() == (tmp_path / "styled" / n).read_bytes() for n in pngs)

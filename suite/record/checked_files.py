@@ -1,15 +1,13 @@
 """The result files of a folder that this user's suite has already read and found to be results,
 so that a report over thousands of them does not check every field of every file again.
 
-A file counts as checked while its device, inode, size, modification and change times are those it
-had when it was checked. Its bytes are still read and decoded every time; only the field-by-field
-check is skipped. The list is kept in this user's cache folder, never in the results folder: a
-results folder may come from someone else, and a list kept there could vouch for any file. Writing
-a file, or putting another one in its place, changes its change time, which no program can set
-back, so a file changed since its check is checked again. A file changed less than RACY_S
-before it was read is not listed: its times could still match after a later change (git's "racy
-clean" entries). The list is keyed by the code that checks, so a new check reads every file again.
-Where the cache folder cannot be written, nothing is listed and every file is checked as before.
+A file counts as checked when the sha256 of its bytes, as read now, is that of bytes this code
+checked before: the bytes decoded are the bytes hashed, so whatever changed a file, by whatever
+means and whatever its times say, makes it another file, checked again. The list is kept in this
+user's cache folder, never in the results folder: a results folder may come from anyone, and a list
+kept there could vouch for any file. It is keyed by the package's code (``paths.code_digest``), so
+an update reads every file again, and it holds the files of one folder as they were last read.
+Where the cache folder cannot be read or written, nothing is listed and every file is checked.
 """
 
 from __future__ import annotations
@@ -19,63 +17,48 @@ import hashlib
 import json
 import os
 import tempfile
-import time
-from pathlib import Path
-from typing import Any
 
 from suite import paths
+from suite.safe import bounded
 
-RACY_S = 2.0
-_CHECKERS = ("shape.py", "results.py", "checked_files.py")  # the code whose verdict the list keeps
-
-
-def _checker() -> str:
-    here = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for name in _CHECKERS:
-        digest.update((here / name).read_bytes())
-    return digest.hexdigest()
-
-
-def key_of(info: os.stat_result) -> list[int]:
-    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+MAX_LIST_BYTES = 64 * bounded.MiB  # a list of 10,000 files is under 1 MiB
 
 
 class CheckedFiles:
-    """The files of ``folder`` found to be results, by path relative to it (see the module's text)."""
+    """The files of ``folder`` found to be results, by the sha256 of their bytes."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = str(folder.resolve())
-        name = hashlib.sha256(self.folder.encode()).hexdigest()[:32]
-        self.path = paths.cache_dir() / "checked-results" / f"{name}.json"
-        self.checker = _checker()
-        self.listed: dict[str, list[int]] = {}
-        self.seen: dict[str, list[int]] = {}
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and data.get("folder") == self.folder and data.get("checker") == self.checker:
+    def __init__(self, folder: os.PathLike[str] | str) -> None:
+        cache, here = paths.cache_dir(), os.path.abspath(folder)
+        name = hashlib.sha256(os.fsencode(here)).hexdigest()[:32]  # whatever bytes the path holds
+        self.path = cache / "checked-results" / f"{name}.json" if cache is not None else None
+        if self.path is not None and self.path.is_relative_to(here):
+            self.path = None  # a cache inside the folder read: its list would be read as a result
+        self.listed: set[str] = set()
+        self.seen: set[str] = set()
+        if self.path is None:
+            return
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            data = json.loads(bounded.read_bytes(self.path, MAX_LIST_BYTES))
+            if isinstance(data, dict) and data.get("code") == paths.code_digest():
                 files = data.get("files")
-                self.listed = files if isinstance(files, dict) else {}
+                self.listed = {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
 
-    def checked(self, relative: str, info: os.stat_result) -> bool:
-        """Whether the file at ``relative``, as ``info`` describes it now, was checked before (then
-        it stays listed)."""
-        key = key_of(info)
-        if self.listed.get(relative) != key:
-            return False
-        self.seen[relative] = key
-        return True
+    def checked(self, digest: str) -> bool:
+        """Whether bytes whose sha256 is ``digest`` were checked before (they stay listed)."""
+        if digest in self.listed:
+            self.seen.add(digest)
+            return True
+        return False
 
-    def add(self, relative: str, info: os.stat_result) -> None:
-        """The file at ``relative`` (``info``: as it was read) is a result, checked now."""
-        if time.time() - info.st_ctime_ns / 1e9 >= RACY_S:
-            self.seen[relative] = key_of(info)
+    def add(self, digest: str) -> None:
+        """Bytes whose sha256 is ``digest`` are a result, checked now."""
+        self.seen.add(digest)
 
     def save(self) -> None:
-        """Keep the list of this folder's files checked now (those gone from it are dropped)."""
-        if self.seen == self.listed:
+        """Keep the list of this folder's files as read now (those gone from it are dropped)."""
+        if self.path is None or self.seen == self.listed:
             return
-        data: dict[str, Any] = {"folder": self.folder, "checker": self.checker, "files": self.seen}
+        data = {"code": paths.code_digest(), "files": sorted(self.seen)}
         with contextlib.suppress(OSError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".", suffix=".tmp")

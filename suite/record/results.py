@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
+import hashlib
 import itertools
 import json
 import math
@@ -413,21 +413,20 @@ def _jsonable(value: Any) -> Any:
 def load(path: Path, in_folder: bool = False) -> RunResult:
     """The result in ``path``; ResultError naming the file when it cannot be read (not UTF-8, not
     JSON) or is not a result. ``in_folder``: it was found in a results folder, which it blocks."""
-    return _load(path, in_folder)[0]
+    return _load(path, in_folder)
 
 
-def _load(
-    path: Path, in_folder: bool = False, checked: Callable[[os.stat_result], bool] | None = None
-) -> tuple[RunResult, os.stat_result]:
-    """``load``, and the file's status as read. Where ``checked`` says the file is one found to be
-    a result before, as it is now (record/checked_files), its fields are not checked again; its
-    bytes are read and decoded all the same (the same objects: the hooks only refuse)."""
+def _load(path: Path, in_folder: bool = False, known: CheckedFiles | None = None) -> RunResult:
+    """``load``. With ``known``: bytes found to be a result before (record/checked_files, by their
+    sha256) are decoded without the field checks (the same objects: the json hooks only refuse)."""
     advice = "; move it out of the results folder" if in_folder else ""
     try:
-        raw, info = bounded.read_with_stat(path, MAX_RESULT_BYTES)
+        raw = bounded.read_bytes(path, MAX_RESULT_BYTES)
+        digest = hashlib.sha256(raw).hexdigest() if known is not None else ""
+        if known is not None and known.checked(digest):
+            with contextlib.suppress(Exception):  # never expected: then checked as any other file
+                return _known(json.loads(raw))
         text = raw.decode("utf-8")
-        if checked is not None and checked(info):
-            return _known(json.loads(text)), info
         data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
     except OSError as exc:
         raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
@@ -455,9 +454,12 @@ def _load(
     if not shape.valid(data) and (found := shape.problem(data)) is not None:
         raise ResultError(f"{path}: {found}{advice}")
     try:
-        return RunResult.from_dict(data), info
+        result = RunResult.from_dict(data)
     except (TypeError, ValueError) as exc:
         raise ResultError(f"{path}: malformed result ({exc})") from None
+    if known is not None:
+        known.add(digest)
+    return result
 
 
 def _known(data: dict[str, Any]) -> RunResult:
@@ -501,12 +503,7 @@ def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
     paths = sorted(folder.rglob("*.json"))
     kept = [p for p in paths if not any(part[0] in "._" for part in p.relative_to(folder).parts)]
     known = CheckedFiles(folder)
-    out = []
-    for p in kept:
-        relative = p.relative_to(folder).as_posix()
-        result, info = _load(p, True, functools.partial(known.checked, relative))
-        known.add(relative, info)
-        out.append((p, result))
+    out = [(p, _load(p, True, known)) for p in kept]
     known.save()
     return out
 

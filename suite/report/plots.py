@@ -23,22 +23,34 @@ from suite.record.results import FIT_S
 from suite.report import stats
 from suite.report.points import Point, ScenarioView
 from suite.report.verdicts import device_count
+from suite.safe import bounded
 from suite.safe.markdown import plot_text
 from suite.spec.plan import axis_name
 
 SIZE, DPI = (7.0, 4.2), 100
 KEPT_PLOTS = 1000  # plots kept in the cache; the least recently used go first
+MAX_PNG_BYTES = 16 * bounded.MiB  # a plot is about 40 KB
 _PNG_END = b"IEND\xaeB`\x82"  # the last chunk of every whole PNG
 
 
 class Drawing:
-    """A stand-in for matplotlib's axes: every method call is kept, in order, to be played on real
-    axes (``_paint``) or to name the plot (``_key``). The plots below use no value a call returns."""
+    """A stand-in for matplotlib's axes: every call of the methods the plots below use is kept, in
+    order, to be played on real axes (``_paint``) or to name the plot (``_key``). The plots use no
+    value a call returns; any other attribute is an error, so a plot cannot read state that is not
+    there."""
+
+    METHODS = frozenset(
+        {"plot", "errorbar", "barh", "axvline", "set_xscale", "set_xticks", "set_yticks", "minorticks_off"}
+        | {"set_xlabel", "set_ylabel", "set_ylim"}
+    )
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple, dict[str, Any]]] = []
 
     def __getattr__(self, name: str) -> Callable[..., None]:
+        if name not in Drawing.METHODS:
+            raise AttributeError(f"Drawing keeps calls of {', '.join(sorted(Drawing.METHODS))}; not {name!r}")
+
         def call(*args: Any, **kwargs: Any) -> None:
             self.calls.append((name, args, kwargs))
 
@@ -192,46 +204,57 @@ def render(view: ScenarioView) -> bytes | None:
     drawing = Drawing()
     if not draw(view, drawing):
         return None
-    title = f"{view.scenario} on {view.machine}" + (" (smoke size)" if view.smoke else "")
-    kept = paths.cache_dir() / "plots" / f"{_key(drawing, title)}.png"
-    with contextlib.suppress(OSError):
-        png = kept.read_bytes()
-        if png.startswith(b"\x89PNG\r\n\x1a\n") and png.endswith(_PNG_END):
-            os.utime(kept)  # used now: kept longer
-            return png
+    title = plot_text(f"{view.scenario} on {view.machine}" + (" (smoke size)" if view.smoke else ""))
+    cache = paths.cache_dir()
+    kept = cache / "plots" / f"{_key(drawing, title)}.png" if cache is not None else None
+    if kept is not None:
+        with contextlib.suppress(OSError):
+            png = bounded.read_bytes(kept, MAX_PNG_BYTES)
+            if png.startswith(b"\x89PNG\r\n\x1a\n") and png.endswith(_PNG_END):
+                with contextlib.suppress(OSError):
+                    os.utime(kept)  # used now: kept longer
+                return png
     png = _paint(drawing, title)
-    _keep(kept, png)
+    if kept is not None:
+        _keep(kept, png)
     return png
 
 
 def _key(drawing: Drawing, title: str) -> str:
-    """What names a plot's bytes: its calls and title, this module's code, and matplotlib's version."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    digest.update(importlib.metadata.version("matplotlib").encode())
+    """What names a plot's bytes: its calls and title, this suite's code, and the versions of
+    matplotlib and of Pillow, which writes the PNG (drawn in matplotlib's default style, see _paint)."""
+    digest = hashlib.sha256(paths.code_digest().encode())
+    for package in ("matplotlib", "pillow"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            digest.update(f"{package} {importlib.metadata.version(package)}".encode())
     digest.update(repr((drawing.calls, title, SIZE, DPI)).encode())
     return digest.hexdigest()
 
 
 def _paint(drawing: Drawing, title: str) -> bytes:
+    """The PNG of ``drawing`` played on matplotlib's axes, under ``title`` (already made plain text)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
-    try:
-        for name, args, kwargs in drawing.calls:
-            getattr(ax, name)(*args, **kwargs)
-        ax.set_title(plot_text(title), fontsize=10)
-        ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", metadata={"Software": None})
-        return buf.getvalue()
-    finally:
-        plt.close(fig)
+    # matplotlib's own defaults, not a matplotlibrc of this machine's: a report's plots depend on the
+    # results alone, wherever they are drawn (and a plot taken from the cache is the one drawn now).
+    with plt.style.context("default"):
+        fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+        try:
+            for name, args, kwargs in drawing.calls:
+                getattr(ax, name)(*args, **kwargs)
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+            fig.tight_layout()
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", metadata={"Software": None})
+            return buf.getvalue()
+        finally:
+            plt.close(fig)
 
 
 def _keep(path: Path, png: bytes) -> None:
@@ -247,6 +270,8 @@ def _keep(path: Path, png: bytes) -> None:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        kept = sorted(path.parent.glob("*.png"), key=lambda p: p.stat().st_mtime_ns)
-        for old in kept[:-KEPT_PLOTS]:
-            old.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        kept = sorted((p.lstat().st_mtime_ns, p) for p in path.parent.glob("*.png"))
+        for _, old in kept[:-KEPT_PLOTS]:
+            with contextlib.suppress(OSError):
+                old.unlink()

@@ -19,12 +19,6 @@ MiB = 1024 * 1024
 
 def read_bytes(path: Path | str, limit: int) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them; OSError otherwise."""
-    return read_with_stat(path, limit)[0]
-
-
-def read_with_stat(path: Path | str, limit: int) -> tuple[bytes, os.stat_result]:
-    """``read_bytes``, with the file's status as it was opened (of the file read, whatever the path
-    names by the time the caller looks)."""
     # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer; fstat then refuses it.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -40,7 +34,7 @@ def read_with_stat(path: Path | str, limit: int) -> tuple[bytes, os.stat_result]
             total += len(chunk)
             if total > limit:  # it grew while read
                 raise OSError(errno.EFBIG, f"more than the {_size(limit)} allowed", str(path))
-        return b"".join(chunks), info
+        return b"".join(chunks)
     finally:
         os.close(fd)
 
