@@ -422,11 +422,11 @@ def _load(path: Path, in_folder: bool = False, known: CheckedFiles | None = None
     advice = "; move it out of the results folder" if in_folder else ""
     try:
         raw = bounded.read_bytes(path, MAX_RESULT_BYTES)
+        text = raw.decode("utf-8")
         digest = hashlib.sha256(raw).hexdigest() if known is not None else ""
         if known is not None and known.checked(digest):
             with contextlib.suppress(Exception):  # never expected: then checked as any other file
-                return _known(json.loads(raw))
-        text = raw.decode("utf-8")
+                return _known(json.loads(text))
         data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
     except OSError as exc:
         raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
