@@ -79,7 +79,6 @@ def main() -> int:
     suites = [s.resolve() for s in args.suite or [REPO]]
     with tempfile.TemporaryDirectory(prefix="report-scale-") as tmp:
         made = make_results(args.source, args.files, Path(tmp) / "results")
-        time.sleep(2.1)  # past record/checked_files.RACY_S: the files are old enough to be listed as checked
         # Each checkout its own, empty cache folder: its first report is the cold one (every file
         # checked, every plot drawn), the rounds after it the warm ones.
         cold = {

@@ -89,8 +89,11 @@ def version() -> str:
 def cache_dir() -> Path | None:
     """Where this user's suite keeps what it can always make again (which result files it has
     checked, plots it has drawn): ``$SUITE_CACHE_DIR``, else ``$XDG_CACHE_HOME/keras-speed-suite``,
-    else ``~/.cache/keras-speed-suite``; None where no home folder is known (nothing is kept).
+    else ``~/.cache/keras-speed-suite``; None (nothing is kept) where no home folder is known, or
+    the package's code cannot be told by its bytes (``code_digest``).
     Never a results folder, which may come from anyone."""
+    if code_digest() is None:
+        return None
     if given := os.environ.get(CACHE_ENV):
         return Path(given).absolute()
     if base := os.environ.get("XDG_CACHE_HOME"):
@@ -102,11 +105,19 @@ def cache_dir() -> Path | None:
 
 
 @functools.cache
-def code_digest() -> str:
+def code_digest() -> str | None:
     """sha256 of this package's Python files, names and bytes: what a cached verdict or drawing
-    was made by. Any change to the code, the checks' helpers included, makes everything anew."""
-    digest = hashlib.sha256()
+    was made by, so any change to the code, the checks' helpers included, makes everything anew.
+    None (nothing is cached) where a module's source cannot be read or there is none (a package
+    installed as bytecode only): then what made a cached entry cannot be told apart."""
+    digest, found = hashlib.sha256(), False
     for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()
+        if not path.is_file():  # a dangling link (an editor's lock file), a FIFO: not a module
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + data + b"\0")
+        found = True
+    return digest.hexdigest() if found else None

@@ -12,6 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import suite_cli
 
 from suite import paths
@@ -137,3 +138,31 @@ def test_a_plot_is_the_same_whatever_matplotlibrc_this_machine_has(tmp_path: Pat
     assert _report(res, tmp_path / "styled", tmp_path / "cache2", MATPLOTLIBRC=str(rc))[0] == 0
     pngs = sorted(p.name for p in (tmp_path / "plain").glob("*.png"))
     assert pngs and all((tmp_path / "plain" / n).read_bytes() == (tmp_path / "styled" / n).read_bytes() for n in pngs)
+
+
+def test_the_code_digest_passes_over_what_is_no_module_and_is_none_without_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor's lock file (a dangling link) or a FIFO named *.py is no module: it neither changes
+    the digest nor blocks it. A package without its .py files gives no digest, and so no cache."""
+    package = tmp_path / "suite"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("A = 1\n")
+    (package / "sub" / "b.py").write_text("B = 2\n")
+    monkeypatch.setattr(paths, "PACKAGE_DIR", package)
+    paths.code_digest.cache_clear()
+    try:
+        plain = paths.code_digest()
+        (package / ".#a.py").symlink_to("root@host.1234:1700000000")
+        os.mkfifo(package / "sub" / "c.py")
+        paths.code_digest.cache_clear()
+        assert paths.code_digest() == plain and plain is not None
+        (package / "a.py").write_text("A = 2\n")
+        paths.code_digest.cache_clear()
+        assert paths.code_digest() not in (plain, None)
+        for module in package.rglob("*.py"):
+            module.unlink()
+        paths.code_digest.cache_clear()
+        assert paths.code_digest() is None and paths.cache_dir() is None
+    finally:
+        paths.code_digest.cache_clear()

@@ -39,6 +39,7 @@ from suite.spec.settings import MAX_REPEATS
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    paths.code_digest()  # of the code as it is when the command starts, what its caches are keyed by
     try:
         return args.func(args)
     except (

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import tempfile
+from pathlib import Path
 
 from suite import paths
 from suite.safe import bounded
@@ -28,10 +29,10 @@ class CheckedFiles:
     """The files of ``folder`` found to be results, by the sha256 of their bytes."""
 
     def __init__(self, folder: os.PathLike[str] | str) -> None:
-        cache, here = paths.cache_dir(), os.path.abspath(folder)
+        cache, here = paths.cache_dir(), os.path.realpath(folder)
         name = hashlib.sha256(os.fsencode(here)).hexdigest()[:32]  # whatever bytes the path holds
         self.path = cache / "checked-results" / f"{name}.json" if cache is not None else None
-        if self.path is not None and self.path.is_relative_to(here):
+        if self.path is not None and Path(os.path.realpath(self.path)).is_relative_to(here):
             self.path = None  # a cache inside the folder read: its list would be read as a result
         self.listed: set[str] = set()
         self.seen: set[str] = set()
@@ -60,7 +61,7 @@ class CheckedFiles:
             return
         data = {"code": paths.code_digest(), "files": sorted(self.seen)}
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the user's alone: it vouches
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".", suffix=".tmp")
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -223,7 +223,7 @@ def render(view: ScenarioView) -> bytes | None:
 def _key(drawing: Drawing, title: str) -> str:
     """What names a plot's bytes: its calls and title, this suite's code, and the versions of
     matplotlib and of Pillow, which writes the PNG (drawn in matplotlib's default style, see _paint)."""
-    digest = hashlib.sha256(paths.code_digest().encode())
+    digest = hashlib.sha256(str(paths.code_digest()).encode())
     for package in ("matplotlib", "pillow"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             digest.update(f"{package} {importlib.metadata.version(package)}".encode())
@@ -261,7 +261,7 @@ def _keep(path: Path, png: bytes) -> None:
     """``png`` into the cache (whole, or not at all), which keeps the KEPT_PLOTS used last; where the
     cache cannot be written, nothing is kept."""
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
