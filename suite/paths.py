@@ -90,8 +90,8 @@ def cache_dir() -> Path | None:
     """Where this user's suite keeps what it can always make again (which result files it has
     checked, plots it has drawn): ``$SUITE_CACHE_DIR``, else ``$XDG_CACHE_HOME/keras-speed-suite``,
     else ``~/.cache/keras-speed-suite``; None (nothing is kept) where no home folder is known, or
-    the package's code cannot be told by its bytes (``code_digest``).
-    Never a results folder, which may come from anyone."""
+    the package's code cannot be told by its bytes (``code_digest``). Not meant to lie inside a
+    results folder, which may come from anyone (``checked_files`` keeps no list there)."""
     if code_digest() is None:
         return None
     if given := os.environ.get(CACHE_ENV):

@@ -4,10 +4,12 @@ so that a report over thousands of them does not check every field of every file
 A file counts as checked when the sha256 of its bytes, as read now, is that of bytes this code
 checked before: the bytes decoded are the bytes hashed, so whatever changed a file, by whatever
 means and whatever its times say, makes it another file, checked again. The list is kept in this
-user's cache folder, never in the results folder: a results folder may come from anyone, and a list
-kept there could vouch for any file. It is keyed by the package's code (``paths.code_digest``), so
-an update reads every file again, and it holds the files of one folder as they were last read.
-Where the cache folder cannot be read or written, nothing is listed and every file is checked.
+user's cache folder (made readable and writable by the user alone: it vouches for what it names),
+not in the results folder: a results folder may come from anyone, and a list kept there could vouch
+for any file (where the cache folder lies inside the folder read, no list is kept). It is keyed by
+the package's code (``paths.code_digest``), so an update reads every file again, and it holds the
+files of one folder as they were last read. Where the cache folder cannot be read or written,
+nothing is listed and every file is checked.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """PNG plots beside the reports, one per scenario and machine, chosen by the scenario's verdict kind.
 
 Agg backend, fixed size and DPI, no metadata (matplotlib otherwise stamps its version): the same
-results give the same bytes. A plot is first drawn on a stand-in for matplotlib's axes that keeps
-the calls (``Drawing``); a plot drawn before from the same calls, by the same code and matplotlib,
-is taken from this user's cache, and only a new one imports matplotlib (half a second) to paint.
+results give the same bytes; painted in matplotlib's default style, whatever matplotlibrc the
+machine has. A plot is first drawn on a stand-in for matplotlib's axes that keeps the calls
+(``Drawing``); a plot drawn before from the same calls, by the same code, matplotlib and Pillow, is
+taken from this user's cache, and only a new one imports matplotlib (half a second) to paint.
 """
 
 from __future__ import annotations
