@@ -74,7 +74,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from suite import telemetry as tm
 from suite.record import shape
 from suite.record.checked_files import CheckedFiles
 from suite.safe import bounded
@@ -234,50 +233,6 @@ ENV_VERSIONS = Field("environment", "versions")
 ENV_GPUS = Field("environment", "gpus_driver")
 # telemetry
 LOAD = Field("telemetry", "load")  # suite.telemetry.load: the machine's load around the run
-
-
-# telemetry: the windows and statistics reports use (suite.telemetry names the metrics)
-# "Busy" is about the steps: the steady epochs where recorded, else the whole fit. Never the whole
-# run: the idle setup, evaluation and probes around the fit would pass for a starved GPU.
-BUSY_WINDOWS = ("steady", "fit")
-BUSY_MIN_SAMPLES = 5  # a window shorter than a second at 5 Hz says too little: the next one is used
-
-
-def gpu_busy_percent(result: RunResult) -> float | None:
-    """Mean GPU utilization over the steady epochs (else the whole fit: the first with at least
-    BUSY_MIN_SAMPLES samples), averaged over the run's GPUs; None ("not measured") when no GPU was
-    sampled or no fit window was recorded."""
-    values = [
-        tm.window_stat(e, "mean", BUSY_WINDOWS, BUSY_MIN_SAMPLES)
-        for e in tm.metric_entries(result.telemetry, tm.GPU_UTIL_PERCENT)
-    ]
-    measured = [v for v in values if v is not None]
-    return sum(measured) / len(measured) if measured else None
-
-
-def peak_memory_bytes(result: RunResult) -> float | None:
-    """The run's peak host memory: the larger of the sampled peak (process tree RSS, or container
-    usage less inactive file cache) and the largest per-process kernel high-water mark (local runs);
-    None when not sampled.
-
-    The engine's own high-water mark of a container (cgroup v1 ``max_usage``) stays in the telemetry
-    but is not taken here: it counts file cache, which the sampled figure leaves out, and cgroup v2
-    has none, so taking it would make the same run read differently on two hosts.
-    """
-    peaks = [
-        tm.window_stat(e, "max", ("run",))
-        for name in (tm.MEMORY_BYTES, tm.PROCESS_HWM_BYTES)
-        for e in tm.metric_entries(result.telemetry, name)
-    ]
-    measured = [p for p in peaks if p is not None]
-    return max(measured) if measured else None
-
-
-def peak_gpu_memory_bytes(result: RunResult) -> float | None:
-    """The largest memory used on any one of the run's GPUs (the device as a whole, other processes included)."""
-    peaks = [tm.window_stat(e, "max", ("run",)) for e in tm.metric_entries(result.telemetry, tm.GPU_MEMORY_BYTES)]
-    measured = [p for p in peaks if p is not None]
-    return max(measured) if measured else None
 
 
 def finished_at(result: RunResult) -> str:

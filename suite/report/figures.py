@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.record import provenance, results, under_load
+from suite.record import provenance, results, telemetry_figures, under_load
 from suite.record.results import (
     ACHIEVED_FLOPS_PER_S,
     FIRST_EPOCH_OVERHEAD_S,
@@ -253,9 +253,9 @@ def run_record(path: str, r: RunResult, machine: str, counted: bool) -> dict[str
         "achieved_flops_per_s": ACHIEVED_FLOPS_PER_S.of(r),
         "flops_per_example_train": r.work.get("flops_per_example_train"),
         "peak_flops_per_s": peak_of(r),
-        "gpu_busy_percent": results.gpu_busy_percent(r),
-        "peak_memory_bytes": results.peak_memory_bytes(r),
-        "peak_gpu_memory_bytes": results.peak_gpu_memory_bytes(r),
+        "gpu_busy_percent": telemetry_figures.gpu_busy_percent(r),
+        "peak_memory_bytes": telemetry_figures.peak_memory_bytes(r),
+        "peak_gpu_memory_bytes": telemetry_figures.peak_gpu_memory_bytes(r),
         "message": first_line,
         **provenance_fields(r),
     }

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.environment import datasets
-from suite.record import results
+from suite.record import results, telemetry_figures
 from suite.record.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
 from suite.report import stats
 from suite.spec import names, select
@@ -51,19 +51,19 @@ class Point:
         """GPU utilization (%) over the steady epochs, the plain mean across the repetitions that
         recorded it: a share of time, so runs of equal length weigh equally (a geometric mean would be
         dragged towards one idle run); None when none did (CPU points, results without telemetry)."""
-        busy = [b for r in self.ok_runs if (b := results.gpu_busy_percent(r)) is not None]
+        busy = [b for r in self.ok_runs if (b := telemetry_figures.gpu_busy_percent(r)) is not None]
         return sum(busy) / len(busy) if busy else None
 
     @property
     def peak_memory(self) -> float | None:
         """The largest peak host memory (bytes) of any repetition: what the machine had to hold."""
-        peaks = [m for r in self.ok_runs if (m := results.peak_memory_bytes(r)) is not None]
+        peaks = [m for r in self.ok_runs if (m := telemetry_figures.peak_memory_bytes(r)) is not None]
         return max(peaks) if peaks else None
 
     @property
     def peak_gpu_memory(self) -> float | None:
         """The largest memory used on one GPU (bytes) in any repetition."""
-        peaks = [m for r in self.ok_runs if (m := results.peak_gpu_memory_bytes(r)) is not None]
+        peaks = [m for r in self.ok_runs if (m := telemetry_figures.peak_gpu_memory_bytes(r)) is not None]
         return max(peaks) if peaks else None
 
     @property
