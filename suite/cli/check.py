@@ -85,9 +85,9 @@ def _on_file(backend: Any, results_dir: Path, folder: Path) -> tuple[list[Path],
     """The folders ``run`` resumes from and the results in them: this machine's, or for a pool every
     node's folder, with the results a node of the pool made (``counts_as_done``)."""
     if is_pool(backend):
-        folders = results_folder.result_folders(results_dir)
-        return folders, [r for f in folders for _, r in results.load_folder(f) if backend.counts_as_done(r)]
-    return [folder], [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+        found = results_folder.pool_on_file(results_dir, backend.counts_as_done)
+        return results_folder.result_folders(results_dir), found
+    return [folder], results_folder.on_file(folder)
 
 
 def _data_lines(specs: list[plan.RunSpec]) -> list[str]:

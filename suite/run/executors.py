@@ -14,7 +14,7 @@ from suite.backends.base import Backend
 from suite.backends.peak_cache import run_with_peak
 from suite.record import results
 from suite.run.progress import Progress
-from suite.run.results_folder import machine_dir, pool_previous_runs, wall_times
+from suite.run.results_folder import machine_dir, on_file, pool_previous_runs, wall_times
 from suite.spec.plan import RunSpec
 
 
@@ -77,8 +77,8 @@ class InOrder:
 
     def on_file(self, results_dir: Path, fresh: bool) -> tuple[dict, dict[str, list[float]]]:
         folder = machine_dir(results_dir, self.machine)
-        on_file = [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
-        return {} if fresh else results.latest_by_run(on_file), wall_times(on_file)  # the ETA uses them all the same
+        found = on_file(folder)
+        return {} if fresh else results.latest_by_run(found), wall_times(found)  # the ETA uses them all the same
 
     def skip_reason(self, spec: RunSpec) -> str | None:
         return self.backend.skip_reason(spec)

@@ -29,11 +29,19 @@ def machine_dir(results_dir: Path, machine: str, source: str = "machine name (--
     return names.inside(results_dir, machine, source)
 
 
+def on_file(folder: Path) -> list[results.RunResult]:
+    """Every result in a machine's folder; none where the folder is not there yet."""
+    return [r for _, r in results.load_folder(folder)] if folder.is_dir() else []
+
+
+def pool_on_file(results_dir: Path, counts: Callable[[results.RunResult], bool]) -> list[results.RunResult]:
+    """Every result of a pool's kind (``counts``) in any machine folder under ``results_dir``."""
+    return [r for folder in result_folders(results_dir) for _, r in results.load_folder(folder) if counts(r)]
+
+
 def previous_runs(folder: Path) -> dict[tuple[str, int], results.RunResult]:
     """(fingerprint, repetition) -> the newest result on file."""
-    if not folder.is_dir():
-        return {}
-    return results.latest_by_run([r for _, r in results.load_folder(folder)])
+    return results.latest_by_run(on_file(folder))
 
 
 @contextlib.contextmanager
@@ -103,7 +111,7 @@ def pool_previous_runs(
     machines come from different clocks (a node's, the orchestrator's for a lost run), so "newest"
     cannot order a lost attempt against its retry. ``counts`` says which results are the pool's (a
     Ray node's, on the GPU model asked for); the others are not looked at."""
-    found = [r for folder in result_folders(results_dir) for _, r in results.load_folder(folder) if counts(r)]
+    found = pool_on_file(results_dir, counts)
     newest = results.latest_by_run(found)
     return newest | results.latest_by_run([r for r in found if r.ok])
 
