@@ -147,3 +147,78 @@ def test_every_ratio_printed_is_one_or_more_and_agrees_with_the_geometric_means(
         if r.significant is not None:
             low, high = (float(x) for x in words.split("CI ")[1].rstrip(")").split("-"))
             assert low <= factor <= high or abs(factor - low) < 0.006 or abs(factor - high) < 0.006, words
+
+
+def _two_stage_plan(sigma_a: float, sigma_b: float, trials: int, rng: np.random.Generator) -> tuple:
+    """Null trials (true ratio 1) run by the two-stage rule: each side's count from the variance of
+    its first stage, the cap's worth of runs drawn and the first ``count`` taken."""
+    cap = stats.MAX_REPEATS
+    log_a = rng.normal(0.0, sigma_a, (trials, cap))
+    log_b = rng.normal(0.0, sigma_b, (trials, cap))
+    first = stats.FIRST_STAGE
+    n_a = stats.two_stage_count(log_a[:, :first].var(-1, ddof=1))
+    n_b = stats.two_stage_count(log_b[:, :first].var(-1, ddof=1))
+    return log_a, n_a, log_b, n_b
+
+
+@pytest.mark.parametrize(
+    ("sigma_a", "sigma_b"), [(0.01, 0.01), (0.02, 0.02), (0.05, 0.05), (0.1, 0.1), (0.01, 0.05), (0.05, 0.005)]
+)
+def test_the_two_stage_interval_keeps_its_level_under_the_stopping(sigma_a: float, sigma_b: float) -> None:
+    # The ratio each trial's report would print, through the suite's own two_stage_ratio, must hold
+    # the truth in 93-97% of trials; the counts vary with each trial's first-stage spread.
+    rng = np.random.default_rng(20261205)
+    log_a, n_a, log_b, n_b = _two_stage_plan(sigma_a, sigma_b, 3000, rng)
+    held = [
+        stats.two_stage_ratio(list(np.exp(a[:na])), list(np.exp(b[:nb]))).significant is False
+        for a, na, b, nb in zip(log_a, n_a, log_b, n_b, strict=True)
+    ]
+    assert 0.93 <= np.mean(held) <= 0.97, np.mean(held)
+
+
+def test_the_interval_over_every_run_would_not_survive_the_same_stopping() -> None:
+    # What the two-stage interval is for: with the same counts, Welch's interval over every run
+    # stops on its own luck (a small first-stage spread ends the point early) and covers too little.
+    rng = np.random.default_rng(20261205)
+    log_a, n_a, log_b, n_b = _two_stage_plan(0.02, 0.02, 3000, rng)
+    held = [
+        stats.ratio(list(np.exp(a[:na])), list(np.exp(b[:nb]))).significant is False
+        for a, na, b, nb in zip(log_a, n_a, log_b, n_b, strict=True)
+    ]
+    assert np.mean(held) < 0.93
+
+
+def test_two_stage_counts_are_the_fewest_that_meet_the_precision_for_any_pair() -> None:
+    rng = np.random.default_rng(7)
+    first, cap = stats.FIRST_STAGE, stats.MAX_REPEATS
+    assert stats.two_stage_count(0.0) == first and stats.two_stage_count(1.0) == cap
+    quiet = stats.two_stage_count(rng.normal(0, 0.01, (4000, first)).var(-1, ddof=1))
+    assert quiet.mean() < 5, "at 1% noise the rule takes fewer runs than a fixed 5"
+    # Any two points the rule did not cap: their interval is within the precision, whatever the two
+    # spreads; one more run less would not be (the count is the fewest).
+    var = np.exp(rng.uniform(np.log(1e-6), np.log(2e-3), (20000, 2)))
+    n = stats.two_stage_count(var)
+    free = (n < cap).all(1)
+    half = stats.stage_one_half_width(var[:, 0], n[:, 0], var[:, 1], n[:, 1])
+    assert free.sum() > 1000 and (half[free] <= stats.PRECISION + 1e-12).all()
+    # The fewest runs that keep each point's own share var / n within precision**2 / (2 t**2):
+    t = scipy_stats.t.ppf(0.5 + stats.LEVEL / 2, first - 1)
+    share = var / n
+    assert (share[n > first] * n[n > first] / (n[n > first] - 1) > stats.PRECISION**2 / (2 * t**2)).all()
+    assert (share[n < cap] <= stats.PRECISION**2 / (2 * t**2) + 1e-15).all()
+
+
+def test_two_stage_ratio_takes_means_from_every_run_and_variances_from_the_first_stage() -> None:
+    first = stats.FIRST_STAGE
+    a = [2.0, 2.1, 1.9, 2.05, 3.0, 1.0]  # the later runs move the mean, not the interval's spread
+    b = [1.0, 1.01, 0.99, 1.0, 1.0]
+    r = stats.two_stage_ratio(a, b)
+    la, lb = np.log(a), np.log(b)
+    assert r.value == pytest.approx(np.exp(la.mean() - lb.mean()))
+    half = stats.stage_one_half_width(la[:first].var(ddof=1), len(a), lb[:first].var(ddof=1), len(b))
+    assert (r.low, r.high) == pytest.approx(
+        (np.exp(la.mean() - lb.mean() - half), np.exp(la.mean() - lb.mean() + half))
+    )
+    assert r.runs == (6, 5)
+    short = stats.two_stage_ratio(a[:3], b)  # a first stage that did not finish: fixed counts, Welch's
+    assert short == stats.ratio(a[:3], b)
