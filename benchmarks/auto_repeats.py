@@ -13,7 +13,7 @@ timed with log-normal noise (a point's own sigma on the log scale). The rules:
   Statist. 36, 1965, in the target's units). Both print the Welch interval over every run.
 - two-stage, all-run interval: the suite's two-stage counts (``stats.two_stage_count``: each point's
   count from the variance of its first 4 runs), with the Welch interval over every run printed.
-- two-stage: the same counts, and the interval the rule is made for (``stats.two_stage_ratio``):
+- two-stage: the same counts, and the interval the rule is made for (``stats.ratio`` with ``first``):
   means from every run, variances from the first stage alone (Stein's construction, Ann. Math.
   Statist. 16, 1945), so the count, a function of the first-stage spreads, carries no information
   about the printed interval's error.
@@ -132,7 +132,8 @@ def simulate(case: Case, trials: int, rng: np.random.Generator, precision: float
     mean, var = _means_and_vars(cum, cum2, n)
     diff = mean[:, :1] - mean[:, 1:]  # log of the baseline's time over the point's
     if rule == "two-stage":
-        half = stats.stage_one_half_width(stage_one[:, :1], n[:, :1], stage_one[:, 1:], n[:, 1:])
+        first = stats.FIRST_STAGE  # the variances of the first stage, over every run's count
+        half = stats.welch_half_width(stage_one[:, :1], n[:, :1], stage_one[:, 1:], n[:, 1:], stats.LEVEL, first, first)
     else:
         half = stats.welch_half_width(var[:, :1], n[:, :1], var[:, 1:], n[:, 1:])
     truth = np.log(np.array(TRUE_RATIOS))

@@ -39,6 +39,8 @@ GOOD = {
     "nulls": BASE + "data: {train_samples: null, data_dir: null}\nimage: null\n",
     "cnn defaults": "name: c\nquestion: q?\nmodel: {kind: cnn}\n",
     "mlp named": "name: c\nquestion: q?\nmodel: {kind: mlp, dropout: 0.5}\nthreads: {intra_op: 2}\n",
+    "repeats auto": BASE + "repeats: auto\n",
+    "repeats auto, its settings": BASE + "repeats: auto\nprecision: 0.05\nmax_repeats: 20\n",
 }
 BAD = {
     "unknown top key": BASE + "speed: fast\n",
@@ -73,6 +75,12 @@ BAD = {
     "blank question": BASE.replace("question: Does it parse?", "question: '  '"),
     "bad name": BASE.replace("name: tiny", "name: tiny file"),
     "repeats 0": BASE + "repeats: 0\n",
+    "repeats another word": BASE + "repeats: many\n",
+    "precision without auto": BASE + "repeats: 5\nprecision: 0.05\n",
+    "max_repeats without repeats": BASE + "max_repeats: 8\n",
+    "precision 0": BASE + "repeats: auto\nprecision: 0\n",
+    "precision a word": BASE + "repeats: auto\nprecision: tight\n",
+    "max_repeats below the first stage": BASE + "repeats: auto\nmax_repeats: 3\n",
     "unknown backend": BASE + "backend: mxnet\n",
     "learning rate 0": BASE.replace("  epochs: 2", "  epochs: 2\n  learning_rate: 0"),
     "timeout 0": BASE + "timeout_s: 0\n",

@@ -165,12 +165,13 @@ def _two_stage_plan(sigma_a: float, sigma_b: float, trials: int, rng: np.random.
     ("sigma_a", "sigma_b"), [(0.01, 0.01), (0.02, 0.02), (0.05, 0.05), (0.1, 0.1), (0.01, 0.05), (0.05, 0.005)]
 )
 def test_the_two_stage_interval_keeps_its_level_under_the_stopping(sigma_a: float, sigma_b: float) -> None:
-    # The ratio each trial's report would print, through the suite's own two_stage_ratio, must hold
+    # The ratio each trial's report would print, through the suite's own stats.ratio, must hold
     # the truth in 93-97% of trials; the counts vary with each trial's first-stage spread.
     rng = np.random.default_rng(20261205)
     log_a, n_a, log_b, n_b = _two_stage_plan(sigma_a, sigma_b, 3000, rng)
+    first = stats.FIRST_STAGE
     held = [
-        stats.two_stage_ratio(list(np.exp(a[:na])), list(np.exp(b[:nb]))).significant is False
+        stats.ratio(list(np.exp(a[:na])), list(np.exp(b[:nb])), first=(first, first)).significant is False
         for a, na, b, nb in zip(log_a, n_a, log_b, n_b, strict=True)
     ]
     assert 0.93 <= np.mean(held) <= 0.97, np.mean(held)
@@ -199,7 +200,7 @@ def test_two_stage_counts_are_the_fewest_that_meet_the_precision_for_any_pair() 
     var = np.exp(rng.uniform(np.log(1e-6), np.log(2e-3), (20000, 2)))
     n = stats.two_stage_count(var)
     free = (n < cap).all(1)
-    half = stats.stage_one_half_width(var[:, 0], n[:, 0], var[:, 1], n[:, 1])
+    half = stats.welch_half_width(var[:, 0], n[:, 0], var[:, 1], n[:, 1], stats.LEVEL, first, first)
     assert free.sum() > 1000 and (half[free] <= stats.PRECISION + 1e-12).all()
     # The fewest runs that keep each point's own share var / n within precision**2 / (2 t**2):
     t = scipy_stats.t.ppf(0.5 + stats.LEVEL / 2, first - 1)
@@ -208,17 +209,20 @@ def test_two_stage_counts_are_the_fewest_that_meet_the_precision_for_any_pair() 
     assert (share[n < cap] <= stats.PRECISION**2 / (2 * t**2) + 1e-15).all()
 
 
-def test_two_stage_ratio_takes_means_from_every_run_and_variances_from_the_first_stage() -> None:
+def test_a_two_stage_ratio_takes_means_from_every_run_and_variances_from_the_first_stage() -> None:
     first = stats.FIRST_STAGE
     a = [2.0, 2.1, 1.9, 2.05, 3.0, 1.0]  # the later runs move the mean, not the interval's spread
     b = [1.0, 1.01, 0.99, 1.0, 1.0]
-    r = stats.two_stage_ratio(a, b)
+    r = stats.ratio(a, b, first=(first, first))
     la, lb = np.log(a), np.log(b)
-    assert r.value == pytest.approx(np.exp(la.mean() - lb.mean()))
-    half = stats.stage_one_half_width(la[:first].var(ddof=1), len(a), lb[:first].var(ddof=1), len(b))
-    assert (r.low, r.high) == pytest.approx(
-        (np.exp(la.mean() - lb.mean() - half), np.exp(la.mean() - lb.mean() + half))
-    )
+    d = la.mean() - lb.mean()
+    va, vb = la[:first].var(ddof=1) / len(a), lb[:first].var(ddof=1) / len(b)
+    dof = (va + vb) ** 2 / (va**2 / (first - 1) + vb**2 / (first - 1))
+    half = scipy_stats.t.ppf(0.975, dof) * np.sqrt(va + vb)
+    assert r.value == pytest.approx(np.exp(d))
+    assert (r.low, r.high) == pytest.approx((np.exp(d - half), np.exp(d + half)))
     assert r.runs == (6, 5)
-    short = stats.two_stage_ratio(a[:3], b)  # a first stage that did not finish: fixed counts, Welch's
-    assert short == stats.ratio(a[:3], b)
+    # A side whose first stage did not finish (fewer runs than it) took no more: its count was
+    # fixed, and all its runs give its variance. Both sides so: Welch's interval over every run.
+    assert stats.ratio(a[:3], b[:3], first=(first, first)) == stats.ratio(a[:3], b[:3])
+    assert stats.ratio(a, b, first=(None, None)) == stats.ratio(a, b)

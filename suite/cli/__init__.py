@@ -34,7 +34,7 @@ from suite.run import results_folder
 from suite.safe.markdown import escaped
 from suite.spec import names, plan, select
 from suite.spec.scenario import ScenarioError
-from suite.spec.settings import MAX_REPEATS
+from suite.spec.settings import AUTO, MAX_REPEATS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,10 +356,26 @@ def _backend_arg(p: argparse.ArgumentParser) -> None:
 DOCKER_HOST_HELP = "Docker daemon address (default: DOCKER_HOST or the local socket)"
 
 
+def _repeats(text: str) -> int | str:
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}; allowed: an integer in [1, {MAX_REPEATS}], or {AUTO}"
+        ) from None
+
+
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenarios", nargs="*", type=Path, help="scenario YAML files (default: every file in scenarios/)")
     p.add_argument("--smoke", action="store_true", help="smoke size: the scenarios' smoke overrides, 1 repetition")
-    p.add_argument("--repeats", type=int, help=f"repetitions per point, 1 to {MAX_REPEATS} (default: the scenario's)")
+    p.add_argument(
+        "--repeats",
+        type=_repeats,
+        help=f"repetitions per point, 1 to {MAX_REPEATS}, or {AUTO}: 4, then more until each point's comparisons "
+        "are within the precision (default: the scenario's)",
+    )
     p.add_argument(
         "--max-runs",
         type=int,

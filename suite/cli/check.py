@@ -13,9 +13,10 @@ from suite.backends.base import is_pool
 from suite.cli.common import UsageError, backend_options, check_ray_args, display_path, make_plan, refuse_without_data
 from suite.environment import datasets, host_facts
 from suite.record import results
-from suite.run import results_folder
+from suite.run import results_folder, runner
 from suite.run.progress import duration_text, runs_text
 from suite.spec import plan
+from suite.spec.settings import AUTO
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -37,14 +38,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         done = {} if args.fresh else results.latest_by_run(on_file)
         walls = results_folder.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
-        for s in specs:
+        # repeats: auto: a point whose first stage is on file has its count; the others show its range.
+        for s in specs + runner.second_stage(specs, done):
             points.setdefault((s.scenario, s.point_label), []).append(s)
         rows: list[list[Any]] = []
         total = _Totals()
+        open_auto: list[int] = []  # per auto point without its count yet: the runs it may add
         for (scenario, label), runs in points.items():
             first = runs[0]
             status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)
-            rows.append([scenario, label, first.device, len(runs), first.fingerprint[:12], status, estimate])
+            rows.append([scenario, label, first.device, _reps(runs, done), first.fingerprint[:12], status, estimate])
+            rule = (first.report.get("repeats") or {}).get(AUTO)
+            if rule and not _counted(runs, rule, done) and backend.skip_reason(first) is None:
+                open_auto.append(int(rule["max_repeats"]) - len(runs))
         try:  # what run refuses before anything runs: check says so instead of "will run"
             refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
             refused = results.unwritable_here(folder)
@@ -72,6 +78,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     shown = ", ".join(str(display_path(f)) for f in folders)
     print(f"backend: {chosen}; earlier results: {shown}" + ("" if any(f.is_dir() for f in folders) else " (none yet)"))
     print(total.text())
+    if open_auto:
+        n = len(open_auto)
+        print(
+            f"repeats: auto: {n} point{'s' if n != 1 else ''} without a count yet: each runs its first stage, "
+            f"then more as that stage's spread asks, up to {runs_text(sum(open_auto))} more in all"
+        )
     if pool_note:
         print(pool_note)
     for line in _data_lines(specs):
@@ -136,6 +148,23 @@ class _Totals:
                 "(timeout_s each)"
             )
         return f"here: {counts}; estimated time: " + " + ".join(parts)
+
+
+def _counted(runs: list[plan.RunSpec], rule: dict[str, Any], done: dict[tuple[str, int], results.RunResult]) -> bool:
+    """Whether a ``repeats: auto`` point's count is known: its first stage on file, all ok."""
+    first = runs[0]
+    return all((r := done.get((first.fingerprint, rep))) is not None and r.ok for rep in range(int(rule["first"])))
+
+
+def _reps(runs: list[plan.RunSpec], done: dict[tuple[str, int], results.RunResult]) -> str:
+    """The runs a point takes: its fixed count; for ``repeats: auto``, its count where its first stage
+    is on file ("7 (auto)"), else the range ("4-10 (auto)")."""
+    rule = (runs[0].report.get("repeats") or {}).get(AUTO)
+    if not rule:
+        return str(len(runs))
+    if _counted(runs, rule, done):
+        return f"{len(runs)} (auto)"
+    return f"{rule['first']}-{rule['max_repeats']} (auto)"
 
 
 def _point_plan(

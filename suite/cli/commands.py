@@ -24,6 +24,7 @@ from suite.run import closing, results_folder, runner
 from suite.run.progress import NORMAL, QUIET, VERBOSE, runs_text
 from suite.safe.markdown import escaped
 from suite.spec import plan
+from suite.spec.settings import AUTO
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -37,6 +38,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in made.lines(args.select):
             say(line)
     check_ray_args(args)
+    if args.backend == "ray" and any(AUTO in s.report.get("repeats", {}) for s in specs):
+        raise UsageError(
+            f"repeats: {AUTO} runs on one machine's backend or on --hosts, not yet on a pool of nodes (--backend "
+            "ray): give the pool a fixed count (--repeats N)"
+        )
     if args.hosts is not None:
         refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
@@ -60,9 +66,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         say(
             f"{runs_text(len(specs))} on backend {backend.name}{where}, results in {args.results if pooled else folder}"
         )
-        summary = runner.run_plan(specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level)
+        summary = runner.run_plan(
+            specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level, auto=True
+        )
         folders = results_folder.result_folders(args.results) if pooled else [folder]
-    for line in closing.closing_lines(args.results, folders, specs) + summary.lines():
+    for line in closing.closing_lines(args.results, folders, specs + summary.added) + summary.lines():
         print(line)
     print(f"pages: python -m suite report --results {display_path(args.results)}")
     if summary.stopped:

@@ -22,7 +22,7 @@ from suite.spec.scenario import (
     overrides_problems,
     parse_overrides,
 )
-from suite.spec.settings import MAX_REPEATS, SETTINGS
+from suite.spec.settings import AUTO, AUTO_MAX_REPEATS, MAX_REPEATS, SETTINGS, Scenario
 
 DEFAULT_SCENARIOS = paths.default_scenarios()
 DEFAULT_RESULTS = paths.default_results()
@@ -52,6 +52,11 @@ class Plan:
         return out
 
 
+def most_runs(sc: Scenario) -> int:
+    """Runs a point may take: the fixed count, or repeats: auto's cap."""
+    return int(sc.auto["max_repeats"]) if sc.auto else sc.repeats
+
+
 def load_plan(args: argparse.Namespace) -> list[plan.RunSpec]:
     return make_plan(args).specs
 
@@ -65,12 +70,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
     files = args.scenarios or sorted(DEFAULT_SCENARIOS.glob("*.yaml"))
     if not files:
         raise UsageError(f"no scenario files given and none in {DEFAULT_SCENARIOS}")
-    if args.repeats is not None and not 1 <= args.repeats <= MAX_REPEATS:
-        raise UsageError(f"--repeats {args.repeats}: allowed: an integer in [1, {MAX_REPEATS}]")
+    if args.repeats not in (None, AUTO) and not 1 <= args.repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats {args.repeats}: allowed: an integer in [1, {MAX_REPEATS}], or {AUTO}")
     if args.max_runs < 1:
         raise UsageError(f"--max-runs {args.max_runs}: allowed: an integer >= 1")
-    scenarios = load_all([display_path(f) for f in files], args.max_runs, args.repeats or (1 if args.smoke else None))
-    sizes = {sc.source: plan.point_count(sc) * (args.repeats or (1 if args.smoke else sc.repeats)) for sc in scenarios}
+    # repeats: auto counts at its cap here: the plan may grow to that many runs a point.
+    given = AUTO_MAX_REPEATS if args.repeats == AUTO else args.repeats
+    scenarios = load_all([display_path(f) for f in files], args.max_runs, given or (1 if args.smoke else None))
+    sizes = {sc.source: plan.point_count(sc) * (given or (1 if args.smoke else most_runs(sc))) for sc in scenarios}
     if sum(sizes.values()) > args.max_runs:
         each = ", ".join(f"{source}: {n:,}" for source, n in sizes.items())
         raise UsageError(

@@ -25,7 +25,7 @@ from suite.record.results import (
     finished_at,
 )
 from suite.report import provenance_text, stats
-from suite.report.points import ScenarioView
+from suite.report.points import ScenarioView, fit_ratio
 from suite.safe.markdown import cell, code
 
 
@@ -192,7 +192,8 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
         for m in machines:
             got = found[m]
             fit = got.values(FIT_S) if got else []
-            r = stats.ratio(base_fit, fit) if fit and base_fit and m != ref else None  # reference time over this one's
+            # The reference's time over this one's.
+            r = fit_ratio(base, got) if base and got and fit and base_fit and m != ref else None
             cells[m] = {
                 "status": got.status if got else "not run",
                 "runs_ok": len(got.ok_runs) if got else 0,

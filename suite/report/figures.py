@@ -36,7 +36,7 @@ from suite.record.results import (
     RunResult,
 )
 from suite.report import stats, verdicts
-from suite.report.points import ACCURACY_GATE, Point, ScenarioView, gate_text, group_views, select_views
+from suite.report.points import ACCURACY_GATE, Point, ScenarioView, fit_ratio, gate_text, group_views, select_views
 from suite.spec.plan import override_flag, parse_device
 
 FORMAT = "keras-speed-suite/report"
@@ -146,7 +146,7 @@ def point_figures(view: ScenarioView, p: Point) -> PointFigures:
     if base is not None and base is not p and fit and base.summary(FIT_S):
         not_compared = verdicts.not_comparable(p, base)
         if not not_compared:
-            ratio = stats.ratio(base.values(FIT_S), p.values(FIT_S))
+            ratio = fit_ratio(base, p)
     elif base is None and fit and view.spec.get("report", {}).get("baseline"):
         # The baseline point is not among this view's: not run here, or (a view of --set runs) not
         # run with the same --set, against which alone these runs may be compared.
@@ -217,7 +217,29 @@ def _notes(
     load = under_load.point_load_note(p.ok_runs)
     if load:
         notes.append(load)
+    stop = stopping_note(p)
+    if stop:
+        notes.append(stop)
     return notes
+
+
+def stopping_note(p: Point) -> str | None:
+    """For a point of ``repeats: auto``: how many runs it took and why it stopped there."""
+    rule = p.auto
+    if rule is None:
+        return None
+    fits, first = p.values(FIT_S), int(rule["first"])
+    if len(fits) < first:
+        return f"repeats: auto: first stage unfinished, {len(fits)} of {first} runs ok, so no more were run"
+    spread = float(np.log(fits[:first]).var(ddof=1))
+    need = int(stats.two_stage_count(spread, float(rule["precision"]), 10**9, first))
+    cap = int(rule["max_repeats"])
+    if need > cap and len(fits) >= cap:
+        return f"repeats: auto: {len(fits)} runs, the cap (max_repeats; its first {first} asked for {need})"
+    if len(fits) >= need:
+        return f"repeats: auto: {len(fits)} runs, precision reached"
+    asked = min(need, cap)
+    return f"repeats: auto: {len(fits)} of the {asked} runs its first {first} asked for: the plan stopped short"
 
 
 def ratio_of(f: PointFigures) -> stats.Ratio | None:

@@ -22,7 +22,7 @@ from typing import Any
 from suite import paths
 from suite.record.results import FIT_S
 from suite.report import stats
-from suite.report.points import Point, ScenarioView
+from suite.report.points import Point, ScenarioView, fit_ratio
 from suite.report.verdicts import device_count
 from suite.safe import bounded
 from suite.safe.markdown import plot_text
@@ -150,10 +150,10 @@ def speedup(view: ScenarioView, ax: Drawing) -> bool:
         same_mode = [p for p in view.points if p.coords.get("training.batch_mode", mode) == mode]
         one = next((p for p in same_mode if p.device == base_device and p.ok_runs), None)
         pts = [p for p in same_mode if p.ok_runs] if one else []
-        if pts:
+        if one is not None and pts:
             xs = [device_count(p.device) for p in pts]
             # The baseline against itself is 1 by definition: no interval to draw.
-            ratios = [stats.Ratio(1.0, None, None) if p is one else stats.ratio(_fit(one), _fit(p)) for p in pts]
+            ratios = [stats.Ratio(1.0, None, None) if p is one else fit_ratio(one, p) for p in pts]
             ax.errorbar(
                 xs,
                 [r.value for r in ratios],
@@ -179,7 +179,7 @@ def knob_bars(view: ScenarioView, ax: Drawing) -> bool:
         if base is None or base is p or not (p.ok_runs and base.ok_runs):
             continue
         labels.append(plot_text(p.label))
-        ratios.append(stats.ratio(_fit(base), _fit(p)))
+        ratios.append(fit_ratio(base, p))
     if not ratios:
         return False
     ax.barh(range(len(ratios)), [r.value for r in ratios], xerr=_bars(ratios), capsize=3)

@@ -14,9 +14,10 @@ from typing import Any
 
 from suite.environment import datasets
 from suite.record import results, telemetry_figures
-from suite.record.results import RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
+from suite.record.results import FIT_S, RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
 from suite.report import stats
 from suite.spec import names, select
+from suite.spec.settings import AUTO
 
 # A run that trains to less than this test accuracy is broken, however fast: it is shown, flagged
 # and kept out of every verdict. MNIST MLPs reach ~0.97; the smoke sizes ~0.9.
@@ -45,6 +46,14 @@ class Point:
 
     def summary(self, field: Field) -> stats.Summary | None:
         return stats.summarize(self.values(field))
+
+    @property
+    def auto(self) -> dict[str, Any] | None:
+        return auto_rule(self.ok_runs)
+
+    @property
+    def first_stage(self) -> int | None:
+        return first_stage(self.ok_runs)
 
     @property
     def gpu_busy(self) -> float | None:
@@ -155,6 +164,31 @@ class ScenarioView:
         if not baseline:
             return self.points[0] if report.get("verdict", "none") == "none" and self.points else None
         return self.point(**{**point.coords, **baseline})
+
+
+def auto_rule(ok_runs: list[RunResult]) -> dict[str, Any] | None:
+    """The ``repeats: auto`` rule a point's runs were made under (the first ok run's that names one)."""
+    for r in ok_runs:
+        rule = ((r.spec.get("report") or {}).get("repeats") or {}).get(AUTO)
+        if isinstance(rule, dict) and isinstance(rule.get("first"), int) and rule["first"] >= 2:
+            return rule
+    return None
+
+
+def first_stage(ok_runs: list[RunResult]) -> int | None:
+    """How many of a point's first ok runs set its count under ``repeats: auto``: they alone give the
+    variance of its intervals. None for a fixed count, or a first stage that did not finish (no run
+    followed it, so its count is fixed)."""
+    rule = auto_rule(ok_runs)
+    return int(rule["first"]) if rule and len(ok_runs) >= int(rule["first"]) else None
+
+
+def fit_ratio(numerator: Point, denominator: Point) -> stats.Ratio:
+    """The ratio of two points' fit times, numerator's over denominator's, with the interval their
+    repetitions allow: Welch's over every run, or the two-stage one for a point of ``repeats: auto``."""
+    return stats.ratio(
+        numerator.values(FIT_S), denominator.values(FIT_S), first=(numerator.first_stage, denominator.first_stage)
+    )
 
 
 def load_views(results_dir: Path) -> list[ScenarioView]:

@@ -11,6 +11,7 @@ from suite.record.results import RUN_BACKEND
 from suite.report.points import ScenarioView
 from suite.spec.plan import override_flag
 from suite.spec.select import expression_for
+from suite.spec.settings import AUTO
 
 DEFAULT_RESULTS = Path("reports") / "results"  # what ``run --results`` and ``report --results`` default to
 
@@ -29,9 +30,12 @@ def folder_text(results_dir: Path | None) -> str | None:
     return None if path == DEFAULT_RESULTS else str(path)
 
 
-def _repeats(view: ScenarioView) -> int:
+def _repeats(view: ScenarioView) -> int | str:
     """How many repetitions the runs recorded: the most any shown point has (a point whose later
-    repetitions did not finish has fewer files, not a smaller ``--repeats``)."""
+    repetitions did not finish has fewer files, not a smaller ``--repeats``); ``auto`` where the
+    points ran under ``repeats: auto``, whose counts come from their own first runs."""
+    if any(p.auto for p in view.points):
+        return AUTO
     return max((int(r.spec.get("repetition", 0)) + 1 for p in view.points for r in p.runs), default=1)
 
 

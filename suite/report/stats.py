@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from suite.spec.settings import AUTO_FIRST, AUTO_MAX_REPEATS, AUTO_PRECISION
+
 SPREAD_LIMIT = 0.10  # (max - min) / median above this: the point is flagged unstable
 LEVEL = 0.95
 MIN_RUNS_FOR_INTERVAL = 3
@@ -191,13 +193,19 @@ def welch_log_interval(
     return diff, diff - half, diff + half
 
 
-def welch_half_width(var_a: Any, n_a: float, var_b: Any, n_b: float, level: float = LEVEL) -> Any:
+def welch_half_width(
+    var_a: Any, n_a: Any, var_b: Any, n_b: Any, level: float = LEVEL, k_a: Any = None, k_b: Any = None
+) -> Any:
     """Half-width of the Welch interval on a difference of two means, from each side's sample
-    variance and count (numbers or arrays); 0 where neither side has any spread."""
+    variance and count (numbers or arrays); 0 where neither side has any spread.
+
+    ``k_a``, ``k_b``: how many runs each variance was taken from (default: the count), which sets
+    its degrees of freedom: the two-stage rule takes it from a point's first stage alone."""
     va, vb = np.asarray(var_a, float) / n_a, np.asarray(var_b, float) / n_b
+    ka, kb = n_a if k_a is None else k_a, n_b if k_b is None else k_b
     se2 = va + vb
     with np.errstate(divide="ignore", invalid="ignore"):
-        dof = se2**2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+        dof = se2**2 / (va**2 / (ka - 1) + vb**2 / (kb - 1))
     dof = np.where(se2 > 0, dof, np.inf)
     # Student's t quantile from scipy.special, which scipy.stats.t.ppf calls (the same numbers): the
     # whole of scipy.stats takes three times as long to import, and only here would it be used.
@@ -206,16 +214,29 @@ def welch_half_width(var_a: Any, n_a: float, var_b: Any, n_b: float, level: floa
     return stdtrit(dof, 0.5 + level / 2) * np.sqrt(se2)
 
 
-def ratio(numerator: list[float], denominator: list[float], level: float = LEVEL) -> Ratio:
-    """Ratio of geometric means, numerator over denominator, with its interval where it holds."""
+def ratio(
+    numerator: list[float],
+    denominator: list[float],
+    level: float = LEVEL,
+    first: tuple[int | None, int | None] = (None, None),
+) -> Ratio:
+    """Ratio of geometric means, numerator over denominator, with its interval where it holds.
+
+    ``first``: per side, for a point run by the two-stage rule (``repeats: auto``), the length of its
+    first stage: its times in run order, the first that many give its variance, every one its mean.
+    None: a fixed count, the variance over every run (Welch's interval)."""
     num = np.log(np.asarray(numerator, float))
     den = np.log(np.asarray(denominator, float))
     runs = (len(num), len(den))
     value = float(np.exp(num.mean() - den.mean()))  # geometric_mean(numerator) / geometric_mean(denominator)
     if min(runs) < MIN_RUNS_FOR_INTERVAL:
         return Ratio(value, None, None, runs, level)
-    _, low, high = welch_log_interval(num, den, level)
-    return Ratio(value, float(np.exp(low)), float(np.exp(high)), runs, level)
+    k_num, k_den = (len(x) if k is None else min(k, len(x)) for k, x in zip(first, (num, den), strict=True))
+    diff = float(num.mean() - den.mean())
+    half = float(
+        welch_half_width(num[:k_num].var(ddof=1), len(num), den[:k_den].var(ddof=1), len(den), level, k_num, k_den)
+    )
+    return Ratio(value, float(np.exp(diff - half)), float(np.exp(diff + half)), runs, level)
 
 
 # Repetitions that stop when the answer is known: a two-stage rule in the manner of Stein (Ann. Math.
@@ -225,23 +246,7 @@ def ratio(numerator: list[float], denominator: list[float], level: float = LEVEL
 # noise a sample's mean is independent of its variance, the count tells the interval nothing about
 # the later runs: the level survives the stopping (benchmarks/auto_repeats.py measures it, and shows
 # that an interval over every run, stopped on its own width, covers as little as 89%).
-FIRST_STAGE = 4
-PRECISION = 0.03  # target half-width of a comparison's interval on the log scale: about +-3%
-MAX_REPEATS = 10
-
-
-def stage_one_half_width(
-    var_a: Any, n_a: Any, var_b: Any, n_b: Any, first: int = FIRST_STAGE, level: float = LEVEL
-) -> Any:
-    """Half-width of the two-stage interval on a difference of mean log times: Welch's, with each
-    side's first-stage variance (``first`` - 1 degrees of freedom) over its final count."""
-    a, b = np.asarray(var_a, float) / n_a, np.asarray(var_b, float) / n_b
-    se2 = a + b
-    with np.errstate(divide="ignore", invalid="ignore"):
-        dof = np.where(se2 > 0, se2**2 / ((a**2 + b**2) / (first - 1)), np.inf)
-    from scipy.special import stdtrit
-
-    return stdtrit(dof, 0.5 + level / 2) * np.sqrt(se2)
+FIRST_STAGE, PRECISION, MAX_REPEATS = AUTO_FIRST, AUTO_PRECISION, AUTO_MAX_REPEATS
 
 
 def two_stage_count(
@@ -259,22 +264,3 @@ def two_stage_count(
     t = stdtrit(first - 1, 0.5 + level / 2)
     need = np.ceil(2 * t**2 * np.asarray(var, float) / precision**2 - 1e-9)
     return np.clip(need, first, cap).astype(int)
-
-
-def two_stage_ratio(
-    numerator: list[float], denominator: list[float], first: int = FIRST_STAGE, level: float = LEVEL
-) -> Ratio:
-    """``ratio`` for points run by the two-stage rule: times in run order, the first ``first`` of each
-    side are its first stage. With fewer on a side the rule set no count (a first stage that did not
-    finish takes no further runs), so the counts are fixed and ``ratio``'s interval over every run holds."""
-    if min(len(numerator), len(denominator)) < first:
-        return ratio(numerator, denominator, level)
-    num = np.log(np.asarray(numerator, float))
-    den = np.log(np.asarray(denominator, float))
-    runs = (len(num), len(den))
-    value = float(np.exp(num.mean() - den.mean()))
-    half = float(
-        stage_one_half_width(num[:first].var(ddof=1), len(num), den[:first].var(ddof=1), len(den), first, level)
-    )
-    diff = float(num.mean() - den.mean())
-    return Ratio(value, float(np.exp(diff - half)), float(np.exp(diff + half)), runs, level)

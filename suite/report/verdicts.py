@@ -28,7 +28,7 @@ from typing import Any, TypeGuard
 
 from suite.record.results import FIT_S, STATUS_SKIPPED
 from suite.report import stats
-from suite.report.points import Point, ScenarioView, gate_text, leaves
+from suite.report.points import Point, ScenarioView, fit_ratio, gate_text, leaves
 from suite.spec.plan import axis_name, override_flag, parse_device
 
 # Below this share of time executing kernels, the GPU was idle between kernels most of the time.
@@ -210,7 +210,7 @@ def gpu_crossover(view: ScenarioView) -> Verdict:
             missing.append((_name(axis, value), f"GPU: {differs} (CPU)"))
             continue
         if usable(cpu) and usable(gpu):
-            rows.append((value, stats.ratio(_fit(cpu), _fit(gpu))))
+            rows.append((value, fit_ratio(cpu, gpu)))
             busy.append((value, gpu.gpu_busy if gpu is not None else None))
             continue
         why = [f"{side}: {why_unusable(p)}" for side, p in (("CPU", cpu), ("GPU", gpu)) if not usable(p)]
@@ -301,7 +301,7 @@ def scaling(view: ScenarioView) -> Verdict:
                 missing.append((p.label, f"{differs} ({base_device})"))
                 continue
             n = device_count(p.device) / device_count(base_device)
-            r = stats.ratio(_fit(one), _fit(p))
+            r = fit_ratio(one, p)
             items.append((device_count(p.device), f"{p.device} is {r.text()}, efficiency {r.value / n:.0%}"))
             compared.append(p)
         batch = one.runs[0].spec["config"]["training"]["batch_size"]
@@ -343,7 +343,7 @@ def _batch_mode_effect(view: ScenarioView) -> str:
     if not both:
         return ""
     n, split, per = max(both, key=lambda t: t[0])
-    r = stats.ratio(_fit(split), _fit(per))
+    r = fit_ratio(split, per)
     return f"On {per.device}, the per-device batch against the split one is {r.text()}."
 
 
@@ -358,7 +358,7 @@ def knobs(view: ScenarioView) -> Verdict:
         if usable(p) and usable(base) and (differs := not_comparable(p, base)):
             missing.append((p.label, f"{differs} (its default)"))
         elif usable(p) and usable(base):
-            compared.append((p.label, stats.ratio(_fit(base), _fit(p))))
+            compared.append((p.label, fit_ratio(base, p)))
         else:
             why = why_unusable(p) if not usable(p) else f"its default {why_unusable(base)}"
             missing.append((p.label, why))
@@ -406,7 +406,7 @@ def none(view: ScenarioView) -> Verdict:
         elif differs := not_comparable(p, base):
             missing_list.append((p.label, f"{differs}, against the baseline"))
         else:
-            compared.append((p, stats.ratio(_fit(base), _fit(p))))
+            compared.append((p, fit_ratio(base, p)))
     left = tuple(missing_list)
     if not compared:
         return Verdict(f"No point could be compared with the baseline {base.label} on this machine.", "", left)

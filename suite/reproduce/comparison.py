@@ -7,7 +7,7 @@ from typing import Any
 
 from suite.record.results import FIT_S, STEADY_EPOCH_S, TEST_ACCURACY, RunResult
 from suite.report import compare, stats
-from suite.report.points import ACCURACY_GATE
+from suite.report.points import ACCURACY_GATE, first_stage
 from suite.reproduce.equivalence import EQUIVALENCE_LEVEL, REPRODUCED, said, tolerance_text, verdict
 from suite.reproduce.originals import Original, files_text
 
@@ -97,7 +97,15 @@ def compare_point(
     """One point's comparison as plain data (``--json``); ``render`` formats exactly this."""
     original, again = side(point.ok_runs), side(reruns)
     failures, below_gate = failure_lines(reruns), gate_lines(reruns, point.runs)
-    v = verdict(original["fit_s"], again["fit_s"], tolerance, failures, below_gate, runs=len(reruns))
+    v = verdict(
+        original["fit_s"],
+        again["fit_s"],
+        tolerance,
+        failures,
+        below_gate,
+        runs=len(reruns),
+        original_first=first_stage(point.ok_runs),
+    )
     eq = v.equivalence
     hardware, other = fact_differences(point.ok_runs, reruns)
     r = v.ratio

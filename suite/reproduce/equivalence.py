@@ -50,6 +50,7 @@ def verdict(
     failures: list[str] | None = None,
     below_gate: list[str] | None = None,
     runs: int | None = None,
+    original_first: int | None = None,
 ) -> Verdict:
     """The verdict on one point from its original and rerun fit times (seconds).
 
@@ -57,6 +58,8 @@ def verdict(
     below_gate: one line per ok rerun below the accuracy gate every original run reached (its fit
     time is in ``rerun``); any of either makes the point not reproduced, whatever the other reruns
     measured. runs: how many reruns there were (default: the fit times given plus the failures).
+    original_first: the original's first stage where it ran under ``repeats: auto`` (its variance
+    is that stage's: ``stats.ratio``'s ``first``); the reruns are a fixed count.
 
     "reproduced" is two one-sided tests at 5% each (TOST): the 90% interval lies inside
     1 +- tolerance. "differs" needs the 95% interval wholly outside it. See EQUIVALENCE_LEVEL.
@@ -64,7 +67,8 @@ def verdict(
     failures, below_gate = list(failures or []), list(below_gate or [])
     if failures or below_gate:
         n = runs if runs is not None else len(rerun) + len(failures)
-        shown = stats.ratio(rerun, original) if rerun else None  # of the reruns that ran, for the table
+        # Of the reruns that ran, for the table.
+        shown = stats.ratio(rerun, original, first=(None, original_first)) if rerun else None
         if failures and below_gate:
             what = (
                 f"{len(failures) + len(below_gate)} of {n} reruns failed or fell below the accuracy gate "
@@ -77,8 +81,8 @@ def verdict(
         return Verdict(NOT_REPRODUCED, f"not reproduced: {what} ({(failures + below_gate)[0]})", shown)
     if not rerun:
         return Verdict(NOT_REPRODUCED, "not reproduced: no rerun recorded a fit time")
-    r = stats.ratio(rerun, original)
-    eq = stats.ratio(rerun, original, EQUIVALENCE_LEVEL)
+    r = stats.ratio(rerun, original, first=(None, original_first))
+    eq = stats.ratio(rerun, original, EQUIVALENCE_LEVEL, first=(None, original_first))
     pct = tolerance_text(tolerance)
     if r.low is None or r.high is None or eq.low is None or eq.high is None:
         if len(original) < stats.MIN_RUNS_FOR_INTERVAL:
@@ -89,7 +93,7 @@ def verdict(
                 r,
                 equivalence=eq,
             )
-        needed = repeats_needed(original, rerun, tolerance)
+        needed = repeats_needed(original, rerun, tolerance, original_first)
         how = (
             f"rerun with --repeats {needed}"
             if needed
@@ -110,10 +114,10 @@ def verdict(
     shown = eq if inside else r
     shown_width = eq.high - eq.low if inside else r.high - r.low
     width = "is wider than" if shown_width > high - low else "straddles"
-    needed = repeats_needed(original, rerun, tolerance)
+    needed = repeats_needed(original, rerun, tolerance, original_first)
     if needed is not None:
         how = f"rerun with --repeats {needed} (an estimate from the spread observed)"
-    elif _original_limits(original, rerun, tolerance):
+    elif _original_limits(original, rerun, tolerance, original_first):
         how = (
             f"the original's {len(original)} runs alone leave the interval too wide: more repetitions of the "
             "original are needed, not only of the rerun"
@@ -146,20 +150,27 @@ def tolerance_text(tolerance: float) -> str:
     return f"{tolerance * 100:g}%"
 
 
-def _log_parts(original: list[float], rerun: list[float]) -> tuple[float, float, float, int] | None:
-    """(difference of mean log times, original's and rerun's variance of log times, original n);
-    the rerun's variance is the original's where it has a single run. None below 2 original runs."""
+def _log_parts(
+    original: list[float], rerun: list[float], first: int | None = None
+) -> tuple[float, float, float, int, int] | None:
+    """(difference of mean log times, original's and rerun's variance of log times, original n, the
+    original runs its variance is from: ``first`` of them for ``repeats: auto``, else all); the rerun's
+    variance is the original's where it has a single run. None below 2 original runs."""
     lo, lr = np.log(np.asarray(original, float)), np.log(np.asarray(rerun, float))
     if len(lo) < 2:
         return None
-    var_o = float(lo.var(ddof=1))
+    k = len(lo) if first is None else min(first, len(lo))
+    var_o = float(lo[:k].var(ddof=1))
     var_r = float(lr.var(ddof=1)) if len(lr) >= 2 else var_o
-    return float(lr.mean() - lo.mean()), var_o, var_r, len(lo)
+    return float(lr.mean() - lo.mean()), var_o, var_r, len(lo), k
 
 
-def _half_width(var_o: float, n: int, var_r: float, m: float, level: float = stats.LEVEL) -> float:
-    """The Welch interval's half-width at ``level`` on log times for n original and m rerun runs."""
-    return float(stats.welch_half_width(var_o, n, var_r, m, level))
+def _half_width(
+    var_o: float, n: int, var_r: float, m: float, level: float = stats.LEVEL, k: int | None = None
+) -> float:
+    """The Welch interval's half-width at ``level`` on log times for n original and m rerun runs
+    (the original's variance from ``k`` of them, default n)."""
+    return float(stats.welch_half_width(var_o, n, var_r, m, level, k))
 
 
 def _distance(diff: float, tolerance: float) -> tuple[float, float]:
@@ -172,30 +183,34 @@ def _distance(diff: float, tolerance: float) -> tuple[float, float]:
     return (diff - hi if diff > hi else lo - diff), stats.LEVEL
 
 
-def repeats_needed(original: list[float], rerun: list[float], tolerance: float) -> int | None:
+def repeats_needed(
+    original: list[float], rerun: list[float], tolerance: float, original_first: int | None = None
+) -> int | None:
     """The fewest reruns (at most REPEATS_CAP) whose deciding interval (90% where the ratio lies
     inside the band, 95% outside) would no longer cross a bound of the tolerance band, if the ratio
     and both spreads stayed as observed; None when no number would (the ratio sits on a bound, or
     the original's own runs leave the interval too wide) or the original has too few runs to
     estimate from."""
-    parts = _log_parts(original, rerun)
+    parts = _log_parts(original, rerun, original_first)
     if parts is None or len(original) < stats.MIN_RUNS_FOR_INTERVAL:
         return None
-    diff, var_o, var_r, n = parts
+    diff, var_o, var_r, n, k = parts
     d, level = _distance(diff, tolerance)
     if d <= 0:
         return None
     for m in range(stats.MIN_RUNS_FOR_INTERVAL, REPEATS_CAP + 1):
-        if _half_width(var_o, n, var_r, m, level) < d:
+        if _half_width(var_o, n, var_r, m, level, k) < d:
             return m
     return None
 
 
-def _original_limits(original: list[float], rerun: list[float], tolerance: float) -> bool:
+def _original_limits(
+    original: list[float], rerun: list[float], tolerance: float, original_first: int | None = None
+) -> bool:
     """Whether even endless reruns would leave the interval crossing a bound: the original's spread decides."""
-    parts = _log_parts(original, rerun)
+    parts = _log_parts(original, rerun, original_first)
     if parts is None:
         return True
-    diff, var_o, var_r, n = parts
+    diff, var_o, var_r, n, k = parts
     d, level = _distance(diff, tolerance)
-    return d > 0 and _half_width(var_o, n, var_r, 1e9, level) >= d
+    return d > 0 and _half_width(var_o, n, var_r, 1e9, level, k) >= d

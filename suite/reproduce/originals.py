@@ -238,5 +238,7 @@ def rerun_specs(points: list[Original], repeats: int | None) -> list[plan.RunSpe
     for point in points:
         base = spec_of(point)
         n = repeats if repeats is not None else len(point.ok_runs)
-        specs += [plan.RunSpec(**{**base.__dict__, "repetition": i}) for i in range(n)]
+        # The reruns are a fixed count: repeats: auto's rule, if the original ran under it, stays behind.
+        report = {k: v for k, v in base.report.items() if k != "repeats"}
+        specs += [plan.RunSpec(**{**base.__dict__, "repetition": i, "report": report}) for i in range(n)]
     return plan.interleave(specs)

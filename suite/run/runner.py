@@ -7,6 +7,7 @@ flight (hyperfine's rule: export after every benchmark).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import signal
@@ -19,15 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from suite.backends.base import Backend, is_pool
 from suite.record import results, under_load
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
-from suite.report import points, verdicts
+from suite.report import points, stats, verdicts
 from suite.run import executors
 from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, runs_text, shorten
 from suite.run.results_folder import machine_dir
 from suite.spec import names
 from suite.spec.plan import RunSpec, parse_device
+from suite.spec.settings import AUTO
 
 # A run that ended ok but trained below the accuracy gate: counted apart from ok, as the pages do.
 BELOW_GATE = "below the accuracy gate"
@@ -57,6 +61,7 @@ class Summary:
     counts: Counter = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     stopped: str | None = None  # why the plan ended before its last run (a pool's cluster went away)
+    added: list[RunSpec] = field(default_factory=list)  # repeats: auto's second stage, beyond the specs given
 
     @property
     def failed(self) -> bool:
@@ -185,6 +190,7 @@ def run_plan(
     live: bool = False,
     clock: Callable[[], float] = time.monotonic,
     level: int = NORMAL,
+    auto: bool = False,
 ) -> Summary:
     """Run every spec of the plan and save each result the moment it exists: in order on this
     machine's backend, or, on a pool of nodes (``is_pool``: Ray's), all submitted at once in the
@@ -198,6 +204,8 @@ def run_plan(
         the line each run prints when it ends.
     level: QUIET (failures only), NORMAL (a line per run that runs), VERBOSE (a line per spec, with
         its result file).
+    auto: points of ``repeats: auto`` take their second stage once the plan's first is on file
+        (``second_stage``); without it the plan is the specs given (reproduce reruns them as recorded).
     """
     summary = Summary()
     runs: executors.Runs = executors.Pooled(backend) if is_pool(backend) else executors.InOrder(backend, machine)
@@ -215,12 +223,15 @@ def run_plan(
         _start_plan(progress, steps, earlier)
         by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
-            _walk(steps, runs, summary, progress, save)
-            if runs.pending and not summary.stopped:
-                progress.line(runs.submitted_text())
-            while runs.pending and not summary.stopped:
-                for made in runs.collect():
-                    save(made)
+            _walk_and_collect(steps, runs, summary, progress, save)
+            more = second_stage(specs, runs.on_file(results_dir, False)[0]) if auto and not summary.stopped else []
+            summary.added = more
+            if more:
+                progress.line(f"repeats: auto: the first stage's spreads ask for {runs_text(len(more))} more")
+                steps = _steps(more, runs, {} if fresh else runs.on_file(results_dir, False)[0])
+                _start_plan(progress, steps, earlier)
+                by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
+                _walk_and_collect(steps, runs, summary, progress, save)
             if summary.stopped:  # stop the rest, keep what has come back
                 for made in runs.stop(progress.line):
                     save(made)
@@ -239,6 +250,44 @@ def run_plan(
         _restore_signals(old_handlers)
         runs.close()
     return summary
+
+
+def second_stage(specs: list[RunSpec], on_file: dict) -> list[RunSpec]:
+    """The runs ``repeats: auto`` adds to each point whose first stage is on file, all ok: up to the
+    count that stage's spread of log fit times sets (``stats.two_stage_count``), in the plan's
+    interleaved order. A point whose first stage is not all ok takes no more (its counts stay fixed)."""
+    extra: list[RunSpec] = []
+    seen: set[str] = set()
+    for spec in specs:
+        rule = (spec.report.get("repeats") or {}).get(AUTO)
+        if not rule or spec.fingerprint in seen:
+            continue
+        seen.add(spec.fingerprint)
+        found = [on_file.get((spec.fingerprint, r)) for r in range(rule["first"])]
+        first = [float(FIT_S.of(r)) for r in found if r is not None and r.ok and FIT_S.of(r)]
+        if len(first) < rule["first"]:
+            continue
+        logs = np.log(first)
+        n = int(stats.two_stage_count(logs.var(ddof=1), rule["precision"], rule["max_repeats"], rule["first"]))
+        extra += [dataclasses.replace(spec, repetition=r) for r in range(rule["first"], n)]
+    extra.sort(key=lambda s: (s.repetition, s.order))
+    return [dataclasses.replace(s, order=len(specs) + i) for i, s in enumerate(extra)]
+
+
+def _walk_and_collect(
+    steps: list[_Step],
+    runs: executors.Runs,
+    summary: Summary,
+    progress: Progress,
+    save: Callable[[executors.Made], None],
+) -> None:
+    """Every step of ``steps`` run, or submitted and collected (a pool), unless the plan stopped."""
+    _walk(steps, runs, summary, progress, save)
+    if runs.pending and not summary.stopped:
+        progress.line(runs.submitted_text())
+    while runs.pending and not summary.stopped:
+        for made in runs.collect():
+            save(made)
 
 
 def _walk(

@@ -17,7 +17,7 @@ from typing import Any
 
 from suite.environment import datasets
 from suite.spec.setting_paths import apply_overrides
-from suite.spec.settings import Scenario
+from suite.spec.settings import AUTO, Scenario, auto_settings
 from suite.worker.devices import parse_device  # one definition, shared with the worker
 
 __all__ = [
@@ -189,7 +189,7 @@ def expand(
     scenario: Scenario,
     *,
     smoke: bool = False,
-    repeats: int | None = None,
+    repeats: int | str | None = None,
     data: DataResolver | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> list[RunSpec]:
@@ -202,7 +202,15 @@ def expand(
     ``overrides`` (``--set``, checked by ``scenario.override_problems`` first) change the scenario's
     own settings before the matrix, and win over its smoke size where both set a value.
     """
-    reps = repeats if repeats is not None else (1 if smoke else scenario.repeats)
+    # repeats: auto (the scenario's, or --repeats auto for any): its first stage; cmd_run adds the rest.
+    auto = (
+        (scenario.auto or auto_settings())
+        if repeats == AUTO
+        else scenario.auto
+        if repeats is None and not smoke
+        else None
+    )
+    reps = auto["first"] if auto else int(repeats) if repeats is not None else (1 if smoke else scenario.repeats)
     resolve = data or datasets.identity_for
     overrides = dict(overrides or {})
     if overrides:
@@ -234,6 +242,7 @@ def expand(
                     "verdict": scenario.verdict,
                     "baseline": scenario.baseline,
                     "description": scenario.description,
+                    **({"repeats": {AUTO: auto}} if auto else {}),
                 },
                 overrides=dict(overrides),
             )

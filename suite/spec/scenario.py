@@ -19,6 +19,8 @@ from suite.spec import names
 from suite.spec.plan import MAX_RUNS, expand, overlaps, point_count, shape_text
 from suite.spec.setting_paths import apply_overrides, path_problem
 from suite.spec.settings import (
+    AUTO,
+    AUTO_FIRST,
     DEFAULTS,
     MAX_REPEATS,
     REPORT_KEYS,
@@ -27,6 +29,7 @@ from suite.spec.settings import (
     Checker,
     Scenario,
     ScenarioError,
+    auto_settings,
     brief,
     check_config,
     check_value,
@@ -178,6 +181,22 @@ def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
 # --------------------------------------------------------------------------- loading
 
 
+def _load_auto(ck: Checker, data: dict[str, Any]) -> dict[str, Any] | None:
+    precision, cap = data.get("precision"), data.get("max_repeats")
+    problems = len(ck.problems)
+    if precision is not None and not (
+        isinstance(precision, int | float) and not isinstance(precision, bool) and 0.001 <= precision <= 1
+    ):
+        ck.fail(
+            "precision",
+            f"got {brief(precision)}; allowed: a number in [0.001, 1], the target half-width of a ratio's "
+            "interval on the log scale (0.03: about +-3%)",
+        )
+    if cap is not None and not (is_int(cap) and AUTO_FIRST <= cap <= MAX_REPEATS):
+        ck.fail("max_repeats", f"got {brief(cap)}; allowed: an integer in [{AUTO_FIRST}, {MAX_REPEATS}]")
+    return auto_settings(precision, cap) if len(ck.problems) == problems else None
+
+
 def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None) -> Scenario:
     """Read and validate one scenario file. Raises ScenarioError listing every problem found.
 
@@ -202,8 +221,14 @@ def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None)
                 key, "holds a control character; allowed: printable text" + (", line breaks and tabs" if extra else "")
             )
     repeats = data.get("repeats", 5)
-    if not (is_int(repeats) and 1 <= repeats <= MAX_REPEATS):
-        ck.fail("repeats", f"got {brief(repeats)}; allowed: an integer in [1, {MAX_REPEATS}]")
+    auto = _load_auto(ck, data) if repeats == AUTO else None
+    if repeats == AUTO:
+        repeats = AUTO_FIRST
+    elif not (is_int(repeats) and 1 <= repeats <= MAX_REPEATS):
+        ck.fail("repeats", f"got {brief(repeats)}; allowed: an integer in [1, {MAX_REPEATS}], or {AUTO}")
+    for key in ("precision", "max_repeats"):
+        if key in data and data.get("repeats") != AUTO:
+            ck.fail(key, f"only with repeats: {AUTO}; a fixed count runs every point that many times")
 
     own = {k: v for k, v in data.items() if k in DEFAULTS}
     check_config(ck, own, line_of=lambda p: p)
@@ -228,8 +253,9 @@ def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None)
         smoke=smoke,
         baseline=baseline,
         verdict=verdict,
+        auto=auto,
     )
-    points, reps = point_count(scenario), repeats or scenario.repeats
+    points, reps = point_count(scenario), repeats or (auto["max_repeats"] if auto else scenario.repeats)
     if points * reps > max_runs:
         ck.fail(
             "matrix",

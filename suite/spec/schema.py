@@ -13,7 +13,15 @@ import copy
 import re
 from typing import Any
 
-from suite.spec.settings import SETTINGS, VERDICTS
+from suite.spec.settings import (
+    AUTO,
+    AUTO_FIRST,
+    AUTO_MAX_REPEATS,
+    AUTO_PRECISION,
+    MAX_REPEATS,
+    SETTINGS,
+    VERDICTS,
+)
 from suite.worker.kinds import DEFAULT_KIND, KINDS, ModelKind
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -118,7 +126,26 @@ def scenario_schema() -> dict[str, Any]:
             "name": {"type": "string", "pattern": NAME_PATTERN, "description": "names the result and report files"},
             "question": {"type": "string", "pattern": r"\S", "description": "the question the report answers"},
             "description": {"type": ["string", "null"]},
-            "repeats": {"type": "integer", "minimum": 1, "default": 5, "description": "repetitions per point"},
+            "repeats": {
+                "oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_REPEATS}, {"const": AUTO}],
+                "default": 5,
+                "description": f"repetitions per point, or {AUTO}: {AUTO_FIRST}, then as many as the first "
+                "runs' spread asks for the precision",
+            },
+            "precision": {
+                "type": "number",
+                "minimum": 0.001,
+                "maximum": 1,
+                "default": AUTO_PRECISION,
+                "description": f"repeats: {AUTO}: target half-width of a ratio's interval on the log scale",
+            },
+            "max_repeats": {
+                "type": "integer",
+                "minimum": AUTO_FIRST,
+                "maximum": MAX_REPEATS,
+                "default": AUTO_MAX_REPEATS,
+                "description": f"repeats: {AUTO}: the most runs a point takes",
+            },
             "model": {
                 "type": "object",
                 "properties": {"kind": {"enum": list(KINDS), "default": DEFAULT_KIND}},
@@ -137,5 +164,9 @@ def scenario_schema() -> dict[str, Any]:
             },
         },
         "additionalProperties": False,
+        "dependentSchemas": {
+            key: {"required": ["repeats"], "properties": {"repeats": {"const": AUTO}}}
+            for key in ("precision", "max_repeats")
+        },
         "allOf": [{"if": _when(name), "then": _for_kind(kind)} for name, kind in KINDS.items()],
     }

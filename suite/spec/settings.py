@@ -163,7 +163,33 @@ def defaults_for(kind: str = kinds.DEFAULT_KIND) -> dict[str, Any]:
 # The defaults of a scenario that names no model kind (an MLP). Its key sets are the closed sets of
 # allowed keys, but for the model section, whose keys are its kind's.
 DEFAULTS: dict[str, Any] = defaults_for()
-TOP_KEYS = ("name", "question", "description", "repeats", "matrix", "variants", "smoke", "report")
+TOP_KEYS = (
+    "name",
+    "question",
+    "description",
+    "repeats",
+    "precision",
+    "max_repeats",
+    "matrix",
+    "variants",
+    "smoke",
+    "report",
+)
+AUTO = "auto"  # repeats: auto, the two-stage rule of report/stats (docs/scenarios.md)
+AUTO_FIRST = 4  # runs every point takes before its spread sets its count
+AUTO_PRECISION = 0.03  # target half-width of a comparison's interval on the log scale: about +-3%
+AUTO_MAX_REPEATS = 10
+
+
+def auto_settings(precision: Any = None, max_repeats: Any = None) -> dict[str, Any]:
+    """The two-stage rule's settings, the defaults of report/stats where not given."""
+    return {
+        "first": AUTO_FIRST,
+        "precision": AUTO_PRECISION if precision is None else float(precision),
+        "max_repeats": AUTO_MAX_REPEATS if max_repeats is None else int(max_repeats),
+    }
+
+
 REPORT_KEYS = ("baseline", "verdict")
 
 
@@ -188,6 +214,9 @@ class Scenario:
     smoke: dict[str, Any]
     baseline: dict[str, Any]
     verdict: str
+    # ``repeats: auto``: {"first": runs every point takes, "precision": target half-width on the log
+    # scale, "max_repeats": the cap}; ``repeats`` is then the first stage. None: a fixed count.
+    auto: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- validation
