@@ -10,11 +10,19 @@ within it), the same for each run's fastest steady epoch (less sensitive to load
 suite's fixed cost per run (process start to result, beyond the bare script's own start-up).
 Goal: the interval within 0.98-1.02 on a quiet machine.
 
+``--pairs auto`` takes as many pairs as that goal needs, by the rule ``repeats: auto`` uses: 4
+pairs, then the spread of their log ratios sets the count (the fewest whose interval, at that
+spread, is within ``--precision``; at most ``--max-pairs``), and the interval takes its spread
+from those first 4 pairs and its mean from every pair (Stein's two-stage interval: the count tells
+it nothing). ``--budget-s`` stops starting pairs once that much time is spent; the interval is then
+the same, over the pairs that ran.
+
 Both sides differ only in the harness: same digits, model, optimizer, seed, batch, shuffling and
 thread settings (the defaults); each times epoch begin to epoch end. The suite's timer also counts
 batches (a Python call per step) to time the first step: part of what is checked here.
 
-    python benchmarks/harness_fidelity.py [--pairs 10] [--width 750] [--epochs 6] [--data-dir DIR]
+    python benchmarks/harness_fidelity.py [--pairs 10|auto] [--precision 0.02] [--max-pairs 60] [--budget-s 1800]
+        [--width 750] [--epochs 6] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -108,25 +116,44 @@ def bare_run(hidden: list[int], data_dir: Path, epochs: int) -> tuple[list[float
     return json.loads(out.stdout.strip().splitlines()[-1])["epoch_s"], wall
 
 
-def paired_ratio(suite: list[float], bare: list[float]) -> str:
-    """Geometric mean of the per-pair ratios with a 95% paired t-interval, and their range."""
+FIRST = 4  # pairs before the spread sets the count, under --pairs auto (as repeats: auto's first stage)
+
+
+def pairs_needed(first_logs: list[float], precision: float, cap: int) -> int:
+    """The two-stage count: the fewest pairs n whose 95% half-width t(FIRST-1) * s / sqrt(n), at the
+    spread s of the first pairs' log ratios, is within ``precision``; FIRST at least, ``cap`` at most."""
+    s2 = float(np.var(first_logs, ddof=1))
+    need = int(np.ceil(t_dist.ppf(0.975, FIRST - 1) ** 2 * s2 / precision**2 - 1e-9))
+    return min(max(need, FIRST), cap)
+
+
+def paired_ratio(suite: list[float], bare: list[float], first: int | None = None) -> str:
+    """Geometric mean of the per-pair ratios with a 95% paired t-interval, and their range.
+    ``first``: the spread from the first that many pairs alone (the two-stage interval)."""
     logs = np.log(np.asarray(suite) / np.asarray(bare))
     n = len(logs)
     centre = float(np.exp(logs.mean()))
     if n < 2:
         return f"{centre:.3f} (one pair: no interval)"
-    half = float(t_dist.ppf(0.975, n - 1) * logs.std(ddof=1) / np.sqrt(n))
+    k = n if first is None else min(first, n)
+    half = float(t_dist.ppf(0.975, k - 1) * logs[:k].std(ddof=1) / np.sqrt(n))
     low, high = np.exp(logs.mean() - half), np.exp(logs.mean() + half)
     return f"{centre:.3f} (95% CI {low:.3f}-{high:.3f}; per pair {np.exp(logs.min()):.3f}-{np.exp(logs.max()):.3f})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--pairs", default="10", help="a number, or auto: as many as --precision needs")
+    ap.add_argument("--precision", type=float, default=0.02, help="--pairs auto: target half-width, log scale")
+    ap.add_argument("--max-pairs", type=int, default=60)
+    ap.add_argument("--budget-s", type=float, default=1800, help="--pairs auto: start no pair after this")
     ap.add_argument("--width", type=int, default=750)
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "mnist")
     args = ap.parse_args()
+    auto = args.pairs == "auto"
+    if not auto and not args.pairs.isdigit():
+        raise SystemExit(f"--pairs {args.pairs!r}: a number, or auto")
     if not (args.data_dir / "t10k-images-idx3-ubyte.gz").is_file():
         raise SystemExit(f"no MNIST IDX files (t10k-*-ubyte.gz) in {args.data_dir}; pass --data-dir")
     hidden = [args.width, 150, 50, 50]
@@ -137,7 +164,13 @@ def main() -> None:
     backend = LocalBackend()
     suite_steady, bare_steady, suite_wall, bare_wall = [], [], [], []
     suite_fastest, bare_fastest = [], []  # the least disturbed epoch of each run: robust to spikes
-    for i in range(args.pairs):
+    planned = FIRST if auto else int(args.pairs)
+    started, why = time.monotonic(), "the fixed count"
+    i = 0
+    while i < planned:
+        if auto and i >= FIRST and time.monotonic() - started > args.budget_s:
+            why = f"the budget ({args.budget_s:g} s) was spent after {i} of {planned} pairs"
+            break
         # Alternate which goes first, so neither always runs on a warmer machine.
         order = ("suite", "bare") if i % 2 == 0 else ("bare", "suite")
         for who in order:
@@ -152,11 +185,19 @@ def main() -> None:
                 bare_fastest.append(min(epochs[1:]))
                 bare_wall.append(wall)
         print(f"pair {i + 1}: steady epoch suite {suite_steady[-1]:.3f} s, bare {bare_steady[-1]:.3f} s")
+        i += 1
+        if auto and i == FIRST:
+            first_logs = list(np.log(np.asarray(suite_steady) / np.asarray(bare_steady)))
+            planned = pairs_needed(first_logs, args.precision, args.max_pairs)
+            why = f"the first {FIRST} pairs' spread sets {planned} (precision {args.precision:g}, cap {args.max_pairs})"
+            print(f"--pairs auto: {why}")
     shape = "-".join(map(str, hidden))
-    config = f"MLP 784-{shape}-10, {TRAIN_SAMPLES} MNIST digits, {args.epochs} epochs, {args.pairs} pairs"
+    first = FIRST if auto else None
+    config = f"MLP 784-{shape}-10, {TRAIN_SAMPLES} MNIST digits, {args.epochs} epochs, {i} pairs ({why})"
     print(f"\nconfiguration: {config}")
-    print(f"steady-state epoch, suite/bare: {paired_ratio(suite_steady, bare_steady)}; goal: interval within 0.98-1.02")
-    print(f"fastest steady epoch, suite/bare: {paired_ratio(suite_fastest, bare_fastest)}")
+    steady = paired_ratio(suite_steady, bare_steady, first)
+    print(f"steady-state epoch, suite/bare: {steady}; goal: interval within 0.98-1.02")
+    print(f"fastest steady epoch, suite/bare: {paired_ratio(suite_fastest, bare_fastest, first)}")
     print(
         f"wall per run: suite {statistics.median(suite_wall):.2f} s, bare {statistics.median(bare_wall):.2f} s; "
         f"suite fixed overhead {statistics.median(suite_wall) - statistics.median(bare_wall):+.2f} s per run "

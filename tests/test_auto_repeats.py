@@ -67,6 +67,7 @@ def test_check_shows_the_range_of_runs_before_the_first_stage(tmp_path: Path) ->
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| tiny_auto")]
     assert len(rows) == 2 and all("| 4-10 (auto) " in row for row in rows)
     assert "2 points without a count yet" in proc.stdout and "up to 12 runs more in all" in proc.stdout
+    assert "2 points, 8 runs (repeats: auto: the runs of the first stage; more follow" in proc.stdout
     # --repeats auto makes any scenario's counts adaptive; --repeats N a fixed count, for this one too.
     fixed = write_scenario(
         tmp_path, "fixed", TINY.replace("repeats: auto\n", "repeats: 3\n").replace("tiny_auto", "fixed")
@@ -74,7 +75,7 @@ def test_check_shows_the_range_of_runs_before_the_first_stage(tmp_path: Path) ->
     proc = suite_cli("check", fixed, "--results", tmp_path / "results", "--backend", "local", "--repeats", "auto")
     assert proc.returncode == 0 and "| 4-10 (auto) " in proc.stdout, proc.stdout + proc.stderr
     proc = suite_cli("check", path, "--results", tmp_path / "results", "--backend", "local", "--repeats", "2")
-    assert proc.returncode == 0 and "(auto)" not in proc.stdout and "2 points, 4 runs" in proc.stdout
+    assert proc.returncode == 0 and "(auto)" not in proc.stdout and "2 points, 4 runs\n" in proc.stdout
     proc = suite_cli("check", path, "--repeats", "some")
     assert proc.returncode == 2 and "--repeats: got 'some'; allowed: an integer in [1, 1000], or auto" in proc.stderr
 

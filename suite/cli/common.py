@@ -47,6 +47,8 @@ class Plan:
             out = [f"{points} points, {len(self.specs)} runs"]
         else:
             out = [f"{points} of {self.points} points, {len(self.specs)} of {self.runs} runs match -k {select_text!r}"]
+        if any(AUTO in (s.report.get("repeats") or {}) for s in self.specs):
+            out[0] += f" (repeats: {AUTO}: the runs of the first stage; more follow as its spread asks)"
         if self.overrides:
             out.append("--set, for every point: " + ", ".join(o.text for o in self.overrides))
         return out
