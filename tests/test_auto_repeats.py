@@ -87,6 +87,21 @@ def test_a_pool_of_nodes_is_refused_before_any_node_is_reached(tmp_path: Path) -
     assert not (tmp_path / "r").exists()
 
 
+def test_the_plan_counts_auto_points_at_their_own_cap_against_max_runs(tmp_path: Path) -> None:
+    capped = write_scenario(tmp_path, "capped", TINY.replace("repeats: auto\n", "repeats: auto\nmax_repeats: 5\n"))
+    ok = suite_cli(
+        "check", capped, "--repeats", "auto", "--max-runs", "10", "--backend", "local", "--results", tmp_path
+    )
+    assert ok.returncode == 0, ok.stderr  # 2 points x at most 5
+    refused = suite_cli("check", capped, "--repeats", "auto", "--max-runs", "9", "--backend", "local")
+    assert refused.returncode == 2 and "the plan holds 10 runs" in refused.stderr, refused.stderr
+    wide = TINY.replace("repeats: auto\n", "repeats: auto\nmax_repeats: 1000\n").replace("[32, 128]", "[8, 16, 32]")
+    big = write_scenario(tmp_path, "big", wide)
+    for extra in ([], ["--repeats", "auto"]):
+        proc = suite_cli("check", big, *extra, "--max-runs", "2999", "--backend", "local")
+        assert proc.returncode == 2 and "3,000 runs" in proc.stderr, (extra, proc.stderr)
+
+
 @pytest.fixture(scope="module")
 def auto_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """Two points at smoke size, run for real by the two-stage rule with a precision no spread
@@ -206,3 +221,73 @@ def test_reproduce_takes_the_originals_first_stage_and_reruns_a_fixed_count(auto
     diff = lr.mean() - lo.mean()
     assert v.ratio is not None
     assert (v.ratio.low, v.ratio.high) == pytest.approx((math.exp(diff - half), math.exp(diff + half)))
+
+
+def _edit(folder: Path, change) -> None:
+    """Apply ``change(data, label, repetition)`` to every result file under ``folder``; it returns
+    False to delete the file."""
+    for path in sorted(folder.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if "spec" not in data:
+            continue
+        if change(data, data["spec"]["point_label"], data["spec"]["repetition"]) is False:
+            path.unlink()
+        else:
+            path.write_text(json.dumps(data))
+
+
+@pytest.mark.slow
+def test_a_first_stage_not_whole_on_file_is_read_as_a_fixed_count(auto_run, tmp_path: Path) -> None:
+    # Run 2 of the baseline is gone while its run 5 is there: the count was not set from what is on
+    # file, so the interval is Welch's over every run, and the note says why.
+    _, res, _ = auto_run
+    copy = tmp_path / "results"
+    shutil.copytree(res, copy)
+    _edit(copy, lambda data, label, rep: not (label == "width=32" and rep == 1))
+    proc = suite_cli("report", "--results", copy, "--out", tmp_path / "out", "--format", "md,json")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "tiny_auto.md").read_text()
+    assert "repeats: auto: 4 runs; its first stage (runs 1-4) is not all ok on file" in page
+    fits: dict[str, list[float]] = {}
+    for _, r in sorted(results.load_folder(copy / "box"), key=lambda pr: pr[1].spec["repetition"]):
+        fits.setdefault(r.spec["point_label"], []).append(r.timing["fit_s"])
+    base, point = np.log(fits["width=32"]), np.log(fits["width=128"])
+    welch = scipy_stats.ttest_ind(base, point, equal_var=False).confidence_interval(0.95)
+    row = next(
+        p for p in json.loads((tmp_path / "out" / "report.json").read_text())["points"] if p["point"] == "width=128"
+    )
+    assert (row["speedup_ci_low"], row["speedup_ci_high"]) != pytest.approx((math.exp(welch.low), math.exp(welch.high)))
+    # The point side still has its whole first stage: the two sides' own rules, one interval.
+    va, vb = base.var(ddof=1) / len(base), point[:4].var(ddof=1) / len(point)
+    dof = (va + vb) ** 2 / (va**2 / (len(base) - 1) + vb**2 / 3)
+    half = scipy_stats.t.ppf(0.975, dof) * math.sqrt(va + vb)
+    diff = base.mean() - point.mean()
+    assert (row["speedup_ci_low"], row["speedup_ci_high"]) == pytest.approx(
+        (math.exp(diff - half), math.exp(diff + half))
+    )
+
+
+@pytest.mark.slow
+def test_a_rule_from_elsewhere_is_checked_before_it_is_used(auto_run, tmp_path: Path) -> None:
+    _, res, _ = auto_run
+    bad = tmp_path / "bad"
+    shutil.copytree(res, bad)
+
+    def garbage(data: dict, label: str, rep: int) -> None:
+        if label == "width=32" and rep == 0:
+            data["spec"]["report"]["repeats"] = "x"
+
+    _edit(bad, garbage)
+    proc = suite_cli("report", "--results", bad, "--out", tmp_path / "out")
+    assert proc.returncode == 2 and "field spec.report.repeats: got 'x' (str); allowed: a mapping" in proc.stderr
+    odd = tmp_path / "odd"
+    shutil.copytree(res, odd)
+
+    def out_of_range(data: dict, label: str, rep: int) -> None:
+        data["spec"]["report"]["repeats"]["auto"]["first"] = 1_000_000  # not a rule this suite writes
+
+    _edit(odd, out_of_range)
+    proc = suite_cli("report", "--results", odd, "--out", tmp_path / "out2")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out2" / "tiny_auto.md").read_text()
+    assert "repeats: auto" not in page.split("### Reproduce")[0] and "--repeats 5" in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,15 @@ from typing import Any
 
 from suite import backends
 from suite.backends.base import is_pool
-from suite.cli.common import UsageError, backend_options, check_ray_args, display_path, make_plan, refuse_without_data
+from suite.cli.common import (
+    UsageError,
+    backend_options,
+    check_ray_args,
+    display_path,
+    make_plan,
+    refuse_auto_on_pool,
+    refuse_without_data,
+)
 from suite.environment import datasets, host_facts
 from suite.record import results
 from suite.run import results_folder, runner
@@ -39,7 +48,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         walls = results_folder.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         # repeats: auto: a point whose first stage is on file has its count; the others show its range.
-        for s in specs + runner.second_stage(specs, done):
+        extra = runner.second_stage(specs, done)
+        for s in specs + extra:
             points.setdefault((s.scenario, s.point_label), []).append(s)
         rows: list[list[Any]] = []
         total = _Totals()
@@ -52,6 +62,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             if rule and not _counted(runs, rule, done) and backend.skip_reason(first) is None:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
         try:  # what run refuses before anything runs: check says so instead of "will run"
+            refuse_auto_on_pool(specs, args)
             refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
             refused = results.unwritable_here(folder)
         except UsageError as exc:
@@ -73,7 +84,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
     print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     print()
-    for line in made.lines(args.select):
+    whole = dataclasses.replace(made, specs=specs + extra, counted=not open_auto)
+    for line in whole.lines(args.select):
         print(line)
     shown = ", ".join(str(display_path(f)) for f in folders)
     print(f"backend: {chosen}; earlier results: {shown}" + ("" if any(f.is_dir() for f in folders) else " (none yet)"))
@@ -86,7 +98,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     if pool_note:
         print(pool_note)
-    for line in _data_lines(specs):
+    for line in _data_lines(whole.specs):
         print(line)
     if refused:
         print(f"run would refuse this plan: {refused}")

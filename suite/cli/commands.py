@@ -17,6 +17,7 @@ from suite.cli.common import (
     display_path,
     make_backend,
     make_plan,
+    refuse_auto_on_pool,
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts, mnist_fetch
@@ -24,7 +25,6 @@ from suite.run import closing, results_folder, runner
 from suite.run.progress import NORMAL, QUIET, VERBOSE, runs_text
 from suite.safe.markdown import escaped
 from suite.spec import plan
-from suite.spec.settings import AUTO
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -38,11 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in made.lines(args.select):
             say(line)
     check_ray_args(args)
-    if args.backend == "ray" and any(AUTO in s.report.get("repeats", {}) for s in specs):
-        raise UsageError(
-            f"repeats: {AUTO} runs on one machine's backend or on --hosts, not yet on a pool of nodes (--backend "
-            "ray): give the pool a fixed count (--repeats N)"
-        )
+    refuse_auto_on_pool(specs, args)
     if args.hosts is not None:
         refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)

@@ -39,6 +39,7 @@ class Plan:
     runs: int  # before -k
     points: int  # before -k
     overrides: list[Override]
+    counted: bool = False  # repeats: auto: every point's count is known (its first stage on file)
 
     def lines(self, select_text: str | None) -> list[str]:
         """How big the plan is, and what -k and --set did to it, for run and check to say."""
@@ -47,15 +48,32 @@ class Plan:
             out = [f"{points} points, {len(self.specs)} runs"]
         else:
             out = [f"{points} of {self.points} points, {len(self.specs)} of {self.runs} runs match -k {select_text!r}"]
-        if any(AUTO in (s.report.get("repeats") or {}) for s in self.specs):
+        if not self.counted and any(AUTO in (s.report.get("repeats") or {}) for s in self.specs):
             out[0] += f" (repeats: {AUTO}: the runs of the first stage; more follow as its spread asks)"
         if self.overrides:
             out.append("--set, for every point: " + ", ".join(o.text for o in self.overrides))
         return out
 
 
-def most_runs(sc: Scenario) -> int:
-    """Runs a point may take: the fixed count, or repeats: auto's cap."""
+def refuse_auto_on_pool(specs: list[plan.RunSpec], args: argparse.Namespace) -> None:
+    """UsageError for ``repeats: auto`` on a pool of nodes, whose runs all go at once: its second
+    stage is not built there."""
+    if args.backend == "ray" and any(AUTO in (s.report.get("repeats") or {}) for s in specs):
+        raise UsageError(
+            f"repeats: {AUTO} runs on one machine's backend or on --hosts, not yet on a pool of nodes (--backend "
+            "ray): give the pool a fixed count (--repeats N)"
+        )
+
+
+def _most_runs(sc: Scenario, args: argparse.Namespace, auto: bool) -> int:
+    """Runs a point of ``sc`` may take in this plan: ``--repeats N``; under ``--repeats auto`` or the
+    file's ``repeats: auto`` (not at smoke size without the flag) its cap; else the fixed count."""
+    if auto:
+        return int(sc.auto["max_repeats"]) if sc.auto else AUTO_MAX_REPEATS
+    if args.repeats is not None:
+        return int(args.repeats)
+    if args.smoke:
+        return 1
     return int(sc.auto["max_repeats"]) if sc.auto else sc.repeats
 
 
@@ -76,10 +94,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--repeats {args.repeats}: allowed: an integer in [1, {MAX_REPEATS}], or {AUTO}")
     if args.max_runs < 1:
         raise UsageError(f"--max-runs {args.max_runs}: allowed: an integer >= 1")
-    # repeats: auto counts at its cap here: the plan may grow to that many runs a point.
-    given = AUTO_MAX_REPEATS if args.repeats == AUTO else args.repeats
+    # repeats: auto counts at its cap (the scenario's max_repeats, or the default): the plan may grow
+    # to that many runs a point. load checks the points alone then; the sizes below count the runs.
+    auto = args.repeats == AUTO
+    given = 1 if auto else args.repeats
     scenarios = load_all([display_path(f) for f in files], args.max_runs, given or (1 if args.smoke else None))
-    sizes = {sc.source: plan.point_count(sc) * (given or (1 if args.smoke else most_runs(sc))) for sc in scenarios}
+    sizes = {sc.source: plan.point_count(sc) * _most_runs(sc, args, auto) for sc in scenarios}
     if sum(sizes.values()) > args.max_runs:
         each = ", ".join(f"{source}: {n:,}" for source, n in sizes.items())
         raise UsageError(

@@ -95,7 +95,12 @@ RECORD: dict[str, Shape] = {
             "measure": {"*": "bool?"},
         },
         "order": "index",
-        "report": {"verdict": frozenset(VERDICTS), "baseline": {"*": "any"}, "description": "str?"},
+        "report": {
+            "verdict": frozenset(VERDICTS),
+            "baseline": {"*": "any"},
+            "description": "str?",
+            "repeats": {"auto": {"!first": "index", "!precision": "positive", "!max_repeats": "index"}},
+        },
         "calibrate_peak": "bool?",
         "overrides": {"*": "any"},
         "!fingerprint": "hex",  # names the result's file: hex digits only

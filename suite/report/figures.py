@@ -229,8 +229,11 @@ def stopping_note(p: Point) -> str | None:
     if rule is None:
         return None
     fits, first = p.values(FIT_S), int(rule["first"])
-    if len(fits) < first:
-        return f"repeats: auto: first stage unfinished, {len(fits)} of {first} runs ok, so no more were run"
+    if p.first_stage is None:
+        return (
+            f"repeats: auto: {len(fits)} runs; its first stage (runs 1-{first}) is not all ok on file, so the "
+            "interval is over every run, as for a fixed count"
+        )
     spread = float(np.log(fits[:first]).var(ddof=1))
     need = int(stats.two_stage_count(spread, float(rule["precision"]), 10**9, first))
     cap = int(rule["max_repeats"])

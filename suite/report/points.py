@@ -17,7 +17,7 @@ from suite.record import results, telemetry_figures
 from suite.record.results import FIT_S, RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
 from suite.report import stats
 from suite.spec import names, select
-from suite.spec.settings import AUTO
+from suite.spec.settings import AUTO, MAX_REPEATS
 
 # A run that trains to less than this test accuracy is broken, however fast: it is shown, flagged
 # and kept out of every verdict. MNIST MLPs reach ~0.97; the smoke sizes ~0.9.
@@ -53,7 +53,7 @@ class Point:
 
     @property
     def first_stage(self) -> int | None:
-        return first_stage(self.ok_runs)
+        return first_stage(self.runs)
 
     @property
     def gpu_busy(self) -> float | None:
@@ -167,20 +167,33 @@ class ScenarioView:
 
 
 def auto_rule(ok_runs: list[RunResult]) -> dict[str, Any] | None:
-    """The ``repeats: auto`` rule a point's runs were made under (the first ok run's that names one)."""
+    """The ``repeats: auto`` rule a point's runs were made under (the first ok run's that names one).
+    The record's shape has checked its types; a rule out of the ranges a scenario allows was not
+    written by this suite and counts as none (the point is read as a fixed count)."""
     for r in ok_runs:
         rule = ((r.spec.get("report") or {}).get("repeats") or {}).get(AUTO)
-        if isinstance(rule, dict) and isinstance(rule.get("first"), int) and rule["first"] >= 2:
-            return rule
+        if rule is None:
+            continue
+        first, cap, precision = rule["first"], rule["max_repeats"], rule["precision"]
+        if 2 <= first <= cap <= MAX_REPEATS and 0.001 <= precision <= 1:
+            return dict(rule)
+        return None
     return None
 
 
-def first_stage(ok_runs: list[RunResult]) -> int | None:
-    """How many of a point's first ok runs set its count under ``repeats: auto``: they alone give the
-    variance of its intervals. None for a fixed count, or a first stage that did not finish (no run
-    followed it, so its count is fixed)."""
-    rule = auto_rule(ok_runs)
-    return int(rule["first"]) if rule and len(ok_runs) >= int(rule["first"]) else None
+def first_stage(runs: list[RunResult]) -> int | None:
+    """The length of a point's first stage under ``repeats: auto``, where repetitions 0 to its end
+    are each on file, ok and timed (as the runner took them to set the count): those runs alone give
+    the variance of its intervals. They are then its first ok timed runs, as ``Point.values`` lists
+    them. None for a fixed count, or a first stage not whole on file: the point is read as a fixed
+    count, Welch's interval over every run."""
+    ok = [r for r in runs if r.ok]
+    rule = auto_rule(ok)
+    if rule is None:
+        return None
+    first = int(rule["first"])
+    timed = {int(r.spec.get("repetition", -1)) for r in ok if FIT_S.of(r) is not None}
+    return first if all(rep in timed for rep in range(first)) else None
 
 
 def fit_ratio(numerator: Point, denominator: Point) -> stats.Ratio:

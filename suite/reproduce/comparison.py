@@ -104,7 +104,7 @@ def compare_point(
         failures,
         below_gate,
         runs=len(reruns),
-        original_first=first_stage(point.ok_runs),
+        original_first=first_stage(point.runs),
     )
     eq = v.equivalence
     hardware, other = fact_differences(point.ok_runs, reruns)

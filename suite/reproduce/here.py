@@ -95,9 +95,7 @@ def current_docker(backend: Any, spec: plan.RunSpec) -> Here:
     try:
         ref, image = backend.image_for(spec)
     except Unavailable as exc:
-        image_block: dict[str, Any] | None = dict(
-            name=name, id=None, digest=None, recipe_hash=today, context_hash=None
-        )
+        image_block: dict[str, Any] | None = dict(name=name, id=None, digest=None, recipe_hash=today, context_hash=None)
         env, _ = provenance.image_provenance({})  # the environment block of a run that got no image
         problem = f"image: {exc}" if exc.status == "image_unavailable" else f"docker engine: {exc}"
         return Here({"suite": suite_now, "environment": env, "image": image_block}, [problem], name)

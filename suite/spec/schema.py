@@ -133,14 +133,14 @@ def scenario_schema() -> dict[str, Any]:
                 "runs' spread asks for the precision",
             },
             "precision": {
-                "type": "number",
+                "type": ["number", "null"],
                 "minimum": 0.001,
                 "maximum": 1,
                 "default": AUTO_PRECISION,
                 "description": f"repeats: {AUTO}: target half-width of a ratio's interval on the log scale",
             },
             "max_repeats": {
-                "type": "integer",
+                "type": ["integer", "null"],
                 "minimum": AUTO_FIRST,
                 "maximum": MAX_REPEATS,
                 "default": AUTO_MAX_REPEATS,
