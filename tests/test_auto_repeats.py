@@ -291,3 +291,19 @@ def test_a_rule_from_elsewhere_is_checked_before_it_is_used(auto_run, tmp_path: 
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "out2" / "tiny_auto.md").read_text()
     assert "repeats: auto" not in page.split("### Reproduce")[0] and "--repeats 5" in page
+
+
+@pytest.mark.slow
+def test_a_budget_starts_no_run_once_spent_and_the_next_run_goes_on(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_auto", TINY.replace("repeats: auto\n", "repeats: 2\n"))
+    res = tmp_path / "results"
+    args = ("run", path, "--smoke", "--repeats", "2", "--backend", "local", "--machine", "box", "--results", res)
+    first = suite_cli(*args, "--budget", "1s")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (
+        "runs: 1 ok" in first.stdout and "--budget 1s spent: 3 runs not started; run the same command" in first.stdout
+    )
+    assert len([r for _, r in results.load_folder(res / "box")]) == 1  # the runs not started left no record
+    again = suite_cli(*args)
+    assert again.returncode == 0 and "runs: 3 ok, 1 already done" in again.stdout, again.stdout
+    assert suite_cli("run", path, "--budget", "1x").returncode == 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,12 @@ def _run_parser(sub: Any) -> None:
     r.add_argument("--machine", help="name of this machine's results folder (default: the hostname)")
     r.add_argument("--docker-host", help="Docker daemon address (default: DOCKER_HOST or the local socket)")
     r.add_argument("--wait", action="store_true", help="when another `suite run` holds the results folder, wait")
+    r.add_argument(
+        "--budget",
+        type=_duration,
+        metavar="DURATION",
+        help="start no run once this long has passed (2h, 90m, 1h30m, 600s); the rest waits for the next run",
+    )
     r.add_argument(
         "--hosts",
         type=Path,
@@ -354,6 +361,21 @@ def _backend_arg(p: argparse.ArgumentParser) -> None:
 
 
 DOCKER_HOST_HELP = "Docker daemon address (default: DOCKER_HOST or the local socket)"
+
+
+BUDGET_MAX_S = 30 * 24 * 3600
+
+
+def _duration(text: str) -> tuple[str, float]:
+    """``--budget``: (as given, seconds) from "2h", "90m", "1h30m", "45s" or a number of seconds."""
+    match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", text.strip())
+    if not text.strip() or match is None:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a duration such as 2h, 90m, 1h30m or 600s")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if not 0 < total <= BUDGET_MAX_S:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: more than 0 s and at most 30 days")
+    return text.strip(), total
 
 
 def _repeats(text: str) -> int | str:

@@ -17,7 +17,7 @@ from suite.cli.common import (
     check_ray_args,
     display_path,
     make_plan,
-    refuse_auto_on_pool,
+    refuse_on_pool,
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts
@@ -62,7 +62,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             if rule and not _counted(runs, rule, done) and backend.skip_reason(first) is None:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
         try:  # what run refuses before anything runs: check says so instead of "will run"
-            refuse_auto_on_pool(specs, args)
+            refuse_on_pool(specs, args)
             refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
             refused = results.unwritable_here(folder)
         except UsageError as exc:

@@ -17,7 +17,7 @@ from suite.cli.common import (
     display_path,
     make_backend,
     make_plan,
-    refuse_auto_on_pool,
+    refuse_on_pool,
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts, mnist_fetch
@@ -38,7 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in made.lines(args.select):
             say(line)
     check_ray_args(args)
-    refuse_auto_on_pool(specs, args)
+    refuse_on_pool(specs, args)
     if args.hosts is not None:
         refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
@@ -63,7 +63,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{runs_text(len(specs))} on backend {backend.name}{where}, results in {args.results if pooled else folder}"
         )
         summary = runner.run_plan(
-            specs, backend, args.results, machine, fresh=args.fresh, live=live, level=level, auto=True
+            specs,
+            backend,
+            args.results,
+            machine,
+            fresh=args.fresh,
+            live=live,
+            level=level,
+            auto=True,
+            budget=args.budget,
         )
         folders = results_folder.result_folders(args.results) if pooled else [folder]
     for line in closing.closing_lines(args.results, folders, specs + summary.added) + summary.lines():
@@ -94,6 +102,8 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
     run_args = [str(display_path(f)) for f in args.scenarios]
     run_args += ["--smoke"] * args.smoke + ["--fresh"] * args.fresh + ["--wait"] * args.wait
     run_args += ["--allow-synthetic"] * args.allow_synthetic
+    if args.budget is not None:
+        run_args += ["--budget", args.budget[0]]
     if args.repeats is not None:
         run_args += ["--repeats", str(args.repeats)]
     if args.max_runs != plan.MAX_RUNS:

@@ -62,6 +62,8 @@ class Summary:
     failures: list[str] = field(default_factory=list)
     stopped: str | None = None  # why the plan ended before its last run (a pool's cluster went away)
     added: list[RunSpec] = field(default_factory=list)  # repeats: auto's second stage, beyond the specs given
+    budget: str | None = None  # run --budget, as given
+    unstarted: int = 0  # runs the budget left for the next run
 
     @property
     def failed(self) -> bool:
@@ -74,6 +76,11 @@ class Summary:
             out += [f"  {f}" for f in self.failures]
         if self.stopped:
             out.append(f"the plan stopped early: {self.stopped}")
+        if self.unstarted:
+            out.append(
+                f"--budget {self.budget} spent: {runs_text(self.unstarted)} not started; "
+                "run the same command again to go on"
+            )
         return out
 
 
@@ -191,6 +198,7 @@ def run_plan(
     clock: Callable[[], float] = time.monotonic,
     level: int = NORMAL,
     auto: bool = False,
+    budget: tuple[str, float] | None = None,
 ) -> Summary:
     """Run every spec of the plan and save each result the moment it exists: in order on this
     machine's backend, or, on a pool of nodes (``is_pool``: Ray's), all submitted at once in the
@@ -206,8 +214,11 @@ def run_plan(
         its result file).
     auto: points of ``repeats: auto`` take their second stage once the plan's first is on file
         (``second_stage``); without it the plan is the specs given (reproduce reruns them as recorded).
+    budget: (as given, seconds): no run starts once that long has passed since the plan began; the
+        runs left are not recorded, so the next ``run`` takes them up (one machine's backend only).
     """
-    summary = Summary()
+    summary = Summary(budget=budget[0] if budget else None)
+    deadline = clock() + budget[1] if budget else None
     runs: executors.Runs = executors.Pooled(backend) if is_pool(backend) else executors.InOrder(backend, machine)
     progress = Progress(say=say, stream=sys.stdout if live else None, clock=clock, level=level)
     old_handlers = _stop_signals_as_interrupt()
@@ -217,13 +228,16 @@ def run_plan(
         step = by_run.get((made.spec.fingerprint, made.spec.repetition)) or _Step(made.spec, "run")
         _save(made, results_dir, step, summary, progress, runs)
 
+    def spent() -> bool:
+        return deadline is not None and clock() >= deadline
+
     try:
         previous, earlier = runs.on_file(results_dir, fresh)
         steps = _steps(specs, runs, previous)
         _start_plan(progress, steps, earlier)
         by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
-            _walk_and_collect(steps, runs, summary, progress, save)
+            _walk_and_collect(steps, runs, summary, progress, save, spent)
             more = second_stage(specs, runs.on_file(results_dir, False)[0]) if auto and not summary.stopped else []
             summary.added = more
             if more:
@@ -231,7 +245,7 @@ def run_plan(
                 steps = _steps(more, runs, {} if fresh else runs.on_file(results_dir, False)[0])
                 _start_plan(progress, steps, earlier)
                 by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
-                _walk_and_collect(steps, runs, summary, progress, save)
+                _walk_and_collect(steps, runs, summary, progress, save, spent)
             if summary.stopped:  # stop the rest, keep what has come back
                 for made in runs.stop(progress.line):
                     save(made)
@@ -280,9 +294,10 @@ def _walk_and_collect(
     summary: Summary,
     progress: Progress,
     save: Callable[[executors.Made], None],
+    spent: Callable[[], bool],
 ) -> None:
     """Every step of ``steps`` run, or submitted and collected (a pool), unless the plan stopped."""
-    _walk(steps, runs, summary, progress, save)
+    _walk(steps, runs, summary, progress, save, spent)
     if runs.pending and not summary.stopped:
         progress.line(runs.submitted_text())
     while runs.pending and not summary.stopped:
@@ -296,10 +311,12 @@ def _walk(
     summary: Summary,
     progress: Progress,
     save: Callable[[executors.Made], None],
+    spent: Callable[[], bool],
 ) -> None:
     """Each step in plan order: counted when done or skipped as before, its skip record saved, or
-    its run made (in order: here and now; a pool's: submitted). Stops at a result that could not be
-    saved: the next would meet the same full disk."""
+    its run made (in order: here and now; a pool's: submitted), unless the budget is ``spent``: then
+    counted as not started. Stops at a result that could not be saved: the next would meet the same
+    full disk."""
     for step in steps:
         spec = step.spec
         if step.action == "done":
@@ -310,6 +327,8 @@ def _walk(
             progress.line(step.line(f"skipped, as recorded before: {step.reason}", None), VERBOSE)
         elif step.reason:
             save(executors.Made(spec, runs.machine, runs.skipped(spec, step.reason)))
+        elif spent():
+            summary.unstarted += 1
         else:
             runs.submit(spec, step.head(), progress)
             for made in runs.ready():  # in order: the run just made; a pool's come in collect
