@@ -48,6 +48,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         walls = results_folder.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         # repeats: auto: a point whose first stage is on file has its count; the others show its range.
+        counts = runner.auto_counts(specs, done)
         extra = runner.second_stage(specs, done)
         for s in specs + extra:
             points.setdefault((s.scenario, s.point_label), []).append(s)
@@ -57,9 +58,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         for (scenario, label), runs in points.items():
             first = runs[0]
             status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)
-            rows.append([scenario, label, first.device, _reps(runs, done), first.fingerprint[:12], status, estimate])
+            rows.append([scenario, label, first.device, _reps(runs, counts), first.fingerprint[:12], status, estimate])
             rule = (first.report.get("repeats") or {}).get(AUTO)
-            if rule and not _counted(runs, rule, done) and backend.skip_reason(first) is None:
+            if rule and first.fingerprint not in counts and backend.skip_reason(first) is None:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
         try:  # what run refuses before anything runs: check says so instead of "will run"
             refuse_on_pool(specs, args)
@@ -162,20 +163,14 @@ class _Totals:
         return f"here: {counts}; estimated time: " + " + ".join(parts)
 
 
-def _counted(runs: list[plan.RunSpec], rule: dict[str, Any], done: dict[tuple[str, int], results.RunResult]) -> bool:
-    """Whether a ``repeats: auto`` point's count is known: its first stage on file, all ok."""
-    first = runs[0]
-    return all((r := done.get((first.fingerprint, rep))) is not None and r.ok for rep in range(int(rule["first"])))
-
-
-def _reps(runs: list[plan.RunSpec], done: dict[tuple[str, int], results.RunResult]) -> str:
+def _reps(runs: list[plan.RunSpec], counts: dict[str, int]) -> str:
     """The runs a point takes: its fixed count; for ``repeats: auto``, its count where its first stage
     is on file ("7 (auto)"), else the range ("4-10 (auto)")."""
     rule = (runs[0].report.get("repeats") or {}).get(AUTO)
     if not rule:
         return str(len(runs))
-    if _counted(runs, rule, done):
-        return f"{len(runs)} (auto)"
+    if runs[0].fingerprint in counts:
+        return f"{counts[runs[0].fingerprint]} (auto)"
     return f"{rule['first']}-{rule['max_repeats']} (auto)"
 
 

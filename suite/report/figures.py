@@ -36,7 +36,16 @@ from suite.record.results import (
     RunResult,
 )
 from suite.report import stats, verdicts
-from suite.report.points import ACCURACY_GATE, Point, ScenarioView, fit_ratio, gate_text, group_views, select_views
+from suite.report.points import (
+    ACCURACY_GATE,
+    Point,
+    ScenarioView,
+    fit_ratio,
+    gate_text,
+    group_views,
+    select_views,
+    stopping_note,
+)
 from suite.spec.plan import override_flag, parse_device
 
 FORMAT = "keras-speed-suite/report"
@@ -221,28 +230,6 @@ def _notes(
     if stop:
         notes.append(stop)
     return notes
-
-
-def stopping_note(p: Point) -> str | None:
-    """For a point of ``repeats: auto``: how many runs it took and why it stopped there."""
-    rule = p.auto
-    if rule is None:
-        return None
-    fits, first = p.values(FIT_S), int(rule["first"])
-    if p.first_stage is None:
-        return (
-            f"repeats: auto: {len(fits)} runs; its first stage (runs 1-{first}) is not all ok on file, so the "
-            "interval is over every run, as for a fixed count"
-        )
-    spread = float(np.log(fits[:first]).var(ddof=1))
-    need = int(stats.two_stage_count(spread, float(rule["precision"]), 10**9, first))
-    cap = int(rule["max_repeats"])
-    if need > cap and len(fits) >= cap:
-        return f"repeats: auto: {len(fits)} runs, the cap (max_repeats; its first {first} asked for {need})"
-    if len(fits) >= need:
-        return f"repeats: auto: {len(fits)} runs, precision reached"
-    asked = min(need, cap)
-    return f"repeats: auto: {len(fits)} of the {asked} runs its first {first} asked for: the plan stopped short"
 
 
 def ratio_of(f: PointFigures) -> stats.Ratio | None:

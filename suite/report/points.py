@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from suite.environment import datasets
 from suite.record import results, telemetry_figures
 from suite.record.results import FIT_S, RUN_MACHINE, TEST_ACCURACY, Field, RunResult, finished_at
@@ -202,6 +204,28 @@ def fit_ratio(numerator: Point, denominator: Point) -> stats.Ratio:
     return stats.ratio(
         numerator.values(FIT_S), denominator.values(FIT_S), first=(numerator.first_stage, denominator.first_stage)
     )
+
+
+def stopping_note(p: Point) -> str | None:
+    """For a point of ``repeats: auto``: how many runs it took and why it stopped there."""
+    rule = p.auto
+    if rule is None:
+        return None
+    fits, first = p.values(FIT_S), int(rule["first"])
+    if p.first_stage is None:
+        return (
+            f"repeats: auto: {len(fits)} runs; its first stage (runs 1-{first}) is not all ok on file, so the "
+            "interval is over every run, as for a fixed count"
+        )
+    spread = float(np.log(fits[:first]).var(ddof=1))
+    need = int(stats.two_stage_count(spread, float(rule["precision"]), 10**9, first))
+    cap = int(rule["max_repeats"])
+    if need > cap and len(fits) >= cap:
+        return f"repeats: auto: {len(fits)} runs, the cap (max_repeats; its first {first} asked for {need})"
+    if len(fits) >= need:
+        return f"repeats: auto: {len(fits)} runs, precision reached"
+    asked = min(need, cap)
+    return f"repeats: auto: {len(fits)} of the {asked} runs its first {first} asked for: the plan stopped short"
 
 
 def load_views(results_dir: Path) -> list[ScenarioView]:

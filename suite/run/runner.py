@@ -238,11 +238,12 @@ def run_plan(
         by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
             _walk_and_collect(steps, runs, summary, progress, save, spent)
-            more = second_stage(specs, runs.on_file(results_dir, False)[0]) if auto and not summary.stopped else []
+            on_file = runs.on_file(results_dir, False)[0] if auto and not summary.stopped else {}
+            more = second_stage(specs, on_file)
             summary.added = more
             if more:
                 progress.line(f"repeats: auto: the first stage's spreads ask for {runs_text(len(more))} more")
-                steps = _steps(more, runs, {} if fresh else runs.on_file(results_dir, False)[0])
+                steps = _steps(more, runs, {} if fresh else on_file)
                 _start_plan(progress, steps, earlier)
                 by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
                 _walk_and_collect(steps, runs, summary, progress, save, spent)
@@ -266,24 +267,37 @@ def run_plan(
     return summary
 
 
+def auto_counts(specs: list[RunSpec], on_file: dict) -> dict[str, int]:
+    """Fingerprint -> the count of each ``repeats: auto`` point whose first stage is on file, all ok
+    and timed: the runs that stage's spread of log fit times sets (``stats.two_stage_count``). A
+    point whose first stage is not whole has no count yet."""
+    counts: dict[str, int] = {}
+    for spec in specs:
+        rule = (spec.report.get("repeats") or {}).get(AUTO)
+        if not rule or spec.fingerprint in counts:
+            continue
+        found = [on_file.get((spec.fingerprint, r)) for r in range(rule["first"])]
+        first = [float(FIT_S.of(r)) for r in found if r is not None and r.ok and FIT_S.of(r)]
+        if len(first) == rule["first"]:
+            var = np.log(first).var(ddof=1)
+            counts[spec.fingerprint] = int(
+                stats.two_stage_count(var, rule["precision"], rule["max_repeats"], rule["first"])
+            )
+    return counts
+
+
 def second_stage(specs: list[RunSpec], on_file: dict) -> list[RunSpec]:
-    """The runs ``repeats: auto`` adds to each point whose first stage is on file, all ok: up to the
-    count that stage's spread of log fit times sets (``stats.two_stage_count``), in the plan's
+    """The runs ``repeats: auto`` adds to each point with a count (``auto_counts``), in the plan's
     interleaved order. A point whose first stage is not all ok takes no more (its counts stay fixed)."""
+    counts = auto_counts(specs, on_file)
     extra: list[RunSpec] = []
     seen: set[str] = set()
     for spec in specs:
-        rule = (spec.report.get("repeats") or {}).get(AUTO)
-        if not rule or spec.fingerprint in seen:
+        if spec.fingerprint not in counts or spec.fingerprint in seen:
             continue
         seen.add(spec.fingerprint)
-        found = [on_file.get((spec.fingerprint, r)) for r in range(rule["first"])]
-        first = [float(FIT_S.of(r)) for r in found if r is not None and r.ok and FIT_S.of(r)]
-        if len(first) < rule["first"]:
-            continue
-        logs = np.log(first)
-        n = int(stats.two_stage_count(logs.var(ddof=1), rule["precision"], rule["max_repeats"], rule["first"]))
-        extra += [dataclasses.replace(spec, repetition=r) for r in range(rule["first"], n)]
+        start = int(spec.report["repeats"][AUTO]["first"])
+        extra += [dataclasses.replace(spec, repetition=r) for r in range(start, counts[spec.fingerprint])]
     extra.sort(key=lambda s: (s.repetition, s.order))
     return [dataclasses.replace(s, order=len(specs) + i) for i, s in enumerate(extra)]
 
