@@ -197,8 +197,10 @@ def test_more_set_values_that_are_refused_cleanly(tmp_path: Path, flag: str, wor
         (lambda t: t.replace('"fit_s": ', '"fit_s": 1e400, "x": '), ["out of a float's range"]),
         (lambda t: t.replace('"spec": {', '"spec": {"huge": ' + "9" * 4000 + ", "), ["an integer of 4,000 digits"]),
         (lambda t: t.replace('"fit_s": ', '"fit_s": 5e-324, "x": '), ["field timing.fit_s", "from 1e-12 to 1e18"]),
+        (lambda t: t.replace('"spec": {', '"spec": {"huge": 18446744073709551616, '), ["beyond 64 bits"]),
+        (lambda t: t.replace('"spec": {', '"spec": {"low": -9223372036854775809, '), ["beyond 64 bits"]),
     ],
-    ids=["1e400", "4000-digits", "denormal"],
+    ids=["1e400", "4000-digits", "denormal", "2^64", "-2^63-1"],
 )
 def test_numbers_no_figure_could_hold_are_refused_in_results(tmp_path: Path, edit, words: list[str]) -> None:
     res = tmp_path / "res"

@@ -18,11 +18,15 @@ from conftest import suite_cli
 from suite import paths
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results" / "fixture-local" / "fx_width"
+RICH = Path(__file__).parent / "fixtures" / "rich"  # a run's record with telemetry, provenance, an image
 
 
-def _results(under: Path) -> Path:
+def _results(under: Path, source: Path = FIXTURE) -> Path:
     res = under / "results"
-    shutil.copytree(FIXTURE, res / "fixture-local" / "fx_width")
+    if source == FIXTURE:
+        shutil.copytree(FIXTURE, res / "fixture-local" / "fx_width")
+    else:
+        shutil.copytree(source, res)
     return res
 
 
@@ -48,13 +52,18 @@ def _report(res: Path, out: Path, cache: Path, **env: str) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_a_second_report_reads_the_checked_files_and_writes_the_same_pages(tmp_path: Path) -> None:
-    res, cache = _results(tmp_path), tmp_path / "cache"
+@pytest.mark.parametrize("source", [FIXTURE, RICH], ids=["width", "telemetry"])
+def test_a_second_report_reads_the_checked_files_and_writes_the_same_pages(tmp_path: Path, source: Path) -> None:
+    """The second report decodes the checked files another way (orjson): the same pages and exports."""
+    res, cache = _results(tmp_path, source), tmp_path / "cache"
     before = _tree(res)
     for n in (1, 2):
-        code, said = _report(res, tmp_path / f"out{n}", cache)
-        assert code == 0, said
-    assert _tree(tmp_path / "out1") == _tree(tmp_path / "out2") and (tmp_path / "out1" / "fx_width.md").is_file()
+        out = tmp_path / f"out{n}"
+        proc = suite_cli(
+            "report", "--results", res, "--out", out, "--format", "md,json,csv", env={paths.CACHE_ENV: str(cache)}
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _tree(tmp_path / "out1") == _tree(tmp_path / "out2") and len(_tree(tmp_path / "out1")) >= 5
     assert _tree(res) == before, "nothing is written into the results folder"
     [listed] = (cache / "checked-results").glob("*.json")
     data = json.loads(listed.read_text())

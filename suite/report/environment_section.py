@@ -3,7 +3,10 @@ the data, what changed from the scenario file, and where the code, its packages 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import orjson
 
 from suite.record import provenance
 from suite.record.results import (
@@ -20,6 +23,8 @@ from suite.report import provenance_text, verdicts
 from suite.report.points import ScenarioView
 from suite.safe.markdown import cell, code
 from suite.spec.plan import override_flag
+
+T = TypeVar("T")
 
 
 def environment_lines(view: ScenarioView) -> list[str]:
@@ -71,18 +76,36 @@ def _provenance_lines(view: ScenarioView) -> list[str]:
     every value with its number of runs when the runs do not all share it (never the newest alone)."""
     runs = view.provenance_runs
     sections = [provenance.of_result(r.provenance, r.run) for r in runs]
-    suites = [provenance_text.suite_text(s.get("suite"), markdown=True, paths=5) for s in sections]
+    suites = _each([s.get("suite") for s in sections], lambda v: provenance_text.suite_text(v, markdown=True, paths=5))
+    locks = _each([s.get("environment") for s in sections], _lock_md)
     lines = [
         _provenance_line("Suite revision", "suite revisions", suites),
-        _provenance_line("Environment lock", "environment locks", [_lock_md(s.get("environment")) for s in sections]),
+        _provenance_line("Environment lock", "environment locks", locks),
     ]
-    changed = [text for s in sections if (text := provenance_text.changed_during_run_text(s, markdown=True))]
+    changed = [t for t in _each(sections, lambda s: provenance_text.changed_during_run_text(s, markdown=True)) if t]
     if changed:
         lines.append(_changed_line(changed, len(sections)))
     images = [_image_md(s["image"], r.run) for s, r in zip(sections, runs, strict=True) if s.get("image")]
     if images:
         lines.append(_provenance_line("Image", "images", images))
     return lines
+
+
+def _each(values: list[Any], text: Callable[[Any], T]) -> list[T]:
+    """``text`` of each value, worked out once for each distinct one: the thousands of runs of a
+    page share a few revisions and locks."""
+    done: dict[bytes, T] = {}
+    out: list[T] = []
+    for value in values:
+        try:
+            key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # not JSON (never from a record): worked out on its own
+            out.append(text(value))
+            continue
+        if key not in done:
+            done[key] = text(value)
+        out.append(done[key])
+    return out
 
 
 def _changed_line(at_end: list[str], total: int) -> str:

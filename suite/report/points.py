@@ -6,6 +6,7 @@ Pure and deterministic: the same files give the same views in the same order.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -34,17 +35,23 @@ def gate_text(accuracy: float | None) -> str:
 
 @dataclass
 class Point:
+    """A matrix point's runs. Its figures are read many times over for a page (each column, verdict
+    and note), so each is computed once: ``runs`` is complete when the point is made."""
+
     label: str
     coords: dict[str, Any]
     runs: list[RunResult]  # newest attempt per repetition, by repetition
+    _values: dict[Field, list[float]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def ok_runs(self) -> list[RunResult]:
         return [r for r in self.runs if r.ok]
 
     def values(self, field: Field) -> list[float]:
-        """The field's value in every ok run that recorded it."""
-        return [v for r in self.ok_runs if (v := field.of(r)) is not None]
+        """The field's value in every ok run that recorded it (a new list each call)."""
+        if field not in self._values:
+            self._values[field] = [v for r in self.ok_runs if (v := field.of(r)) is not None]
+        return list(self._values[field])
 
     def summary(self, field: Field) -> stats.Summary | None:
         return stats.summarize(self.values(field))
@@ -120,9 +127,10 @@ class ScenarioView:
     overrides: dict[str, Any] = field(default_factory=dict)  # the ``--set`` every run of this view had
     left_out: list[LeftOut] = field(default_factory=list)  # runs of these points under earlier settings
 
-    @property
+    @functools.cached_property
     def newest(self) -> RunResult:
-        """The newest run that reached the worker (it carries environment facts), else the newest."""
+        """The newest run that reached the worker (it carries environment facts), else the newest.
+        Read for every figure of a page: found once, as its points are complete when it is made."""
         runs = [r for p in self.points for r in p.runs]
         ran = [r for r in runs if r.environment] or runs
         return max(ran, key=finished_at)
@@ -243,11 +251,12 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
     """
     grouped: dict[tuple[str, str, bool, str], list[tuple[Path, RunResult]]] = defaultdict(list)
     for path, result in loaded:
-        machine = RUN_MACHINE.of(result) or path.relative_to(results_dir).parts[0]
+        relative = path.relative_to(results_dir)
+        machine = RUN_MACHINE.of(result) or relative.parts[0]
         if not names.is_safe(machine):  # a folder's name, where the record names no machine
             raise results.ResultError(f"{path}: machine folder {machine!r}; allowed: {names.ALLOWED}")
         key = (machine, result.spec["scenario"], bool(result.spec.get("smoke")), _overrides_key(result))
-        grouped[key].append((path.relative_to(results_dir), result))
+        grouped[key].append((relative, result))
     views = []
     # The runs as the scenario file says first, then each set of overrides.
     for machine, scenario, overrides in sorted(
