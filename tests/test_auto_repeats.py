@@ -134,6 +134,7 @@ def test_a_point_runs_its_first_stage_then_as_many_more_as_its_spread_asks(auto_
         "run", path, "--smoke", "--repeats", "auto", "--backend", "local", "--machine", "box", "--results", res
     )
     assert again.returncode == 0 and "runs: 10 already done" in again.stdout, again.stdout
+    assert "nothing to run in the first stage of repeats: auto" in again.stdout, "more may follow it"
     check = suite_cli(
         "check", path, "--smoke", "--repeats", "auto", "--backend", "local", "--machine", "box", "--results", res
     )

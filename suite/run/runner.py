@@ -142,10 +142,13 @@ def _steps(specs: list[RunSpec], backend: executors.Runs, previous: dict) -> lis
     return steps
 
 
-def _start_plan(progress: Progress, steps: list[_Step], earlier: dict[str, list[float]] | None) -> None:
+def _start_plan(
+    progress: Progress, steps: list[_Step], earlier: dict[str, list[float]] | None, first_stage: bool = False
+) -> None:
     """Tell ``progress`` the work, and say once what the plan does: the skips grouped by reason, the
     runs already done, how many run and when the plan should end. ``earlier`` (the seconds of the
-    runs on file, by point key) is None where the end cannot be foretold (a pool's runs go at once)."""
+    runs on file, by point key) is None where the end cannot be foretold (a pool's runs go at once).
+    ``first_stage``: the steps are the first stage of ``repeats: auto``, which more runs may follow."""
     to_run = [s.spec for s in steps if s.action == "run"]
     eta = earlier is not None
     if eta:
@@ -156,7 +159,7 @@ def _start_plan(progress: Progress, steps: list[_Step], earlier: dict[str, list[
     if done:
         progress.line(f"{runs_text(done)} already done (ok result on file; --fresh reruns)")
     if not to_run:
-        progress.line("nothing to run")
+        progress.line("nothing to run in the first stage of repeats: auto" if first_stage else "nothing to run")
     elif eta:  # a pool says instead how many runs it submitted
         progress.line(f"{runs_text(len(to_run))} to run; {progress.eta_text()} ({progress.eta_basis()})")
 
@@ -234,7 +237,7 @@ def run_plan(
     try:
         previous, earlier = runs.on_file(results_dir, fresh)
         steps = _steps(specs, runs, previous)
-        _start_plan(progress, steps, earlier)
+        _start_plan(progress, steps, earlier, first_stage=auto)
         by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
             _walk_and_collect(steps, runs, summary, progress, save, spent)
