@@ -187,6 +187,10 @@ class Node:
     ports: dict[str, int] = field(default_factory=dict)
 
 
+# What ``ray start`` says when its raylet did not register with the GCS within Ray's fixed wait.
+RAY_STARTUP_TIMED_OUT = "The current node timed out during startup"
+
+
 class RayLocalCluster:
     """A head and ``workers`` on 127.0.0.1; a context manager that leaves no process behind.
 
@@ -238,7 +242,7 @@ class RayLocalCluster:
             for node in self.nodes.values():
                 if not node.head:
                     self._start(node)
-            self.wait_until_nodes(len(self.nodes), timeout=self.start_timeout)
+            self.wait_until_nodes(len(self.nodes), timeout=self.start_timeout, restarts=2)
         except BaseException:
             self.stop()
             raise
@@ -351,14 +355,26 @@ class RayLocalCluster:
             )
         return out
 
-    def wait_until_nodes(self, n: int, timeout: float = 60) -> list[dict[str, Any]]:
-        """Wait until exactly ``n`` nodes are alive; returns them (raises TimeoutError with the logs)."""
+    def wait_until_nodes(self, n: int, timeout: float = 60, restarts: int = 0) -> list[dict[str, Any]]:
+        """Wait until exactly ``n`` nodes are alive; returns them (raises TimeoutError with the logs).
+
+        ``restarts``: how many times a worker node that gave up in Ray's own startup wait is started
+        again (``ray start`` waits a fixed 30 s for its raylet to register, which a loaded 2-core
+        machine can exceed); its earlier attempt, if it registered late, is marked dead by the GCS
+        before exactly ``n`` nodes are alive again."""
         deadline = time.monotonic() + timeout
         alive: list[dict[str, Any]] = []
         last = ""
         while time.monotonic() < deadline:
             for node in self.nodes.values():
                 if not node.killed and node.proc is not None and node.proc.poll() is not None:
+                    if restarts > 0 and not node.head and RAY_STARTUP_TIMED_OUT in self.log_tail(node.name, 600):
+                        restarts -= 1
+                        self.kill_node(node.name)  # whatever of the attempt still runs
+                        node.killed = False
+                        self._start(node)
+                        deadline = time.monotonic() + timeout
+                        continue
                     raise RuntimeError(
                         f"Ray node {node.name} exited with {node.proc.returncode}:\n{self.log_tail(node.name)}"
                     )
