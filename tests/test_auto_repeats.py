@@ -269,6 +269,32 @@ def test_a_first_stage_not_whole_on_file_is_read_as_a_fixed_count(auto_run, tmp_
 
 
 @pytest.mark.slow
+def test_a_point_below_the_accuracy_gate_takes_no_second_stage(auto_run, tmp_path: Path) -> None:
+    # The first stages on file, one run of width=128 at a test accuracy under the gate: that point
+    # takes part in no comparison, so its first 4 runs are all it is asked for.
+    path, res, _ = auto_run
+    copy = tmp_path / "results"
+    shutil.copytree(res, copy)
+
+    def below(data: dict, label: str, rep: int) -> bool:
+        if label == "width=128" and rep == 1:
+            data["quality"]["test_accuracy"] = 0.5
+        return rep < 4
+
+    _edit(copy, below)
+    check = suite_cli(
+        "check", path, "--smoke", "--repeats", "auto", "--backend", "local", "--machine", "box", "--results", copy
+    )
+    assert check.returncode == 0, check.stderr
+    rows = {line.split("|")[2].strip(): line for line in check.stdout.splitlines() if line.startswith("| tiny_auto")}
+    assert "| 4 (auto) " in rows["width=128"] and "| 5 (auto) " in rows["width=32"], check.stdout
+    proc = suite_cli("report", "--results", copy, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "tiny_auto.md").read_text()
+    assert "repeats: auto: 4 runs; below the accuracy gate in its first stage, so no more were asked for" in page
+
+
+@pytest.mark.slow
 def test_a_rule_from_elsewhere_is_checked_before_it_is_used(auto_run, tmp_path: Path) -> None:
     _, res, _ = auto_run
     bad = tmp_path / "bad"

@@ -225,6 +225,9 @@ def stopping_note(p: Point) -> str | None:
             f"repeats: auto: {len(fits)} runs; its first stage (runs 1-{first}) is not all ok on file, so the "
             "interval is over every run, as for a fixed count"
         )
+    below = [a for r in p.runs[:first] if (a := TEST_ACCURACY.of(r)) is not None and a < ACCURACY_GATE]
+    if below and len(fits) == first:
+        return f"repeats: auto: {len(fits)} runs; below the accuracy gate in its first stage, so no more were asked for"
     spread = float(np.log(fits[:first]).var(ddof=1))
     need = int(stats.two_stage_count(spread, float(rule["precision"]), 10**9, first))
     cap = int(rule["max_repeats"])

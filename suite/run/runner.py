@@ -272,8 +272,10 @@ def run_plan(
 
 def auto_counts(specs: list[RunSpec], on_file: dict) -> dict[str, int]:
     """Fingerprint -> the count of each ``repeats: auto`` point whose first stage is on file, all ok
-    and timed: the runs that stage's spread of log fit times sets (``stats.two_stage_count``). A
-    point whose first stage is not whole has no count yet."""
+    and timed: the runs that stage's spread of log fit times sets (``stats.two_stage_count``); the
+    first stage alone where a run of it is below the accuracy gate (the point takes part in no
+    comparison, so no interval of it is to narrow). A point whose first stage is not whole has no
+    count yet."""
     counts: dict[str, int] = {}
     for spec in specs:
         rule = (spec.report.get("repeats") or {}).get(AUTO)
@@ -281,7 +283,9 @@ def auto_counts(specs: list[RunSpec], on_file: dict) -> dict[str, int]:
             continue
         found = [on_file.get((spec.fingerprint, r)) for r in range(rule["first"])]
         first = [float(FIT_S.of(r)) for r in found if r is not None and r.ok and FIT_S.of(r)]
-        if len(first) == rule["first"]:
+        if len(first) == rule["first"] and any(r is not None and _below_gate(TEST_ACCURACY.of(r)) for r in found):
+            counts[spec.fingerprint] = int(rule["first"])
+        elif len(first) == rule["first"]:
             var = np.log(first).var(ddof=1)
             counts[spec.fingerprint] = int(
                 stats.two_stage_count(var, rule["precision"], rule["max_repeats"], rule["first"])
