@@ -203,3 +203,18 @@ def test_a_scenario_cannot_state_the_data_identity_itself(tmp_path: Path) -> Non
     text = GOOD + "data:\n  identity: {source: mnist.npz, sha256: abc}\n"
     (problem,) = _problems(tmp_path, text)
     assert "key 'data.identity': unknown key" in problem and "allow_synthetic" in problem
+
+
+def test_a_number_yaml_reads_as_text_is_refused_with_how_to_write_it(tmp_path: Path) -> None:
+    """PyYAML reads YAML 1.1, where 1e-3 is a string (JSON and YAML 1.2 read a number): the error
+    says so and gives the number to write, for a setting, a --set value and repeats: auto's precision."""
+    text = GOOD.replace("  epochs: 2\n", "  epochs: 2\n  learning_rate: 1e-3\n") + "repeats: auto\nprecision: 2E-2\n"
+    path = write_scenario(tmp_path, "tiny", text)
+    proc = suite_cli("check", path, "--backend", "local")
+    assert proc.returncode == 2, proc.stdout
+    assert "key 'training.learning_rate': got '1e-3' (str)" in proc.stderr and "write 0.001" in proc.stderr
+    assert "key 'precision': got '2E-2'" in proc.stderr and "write 0.02" in proc.stderr, proc.stderr
+    fixed = write_scenario(tmp_path, "tiny", GOOD)
+    proc = suite_cli("check", fixed, "--backend", "local", "--set", "training.learning_rate=5e-4")
+    assert proc.returncode == 2 and "got '5e-4' (str)" in proc.stderr and "write 0.0005" in proc.stderr, proc.stderr
+    assert suite_cli("check", fixed, "--backend", "local", "--set", "training.learning_rate=5.0e-4").returncode == 0

@@ -37,6 +37,7 @@ from suite.spec.settings import (
     is_int,
     plain_text,
     resolve,
+    text_number_advice,
     type_name,
 )
 
@@ -190,7 +191,7 @@ def _load_auto(ck: Checker, data: dict[str, Any]) -> dict[str, Any] | None:
         ck.fail(
             "precision",
             f"got {brief(precision)}; allowed: a number in [0.001, 1], the target half-width of a ratio's "
-            "interval on the log scale (0.03: about +-3%)",
+            f"interval on the log scale (0.03: about +-3%){text_number_advice(precision)}",
         )
     if cap is not None and not (is_int(cap) and AUTO_FIRST <= cap <= MAX_REPEATS):
         ck.fail("max_repeats", f"got {brief(cap)}; allowed: an integer in [{AUTO_FIRST}, {MAX_REPEATS}]")

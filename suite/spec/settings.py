@@ -265,6 +265,21 @@ def brief(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# A number with an exponent as JSON and YAML 1.2 write it, which YAML 1.1 (PyYAML, the files'
+# reader) reads as text unless it has a dot and a signed exponent: 1e-3 and 1.0e3 are strings there.
+_NUMBER_WRITTEN_AS_TEXT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+
+
+def text_number_advice(value: Any) -> str:
+    """Where ``value`` is such text: how to write it as a number ("; YAML reads 1e-3 as text:
+    write 0.001"); '' otherwise."""
+    if isinstance(value, str) and _NUMBER_WRITTEN_AS_TEXT.fullmatch(value):
+        number = float(value)
+        if math.isfinite(number):
+            return f"; YAML reads {value} as text (an exponent needs a dot and a sign, 1.0e-3): write {number!r}"
+    return ""
+
+
 def plain_text(text: str, extra: str = "") -> bool:
     """Whether ``text`` holds no control character (those in ``extra`` aside): nothing that a
     terminal or a Markdown page would read as an instruction."""
@@ -407,9 +422,17 @@ def check_value(
     for i, item in bad_items:
         item_key = shown or f"{key}.{i}"
         item_line = line_key if shown else (f"{line_key}.{i}" if line_key else None)
-        ck.fail(item_key, f"got {brief(item)} ({type_name(item)}); allowed: {allowed_text(frag['items'])}", item_line)
+        ck.fail(
+            item_key,
+            f"got {brief(item)} ({type_name(item)}); allowed: {allowed_text(frag['items'])}{text_number_advice(item)}",
+            item_line,
+        )
     if not bad_items:
-        ck.fail(shown or key, f"got {brief(value)} ({type_name(value)}); allowed: {allowed_text(frag)}", line_key)
+        ck.fail(
+            shown or key,
+            f"got {brief(value)} ({type_name(value)}); allowed: {allowed_text(frag)}{text_number_advice(value)}",
+            line_key,
+        )
 
 
 def check_config(
