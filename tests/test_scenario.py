@@ -218,3 +218,13 @@ def test_a_number_yaml_reads_as_text_is_refused_with_how_to_write_it(tmp_path: P
     proc = suite_cli("check", fixed, "--backend", "local", "--set", "training.learning_rate=5e-4")
     assert proc.returncode == 2 and "got '5e-4' (str)" in proc.stderr and "write 0.0005" in proc.stderr, proc.stderr
     assert suite_cli("check", fixed, "--backend", "local", "--set", "training.learning_rate=5.0e-4").returncode == 0
+
+
+def test_the_plan_size_counts_the_repeats_given_on_the_command_line(tmp_path: Path) -> None:
+    """8 points x the file's 5 repetitions is over --max-runs 20; --repeats 2 or --smoke (1 a point) is not."""
+    path = write_scenario(tmp_path, "tiny", GOOD.replace("[16, 64]", "[16, 32, 48, 64]"))
+    refused = suite_cli("check", path, "--backend", "local", "--max-runs", "20")
+    assert refused.returncode == 2 and "x 5 repetitions = 40 runs" in refused.stderr, refused.stderr
+    for extra in (["--repeats", "2"], ["--smoke"]):
+        proc = suite_cli("check", path, "--backend", "local", "--max-runs", "20", *extra)
+        assert proc.returncode == 0, (extra, proc.stderr)

@@ -221,12 +221,12 @@ def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None)
             ck.fail(
                 key, "holds a control character; allowed: printable text" + (", line breaks and tabs" if extra else "")
             )
-    repeats = data.get("repeats", 5)
-    auto = _load_auto(ck, data) if repeats == AUTO else None
-    if repeats == AUTO:
-        repeats = AUTO_FIRST
-    elif not (is_int(repeats) and 1 <= repeats <= MAX_REPEATS):
-        ck.fail("repeats", f"got {brief(repeats)}; allowed: an integer in [1, {MAX_REPEATS}], or {AUTO}")
+    own_repeats = data.get("repeats", 5)
+    auto = _load_auto(ck, data) if own_repeats == AUTO else None
+    if own_repeats == AUTO:
+        own_repeats = AUTO_FIRST
+    elif not (is_int(own_repeats) and 1 <= own_repeats <= MAX_REPEATS):
+        ck.fail("repeats", f"got {brief(own_repeats)}; allowed: an integer in [1, {MAX_REPEATS}], or {AUTO}")
     for key in ("precision", "max_repeats"):
         if key in data and data.get("repeats") != AUTO:
             ck.fail(key, f"only with repeats: {AUTO}; a fixed count runs every point that many times")
@@ -248,7 +248,7 @@ def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None)
         description=str(data.get("description") or "").strip(),
         source=source,
         config=config,
-        repeats=repeats,
+        repeats=own_repeats,
         matrix=matrix,
         variants=variants,
         smoke=smoke,
