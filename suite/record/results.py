@@ -468,6 +468,7 @@ def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
     paths = sorted(folder.rglob("*.json"), key=lambda p: p.parts)  # as Path's order, quicker for thousands
     kept = [p for p in paths if not any(part[0] in "._" for part in p.parts[depth:])]
     known = CheckedFiles(folder)
+    collecting = gc.isenabled()
     gc.disable()
     try:
         out = [(p, _load(p, True, known)) for p in kept]
@@ -477,7 +478,8 @@ def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
         # about a third of a report's time). Frozen, they are left out of collections; refcounts
         # still free them.
         gc.freeze()
-        gc.enable()
+        if collecting:
+            gc.enable()
     known.save()
     return out
 
