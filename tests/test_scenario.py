@@ -215,9 +215,23 @@ def test_a_number_yaml_reads_as_text_is_refused_with_how_to_write_it(tmp_path: P
     assert "key 'training.learning_rate': got '1e-3' (str)" in proc.stderr and "write 0.001" in proc.stderr
     assert "key 'precision': got '2E-2'" in proc.stderr and "write 0.02" in proc.stderr, proc.stderr
     fixed = write_scenario(tmp_path, "tiny", GOOD)
-    proc = suite_cli("check", fixed, "--backend", "local", "--set", "training.learning_rate=5e-4")
-    assert proc.returncode == 2 and "got '5e-4' (str)" in proc.stderr and "write 0.0005" in proc.stderr, proc.stderr
-    assert suite_cli("check", fixed, "--backend", "local", "--set", "training.learning_rate=5.0e-4").returncode == 0
+    for given, written in (("5e-4", "0.0005"), ("1e-5", "1.0e-05"), ("2E+1", "20")):
+        flag = f"training.learning_rate={given}"
+        proc = suite_cli("check", fixed, "--backend", "local", "--set", flag)
+        assert proc.returncode == 2 and f"got {given!r} (str)" in proc.stderr, proc.stderr
+        assert proc.stderr.rstrip().endswith(f"write {written}"), proc.stderr
+        again = suite_cli("check", fixed, "--backend", "local", "--set", f"training.learning_rate={written}")
+        assert again.returncode == 0, (written, again.stderr)  # what it advises is read as that number
+    # An integer setting is told an integer; a setting of text, or a number it refuses anyway, no number.
+    for flag, advice in (
+        ("training.epochs=1e1", "write 10"),
+        ("training.optimizer=1e3", None),
+        ("training.epochs=1e9", None),
+    ):
+        proc = suite_cli("check", fixed, "--backend", "local", "--set", flag)
+        assert proc.returncode == 2 and (advice in proc.stderr if advice else "YAML reads" not in proc.stderr), (
+            proc.stderr
+        )
 
 
 def test_the_plan_size_counts_the_repeats_given_on_the_command_line(tmp_path: Path) -> None:

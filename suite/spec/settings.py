@@ -270,14 +270,32 @@ def brief(value: Any, limit: int = 80) -> str:
 _NUMBER_WRITTEN_AS_TEXT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
 
 
-def text_number_advice(value: Any) -> str:
-    """Where ``value`` is such text: how to write it as a number ("; YAML reads 1e-3 as text:
-    write 0.001"); '' otherwise."""
-    if isinstance(value, str) and _NUMBER_WRITTEN_AS_TEXT.fullmatch(value):
-        number = float(value)
-        if math.isfinite(number):
-            return f"; YAML reads {value} as text (an exponent needs a dot and a sign, 1.0e-3): write {number!r}"
-    return ""
+def text_number_advice(value: Any, accepts: Callable[[Any], bool]) -> str:
+    """Where ``value`` is such text and the number it spells is one ``accepts`` takes: the number as
+    YAML 1.1 reads it ("; YAML reads 1e-3 as text ...: write 0.001"); '' otherwise (a setting of
+    text, or a number it would refuse too)."""
+    if not (isinstance(value, str) and _NUMBER_WRITTEN_AS_TEXT.fullmatch(value)):
+        return ""
+    number = float(value)
+    if not math.isfinite(number):
+        return ""
+    if number.is_integer() and accepts(int(number)):
+        written = str(int(number))
+    elif accepts(number):
+        written = _yaml11_float(number)
+    else:
+        return ""
+    return f"; YAML reads {value} as text (an exponent needs a dot and a sign): write {written}"
+
+
+def _yaml11_float(number: float) -> str:
+    """``number`` as YAML 1.1 reads a float back: 0.001, 1.0e-05 (never Python's 1e-05, text there)."""
+    text = repr(number)
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        mantissa += "" if "." in mantissa else ".0"
+        text = f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
+    return text
 
 
 def plain_text(text: str, extra: str = "") -> bool:
@@ -424,13 +442,15 @@ def check_value(
         item_line = line_key if shown else (f"{line_key}.{i}" if line_key else None)
         ck.fail(
             item_key,
-            f"got {brief(item)} ({type_name(item)}); allowed: {allowed_text(frag['items'])}{text_number_advice(item)}",
+            f"got {brief(item)} ({type_name(item)}); allowed: {allowed_text(frag['items'])}"
+            + text_number_advice(item, lambda v: valid(frag["items"], v)),
             item_line,
         )
     if not bad_items:
         ck.fail(
             shown or key,
-            f"got {brief(value)} ({type_name(value)}); allowed: {allowed_text(frag)}{text_number_advice(value)}",
+            f"got {brief(value)} ({type_name(value)}); allowed: {allowed_text(frag)}"
+            + text_number_advice(value, lambda v: valid(frag, v)),
             line_key,
         )
 
