@@ -271,7 +271,7 @@ def test_a_first_stage_not_whole_on_file_is_read_as_a_fixed_count(auto_run, tmp_
 @pytest.mark.slow
 def test_a_point_below_the_accuracy_gate_takes_no_second_stage(auto_run, tmp_path: Path) -> None:
     # The first stages on file, one run of width=128 at a test accuracy under the gate: that point
-    # takes part in no comparison, so its first 4 runs are all it is asked for.
+    # is kept out of every verdict, so its first 4 runs are all it is asked for.
     path, res, _ = auto_run
     copy = tmp_path / "results"
     shutil.copytree(res, copy)
@@ -291,7 +291,7 @@ def test_a_point_below_the_accuracy_gate_takes_no_second_stage(auto_run, tmp_pat
     proc = suite_cli("report", "--results", copy, "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "out" / "tiny_auto.md").read_text()
-    assert "repeats: auto: 4 runs; below the accuracy gate in its first stage, so no more were asked for" in page
+    assert "repeats: auto: 4 runs; below the accuracy gate in its first stage, which asks for no more" in page
 
 
 @pytest.mark.slow

@@ -84,6 +84,7 @@ def test_rerun_skips_done_runs_and_report_is_byte_identical(smoke_run, tmp_path:
     )
     assert again.returncode == 0
     assert "6 runs already done (ok result on file; --fresh reruns)" in again.stdout.splitlines()
+    assert "nothing to run" in again.stdout.splitlines(), "a fixed count has no first stage to speak of"
     assert "6 GPU points skipped, as recorded before: " in again.stdout, "an unchanged skip is not written again"
     rep = suite_cli("report", "--results", res, "--out", tmp_path)
     assert rep.returncode == 0

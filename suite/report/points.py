@@ -36,7 +36,7 @@ def gate_text(accuracy: float | None) -> str:
 @dataclass
 class Point:
     """A matrix point's runs. Its figures are read many times over for a page (each column, verdict
-    and note), so each is computed once: ``runs`` is complete when the point is made."""
+    and note), so each is computed once: ``runs`` is complete when the point is made and is not changed after."""
 
     label: str
     coords: dict[str, Any]
@@ -225,9 +225,8 @@ def stopping_note(p: Point) -> str | None:
             f"repeats: auto: {len(fits)} runs; its first stage (runs 1-{first}) is not all ok on file, so the "
             "interval is over every run, as for a fixed count"
         )
-    below = [a for r in p.runs[:first] if (a := TEST_ACCURACY.of(r)) is not None and a < ACCURACY_GATE]
-    if below and len(fits) == first:
-        return f"repeats: auto: {len(fits)} runs; below the accuracy gate in its first stage, so no more were asked for"
+    if any((a := TEST_ACCURACY.of(r)) is not None and a < ACCURACY_GATE for r in p.runs[:first]):
+        return f"repeats: auto: {len(fits)} runs; below the accuracy gate in its first stage, which asks for no more"
     spread = float(np.log(fits[:first]).var(ddof=1))
     need = int(stats.two_stage_count(spread, float(rule["precision"]), 10**9, first))
     cap = int(rule["max_repeats"])
@@ -240,8 +239,9 @@ def stopping_note(p: Point) -> str | None:
 
 
 def load_views(results_dir: Path) -> list[ScenarioView]:
-    """Every (machine, scenario) in the results folder, full-size preferred over smoke."""
-    return group_views(results_dir, results.load_folder(results_dir))
+    """Every (machine, scenario) in the results folder, full-size preferred over smoke. For the
+    commands that draw pages and end (``report``, ``compare``): the records are loaded frozen."""
+    return group_views(results_dir, results.load_folder(results_dir, frozen=True))
 
 
 def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list[ScenarioView]:

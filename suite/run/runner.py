@@ -237,7 +237,8 @@ def run_plan(
     try:
         previous, earlier = runs.on_file(results_dir, fresh)
         steps = _steps(specs, runs, previous)
-        _start_plan(progress, steps, earlier, first_stage=auto)
+        staged = auto and any((s.report.get("repeats") or {}).get(AUTO) for s in specs)
+        _start_plan(progress, steps, earlier, first_stage=staged)
         by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
             _walk_and_collect(steps, runs, summary, progress, save, spent)
@@ -273,9 +274,9 @@ def run_plan(
 def auto_counts(specs: list[RunSpec], on_file: dict) -> dict[str, int]:
     """Fingerprint -> the count of each ``repeats: auto`` point whose first stage is on file, all ok
     and timed: the runs that stage's spread of log fit times sets (``stats.two_stage_count``); the
-    first stage alone where a run of it is below the accuracy gate (the point takes part in no
-    comparison, so no interval of it is to narrow). A point whose first stage is not whole has no
-    count yet."""
+    first stage alone where a run of it is below the accuracy gate (the point is kept out of every
+    verdict: more runs would narrow an interval nothing concludes from). A point whose first stage
+    is not whole has no count yet."""
     counts: dict[str, int] = {}
     for spec in specs:
         rule = (spec.report.get("repeats") or {}).get(AUTO)
