@@ -376,14 +376,16 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
 
 def _load(path: Path, in_folder: bool = False, known: CheckedFiles | None = None) -> RunResult:
     """``load``. With ``known``: bytes found to be a result before (record/checked_files, by their
-    sha256) are decoded without the field checks, by orjson, three times faster than json: the same
-    objects, since such bytes passed the checks below (UTF-8, finite floats, integers of 64 bits)."""
+    sha256) are decoded without the field checks, by orjson, three times faster than json. For such
+    bytes it reads the same objects: they passed the checks below (UTF-8, finite floats, integers of
+    64 bits), and what orjson refuses that json took (an escaped lone surrogate, nesting 1,024 deep)
+    is checked as any other file."""
     advice = "; move it out of the results folder" if in_folder else ""
     try:
         raw = bounded.read_bytes(path, MAX_RESULT_BYTES)
         digest = hashlib.sha256(raw).hexdigest() if known is not None else ""
         if known is not None and known.checked(digest):
-            with contextlib.suppress(Exception):  # never expected: then checked as any other file
+            with contextlib.suppress(Exception):  # refused by orjson alone: checked as any other file
                 return _known(orjson.loads(raw))
         text = raw.decode("utf-8")
         data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
@@ -459,27 +461,31 @@ def _bounded_int(text: str) -> int:
     return value
 
 
-def load_folder(folder: Path) -> list[tuple[Path, RunResult]]:
+def load_folder(folder: Path, frozen: bool = False) -> list[tuple[Path, RunResult]]:
     """Every result under ``folder`` (recursively), sorted by path so output is deterministic.
 
     Names starting with '.' (temp files) or '_' (a version-1 peak calibration cache) are not results.
+
+    ``frozen``: for a command that holds the records until it ends (report, compare). Decoded JSON
+    forms no reference cycles, yet the cycle collector would rescan every one of its objects at each
+    full collection, while loading and after (10,000 files of 15 KB: a third of a report's time);
+    frozen (``gc.freeze``), they are left out. Refcounts still free them, but garbage cycles of the
+    moment are frozen too and never freed: not for a long-lived process (a plan's loop).
     """
     depth = len(folder.parts)  # every path found lies under it: its own parts follow
     paths = sorted(folder.rglob("*.json"), key=lambda p: p.parts)  # as Path's order, quicker for thousands
     kept = [p for p in paths if not any(part[0] in "._" for part in p.parts[depth:])]
     known = CheckedFiles(folder)
     collecting = gc.isenabled()
-    gc.disable()
+    if frozen:
+        gc.disable()
     try:
         out = [(p, _load(p, True, known)) for p in kept]
     finally:
-        # Decoded JSON forms no reference cycles, yet the cycle collector would rescan every one of
-        # its objects at each full collection, while loading and afterwards (10,000 files of 15 KB:
-        # about a third of a report's time). Frozen, they are left out of collections; refcounts
-        # still free them.
-        gc.freeze()
-        if collecting:
-            gc.enable()
+        if frozen:
+            gc.freeze()
+            if collecting:
+                gc.enable()
     known.save()
     return out
 

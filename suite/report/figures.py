@@ -310,7 +310,7 @@ def collect(results_dir: Path, select: str | None = None) -> dict[str, Any]:
     ``select``: a ``-k`` expression, as ``report -k`` takes it: the points it leaves out are left
     out here too, with their result files.
     """
-    loaded = results.load_folder(results_dir)
+    loaded = results.load_folder(results_dir, frozen=True)  # for the report command, which ends after it
     views = select_views(group_views(results_dir, loaded), select)
     counted = {id(r) for v in views for p in v.points for r in p.runs}
     taken = {(v.machine, v.scenario, p.label) for v in views for p in v.points}
