@@ -185,6 +185,7 @@ class Node:
     proc: subprocess.Popen | None = None
     killed: bool = False
     ports: dict[str, int] = field(default_factory=dict)
+    log_start: int = 0  # where the latest attempt's output begins in ``log``
 
 
 # What ``ray start`` says when its raylet did not register with the GCS within Ray's fixed wait.
@@ -301,7 +302,17 @@ class RayLocalCluster:
             cmd.append(f"--address={self.address}")
         return cmd
 
+    def _attempt_log(self, node: Node) -> str:
+        """What node ``node``'s latest ``ray start`` wrote (its log holds every attempt's)."""
+        try:
+            with open(node.log, "rb") as log:
+                log.seek(node.log_start)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def _start(self, node: Node) -> None:
+        node.log_start = node.log.stat().st_size if node.log.exists() else 0
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(
                 self._command(node),
@@ -360,17 +371,24 @@ class RayLocalCluster:
 
         ``restarts``: how many times a worker node that gave up in Ray's own startup wait is started
         again (``ray start`` waits a fixed 30 s for its raylet to register, which a loaded 2-core
-        machine can exceed); its earlier attempt, if it registered late, is marked dead by the GCS
-        before exactly ``n`` nodes are alive again."""
+        machine can exceed); an earlier attempt that registered late is not counted while the GCS
+        still holds it alive."""
         deadline = time.monotonic() + timeout
         alive: list[dict[str, Any]] = []
+        stale: set[str] = set()  # node IDs of attempts given up: not counted, even while the GCS holds them alive
         last = ""
         while time.monotonic() < deadline:
             for node in self.nodes.values():
                 if not node.killed and node.proc is not None and node.proc.poll() is not None:
-                    if restarts > 0 and not node.head and RAY_STARTUP_TIMED_OUT in self.log_tail(node.name, 600):
+                    if restarts > 0 and not node.head and RAY_STARTUP_TIMED_OUT in self._attempt_log(node):
                         restarts -= 1
                         self.kill_node(node.name)  # whatever of the attempt still runs
+                        with contextlib.suppress(Exception):  # a GCS not answering has no stale node to name
+                            stale |= {
+                                a["node_id"]
+                                for a in self.alive_nodes()
+                                if a["labels"].get("suite-machine") == node.name
+                            }
                         node.killed = False
                         self._start(node)
                         deadline = time.monotonic() + timeout
@@ -383,7 +401,7 @@ class RayLocalCluster:
             except Exception as exc:  # noqa: BLE001 - the GCS not answering yet is an answer to wait on
                 last = f"{type(exc).__name__}: {exc}"
                 alive = []
-            if len(alive) == n:
+            if len(alive) == n and not stale & {a["node_id"] for a in alive}:
                 return alive
             time.sleep(0.5)
         names = sorted(a["labels"].get("suite-machine", "?") for a in alive)
