@@ -29,7 +29,7 @@ LEVEL = 0.95
 MIN_RUNS_FOR_INTERVAL = 3
 METHOD = (
     "ratio of geometric means with a Welch t-interval on log times (assumes independent, log-normal "
-    f"repetitions; none below {MIN_RUNS_FOR_INTERVAL} runs per side; under repeats: auto, each side's "
+    f"repetitions; none below {MIN_RUNS_FOR_INTERVAL} runs per side; a side run under repeats: auto takes its "
     "variance from its first stage alone, the two-stage interval)"
 )
 

@@ -204,7 +204,7 @@ def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None)
     """Read and validate one scenario file. Raises ScenarioError listing every problem found.
 
     ``max_runs``: a plan of more runs than that (its points times ``repeats``, default the file's
-    own) is refused before any point is made."""
+    own count, or its ``max_repeats`` under ``repeats: auto``) is refused before any point is made."""
     source = str(path)
     data, lines = read_yaml(Path(path))
     ck = Checker(source, lines)
