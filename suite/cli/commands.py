@@ -147,6 +147,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from suite.record import results
     from suite.report import figures, pages
 
     try:
@@ -167,8 +168,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot be the report folder ({exc.strerror})") from None
     try:
-        written = pages.write_reports(args.results, out, args.reference, args.select) if "md" in formats else []
-        written += figures.write_exports(args.results, out, formats, args.select)
+        # Read once for the pages and the exports; frozen, as this command ends after it (load_folder).
+        loaded = results.load_folder(args.results, frozen=True)
+        written = pages.write_reports(args.results, out, args.reference, args.select, loaded) if "md" in formats else []
+        written += figures.write_exports(args.results, out, formats, args.select, loaded)
     except pages.UnknownReference as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off

@@ -17,9 +17,10 @@ from urllib.parse import quote
 from tabulate import tabulate
 
 from suite import paths
+from suite.record.results import RunResult
 from suite.report import compare, environment_section, figures, plots, rerun, verdicts
 from suite.report.environment_section import set_flags
-from suite.report.points import Point, ScenarioView, load_views, select_views
+from suite.report.points import Point, ScenarioView, group_views, load_views, select_views
 from suite.safe.markdown import cell, code, paragraph
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
@@ -311,22 +312,27 @@ def selected_dir(out_dir: Path) -> Path:
 
 
 def write_reports(
-    results_dir: Path, out_dir: Path, reference: str | None = None, select: str | None = None
+    results_dir: Path,
+    out_dir: Path,
+    reference: str | None = None,
+    select: str | None = None,
+    loaded: list[tuple[Path, RunResult]] | None = None,
 ) -> list[Path]:
     """Scenario pages, their plots, the index and the hardware comparison; returns the paths written.
 
     ``select``: a ``-k`` expression; only the points it takes are shown, each page and the index say
     so, and no ``hardware.md`` is written. ``report -k`` writes such a cut into ``selected_dir``
-    (``--out``/selected), never over the full report's pages and index.
+    (``--out``/selected), never over the full report's pages and index. ``loaded``: the files of
+    ``results_dir`` as already read (``results.load_folder``).
     """
     by_scenario: dict[str, list[ScenarioView]] = defaultdict(list)
-    loaded = load_views(results_dir)
-    machines = sorted({v.machine for v in loaded})
+    every = load_views(results_dir) if loaded is None else group_views(results_dir, loaded)
+    machines = sorted({v.machine for v in every})
     if reference is not None and reference not in machines:
         raise UnknownReference(
             f"--reference {reference!r}: no such machine in {results_dir}; machines: {', '.join(machines) or 'none'}"
         )
-    for view in select_views(loaded, select):
+    for view in select_views(every, select):
         by_scenario[view.scenario].append(view)
     out_dir.mkdir(parents=True, exist_ok=True)
     method_link = _method_link(out_dir)
