@@ -171,7 +171,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # Read once for the pages and the exports; frozen, as this command ends after it (load_folder).
         loaded = results.load_folder(args.results, frozen=True)
         written = pages.write_reports(args.results, out, args.reference, args.select, loaded) if "md" in formats else []
-        written += figures.write_exports(args.results, out, formats, args.select, loaded)
+        written += figures.write_exports(args.results, loaded, out, formats, args.select)
     except pages.UnknownReference as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off

@@ -304,16 +304,13 @@ def provenance_fields(r: RunResult) -> dict[str, Any]:
     }
 
 
-def collect(
-    results_dir: Path, select: str | None = None, loaded: list[tuple[Path, RunResult]] | None = None
-) -> dict[str, Any]:
-    """The whole export document (the JSON), from the result files under ``results_dir``.
+def collect(results_dir: Path, loaded: list[tuple[Path, RunResult]], select: str | None = None) -> dict[str, Any]:
+    """The whole export document (the JSON), from the result files under ``results_dir`` as
+    ``results.load_folder`` read them (``loaded``).
 
     ``select``: a ``-k`` expression, as ``report -k`` takes it: the points it leaves out are left
-    out here too, with their result files. ``loaded``: that folder's files as already read.
+    out here too, with their result files.
     """
-    if loaded is None:
-        loaded = results.load_folder(results_dir, frozen=True)  # for the report command, which ends after it
     views = select_views(group_views(results_dir, loaded), select)
     counted = {id(r) for v in views for p in v.points for r in p.runs}
     taken = {(v.machine, v.scenario, p.label) for v in views for p in v.points}
@@ -458,17 +455,12 @@ def parse_formats(text: str) -> list[str]:
 
 
 def write_exports(
-    results_dir: Path,
-    out_dir: Path,
-    formats: list[str],
-    select: str | None = None,
-    loaded: list[tuple[Path, RunResult]] | None = None,
+    results_dir: Path, loaded: list[tuple[Path, RunResult]], out_dir: Path, formats: list[str], select: str | None
 ) -> list[Path]:
-    """report.json and/or points.csv + runs.csv in ``out_dir``; returns the paths written.
-    ``loaded``: the files of ``results_dir`` as already read (``collect``)."""
+    """report.json and/or points.csv + runs.csv in ``out_dir`` (``collect``); returns the paths written."""
     if not {"json", "csv"} & set(formats):
         return []
-    doc = collect(results_dir, select, loaded)
+    doc = collect(results_dir, loaded, select)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if "json" in formats:

@@ -35,11 +35,12 @@ from suite.spec.settings import (
     check_value,
     cross_checks,
     is_int,
+    is_precision,
     plain_text,
     resolve,
-    text_number_advice,
     type_name,
 )
+from suite.spec.yaml_numbers import text_number_advice
 
 __all__ = [
     "DEFAULTS",
@@ -185,15 +186,11 @@ def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
 def _load_auto(ck: Checker, data: dict[str, Any]) -> dict[str, Any] | None:
     precision, cap = data.get("precision"), data.get("max_repeats")
     problems = len(ck.problems)
-
-    def a_precision(value: Any) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and 0.001 <= value <= 1
-
-    if precision is not None and not a_precision(precision):
+    if precision is not None and not is_precision(precision):
         ck.fail(
             "precision",
             f"got {brief(precision)}; allowed: a number in [0.001, 1], the target half-width of a ratio's "
-            f"interval on the log scale (0.03: about +-3%){text_number_advice(precision, a_precision)}",
+            f"interval on the log scale (0.03: about +-3%){text_number_advice(precision, is_precision)}",
         )
     if cap is not None and not (is_int(cap) and AUTO_FIRST <= cap <= MAX_REPEATS):
         ck.fail("max_repeats", f"got {brief(cap)}; allowed: an integer in [{AUTO_FIRST}, {MAX_REPEATS}]")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.safe.markdown import escaped
+from suite.spec.yaml_numbers import text_number_advice
 from suite.worker import kinds
 from suite.worker.kinds import KINDS
 
@@ -190,6 +191,11 @@ def auto_settings(precision: Any = None, max_repeats: Any = None) -> dict[str, A
     }
 
 
+def is_precision(value: Any) -> bool:
+    """A ``precision`` a scenario may give: a number in [0.001, 1]."""
+    return _is_num(value) and 0.001 <= value <= 1
+
+
 REPORT_KEYS = ("baseline", "verdict")
 
 
@@ -263,39 +269,6 @@ def brief(value: Any, limit: int = 80) -> str:
     except ValueError:  # an integer past Python's 4,300-digit limit for text
         return f"an integer of {value.bit_length():,} bits"
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# A number with an exponent as JSON and YAML 1.2 write it, which YAML 1.1 (PyYAML, the files'
-# reader) reads as text unless it has a dot and a signed exponent: 1e-3 and 1.0e3 are strings there.
-_NUMBER_WRITTEN_AS_TEXT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
-
-
-def text_number_advice(value: Any, accepts: Callable[[Any], bool]) -> str:
-    """Where ``value`` is such text and the number it spells is one ``accepts`` takes: the number as
-    YAML 1.1 reads it ("; YAML reads 1e-3 as text ...: write 0.001"); '' otherwise (a setting of
-    text, or a number it would refuse too)."""
-    if not (isinstance(value, str) and _NUMBER_WRITTEN_AS_TEXT.fullmatch(value)):
-        return ""
-    number = float(value)
-    if not math.isfinite(number):
-        return ""
-    if number.is_integer() and accepts(int(number)):
-        written = str(int(number))
-    elif accepts(number):
-        written = _yaml11_float(number)
-    else:
-        return ""
-    return f"; YAML reads {value} as text (an exponent needs a dot and a sign): write {written}"
-
-
-def _yaml11_float(number: float) -> str:
-    """``number`` as YAML 1.1 reads a float back: 0.001, 1.0e-05 (never Python's 1e-05, text there)."""
-    text = repr(number)
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        mantissa += "" if "." in mantissa else ".0"
-        text = f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
-    return text
 
 
 def plain_text(text: str, extra: str = "") -> bool:
@@ -440,19 +413,15 @@ def check_value(
     for i, item in bad_items:
         item_key = shown or f"{key}.{i}"
         item_line = line_key if shown else (f"{line_key}.{i}" if line_key else None)
-        ck.fail(
-            item_key,
-            f"got {brief(item)} ({type_name(item)}); allowed: {allowed_text(frag['items'])}"
-            + text_number_advice(item, lambda v: valid(frag["items"], v)),
-            item_line,
-        )
+        ck.fail(item_key, _refusal(item, frag["items"]), item_line)
     if not bad_items:
-        ck.fail(
-            shown or key,
-            f"got {brief(value)} ({type_name(value)}); allowed: {allowed_text(frag)}"
-            + text_number_advice(value, lambda v: valid(frag, v)),
-            line_key,
-        )
+        ck.fail(shown or key, _refusal(value, frag), line_key)
+
+
+def _refusal(value: Any, frag: dict[str, Any]) -> str:
+    """What was given, what the rule allows, and the number to write where YAML read one as text."""
+    advice = text_number_advice(value, lambda v: valid(frag, v))
+    return f"got {brief(value)} ({type_name(value)}); allowed: {allowed_text(frag)}{advice}"
 
 
 def check_config(
