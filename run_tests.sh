@@ -9,5 +9,6 @@ cd "$(dirname "$0")"
 VENV=${SUITE_VENV:-.venv}
 ensure_venv "$VENV" dev
 "$VENV/bin/python" -m ruff check suite tests benchmarks setup.py
+"$VENV/bin/python" -m ruff format --check suite tests benchmarks setup.py
 "$VENV/bin/python" -m mypy  # over suite/, as [tool.mypy] in pyproject.toml says
 exec "$VENV/bin/python" -m pytest "$@"

@@ -164,7 +164,13 @@ def test_local_backend_cli_and_catalog_never_import_docker() -> None:
 
 
 READERS = [
-    "report/pages", "report/points", "report/verdicts", "report/plots", "report/compare", "run/runner", "run/closing"
+    "report/pages",
+    "report/points",
+    "report/verdicts",
+    "report/plots",
+    "report/compare",
+    "run/runner",
+    "run/closing",
 ]
 
 
