@@ -11,4 +11,7 @@ ensure_venv "$VENV" dev
 "$VENV/bin/python" -m ruff check suite tests benchmarks setup.py
 "$VENV/bin/python" -m ruff format --check suite tests benchmarks setup.py
 "$VENV/bin/python" -m mypy  # over suite/, as [tool.mypy] in pyproject.toml says
-exec "$VENV/bin/python" -m pytest "$@"
+# Three pytest-xdist workers, each taking whole test files (a file's fixtures are made once): the
+# real TensorFlow runs, containers and Ray nodes keep both cores of a 2-core machine busy, and a
+# third worker fills their waits. A later -n wins: ./run_tests.sh -n 0 runs in this one process.
+exec "$VENV/bin/python" -m pytest -n 3 --dist loadfile "$@"

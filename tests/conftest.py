@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import http.server
+import json
 import os
 import resource
 import shutil
@@ -11,8 +13,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -106,13 +108,21 @@ class QuickStart:
 
 @pytest.fixture(scope="session")
 def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
-    """``./run_all.sh --smoke --backend local --machine testbox`` once per session, as a new user runs
+    """``./run_all.sh --smoke --backend local --machine testbox`` once per test run, as a new user runs
     the README's quick start: in a copy of this tree that is a git repository of its own (as a clone
     is, so every result names the revision that ran), with this checkout's venv, and no MNIST
     anywhere (a fetch fails at once), so every CPU point trains on synthetic digits. The quick
     start's own test and the tests of what the smoke run of every shipped scenario yields share it:
     one real run of every scenario instead of one per test file."""
-    tree = copy_of_checkout(tmp_path_factory.mktemp("quick-start"))
+
+    def run(folder: Path) -> dict:
+        return asdict(_quick_start(folder))
+
+    return QuickStart(**once_per_run(tmp_path_factory, "quick-start", run, path_keys=("tree",)))
+
+
+def _quick_start(folder: Path) -> QuickStart:
+    tree = copy_of_checkout(folder)
     git = ["git", "-c", "user.name=suite tests", "-c", "user.email=tests@localhost", "-c", "commit.gpgsign=false"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the checkout under test"]):
         subprocess.run([*git, *args], cwd=tree, check=True, capture_output=True)
@@ -128,6 +138,30 @@ def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
         timeout=1200,
     )
     return QuickStart(tree, proc.stdout + proc.stderr, proc.returncode, revision.stdout.strip())
+
+
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    make: Callable[[Path], dict],
+    path_keys: tuple[str, ...] = (),
+) -> dict:
+    """``make(folder)`` once per test run, however many pytest-xdist workers ask: the first to ask
+    makes it in a folder of the run's shared temporary root while the others wait on a lock, then
+    read what it made (a dict of JSON values; the keys in ``path_keys`` hold paths)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's root, shared by its workers; alone, a session's own folder
+    made = root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.is_file():
+            folder = root / name
+            folder.mkdir()
+            value = {k: str(v) if k in path_keys else v for k, v in make(folder).items()}
+            made.write_text(json.dumps(value), encoding="utf-8")
+    value = json.loads(made.read_text(encoding="utf-8"))
+    return {k: Path(v) if k in path_keys else v for k, v in value.items()}
 
 
 def closed_url() -> str:

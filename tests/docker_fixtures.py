@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import once_per_run
 
 from suite.backends.docker import DockerBackend
 from suite.spec import plan, scenario
@@ -72,16 +73,20 @@ def engine_client() -> Any:
 
 
 @pytest.fixture(scope="session", name="test_image")
-def image_fixture(client: Any) -> str:
-    """suite-bench:tf2.21-cpu-x<hash>, built once; later sessions find it on the engine."""
+def image_fixture(client: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """suite-bench:tf2.21-cpu-x<hash>, built once per test run (the other workers wait for it);
+    later runs find it on the engine."""
     sys.path.insert(0, str(REPO / "tests"))
     import docker_base
 
-    try:
-        return docker_base.ensure_test_image(client, progress=lambda line: None)
-    except docker_base.BaseImageError as exc:
-        _unavailable(f"cannot build the registry-free test image: {exc}")
-    raise AssertionError("unreachable")
+    def build(_: Path) -> dict:
+        try:
+            return {"tag": docker_base.ensure_test_image(client, progress=lambda line: None)}
+        except docker_base.BaseImageError as exc:
+            _unavailable(f"cannot build the registry-free test image: {exc}")
+        raise AssertionError("unreachable")
+
+    return once_per_run(tmp_path_factory, "test-image", build)["tag"]
 
 
 @pytest.fixture(name="backend")
