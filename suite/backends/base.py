@@ -231,6 +231,19 @@ class RunSkeleton:
             at_launch = None
         return self.stamp(self._attempt(spec, on_event), at_launch)
 
+    def _stopped_at_start(self, spec: RunSpec, execution: Execution, info: dict[str, Any]) -> RunResult:
+        """Closed by another thread while this worker was starting (a Ray task asked to stop): the
+        close found no worker to stop, so it is stopped here, before it runs."""
+        try:
+            execution.kill()
+        except Exception:  # noqa: BLE001 - the cleanup removes it anyway
+            pass
+        execution.cleanup()
+        facts = getattr(execution, "facts", {})
+        run = {**info, **self.run_info(), **facts, "finished_at": now_iso()}
+        why = f"stopped as its {self.what} started: the backend was closed (the plan was stopping)"
+        return RunResult(status="error", spec=spec.to_dict(), message=why, run=run)
+
     def _attempt(self, spec: RunSpec, on_event: EventSink | None) -> RunResult:
         started = time.monotonic()  # telemetry's time zero
         info = {**self.run_info(), "started_at": now_iso()}
@@ -246,17 +259,7 @@ class RunSkeleton:
         deadline: Deadline | None = None
         try:
             if self.closed:
-                # Closed by another thread while this worker was starting (a Ray task asked to stop): the
-                # close found no worker to stop, so it is stopped here, before it runs.
-                try:
-                    execution.kill()
-                except Exception:  # noqa: BLE001 - the cleanup removes it anyway
-                    pass
-                execution.cleanup()
-                facts = getattr(execution, "facts", {})
-                run = {**info, **self.run_info(), **facts, "finished_at": now_iso()}
-                why = f"stopped as its {self.what} started: the backend was closed (the plan was stopping)"
-                return RunResult(status="error", spec=spec.to_dict(), message=why, run=run)
+                return self._stopped_at_start(spec, execution, info)
             info.update(self.run_info())  # what launching learnt (the engine's version)
             deadline = Deadline(spec.timeout_s)
             recorder = start_telemetry(execution, started)

@@ -28,6 +28,38 @@ from suite.spec import plan
 from suite.spec.settings import AUTO
 
 
+def _refused(
+    specs: list[plan.RunSpec],
+    args: argparse.Namespace,
+    backend: Any,
+    folder: Path,
+    rows: list[list[Any]],
+    total: _Totals,
+) -> str | None:
+    """What ``run`` would refuse before anything runs, if anything; the rows then say "run refuses"
+    where they said "will run"."""
+    try:
+        refuse_on_pool(specs, args)
+        refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
+        refused = results.unwritable_here(folder)
+    except UsageError as exc:
+        refused = str(exc)
+    if refused:
+        total.refused = True
+        for row in rows:  # "will run 2 of 3 (...)" -> "run refuses 2 of 3 (...) (below)"
+            if row[5].startswith("will run"):
+                row[5] = row[5].replace("will run", "run refuses", 1) + " (below)"
+    return refused
+
+
+def _pool_note(backend: Any) -> str:
+    slots = sum(float(n.get("Resources", {}).get("suite_slot", 0)) for n in backend.nodes() if n.get("Alive"))
+    return (
+        f"on {backend.where}: the estimate adds the runs up; up to {slots:g} run at once (suite_slot), "
+        "and a node may still skip a point its engine or TensorFlow cannot run (no GPU runtime)"
+    )
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """The plan, point by point: whether it runs on this machine (or is skipped, or done), and for how long.
 
@@ -62,24 +94,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             rule = (first.report.get("repeats") or {}).get(AUTO)
             if rule and first.fingerprint not in counts and backend.skip_reason(first) is None:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
-        try:  # what run refuses before anything runs: check says so instead of "will run"
-            refuse_on_pool(specs, args)
-            refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
-            refused = results.unwritable_here(folder)
-        except UsageError as exc:
-            refused = str(exc)
-        if refused:
-            total.refused = True
-            for row in rows:  # "will run 2 of 3 (...)" -> "run refuses 2 of 3 (...) (below)"
-                if row[5].startswith("will run"):
-                    row[5] = row[5].replace("will run", "run refuses", 1) + " (below)"
-        pool_note = None
-        if is_pool(backend):
-            slots = sum(float(n.get("Resources", {}).get("suite_slot", 0)) for n in backend.nodes() if n.get("Alive"))
-            pool_note = (
-                f"on {backend.where}: the estimate adds the runs up; up to {slots:g} run at once (suite_slot), "
-                "and a node may still skip a point its engine or TensorFlow cannot run (no GPU runtime)"
-            )
+        refused = _refused(specs, args, backend, folder, rows, total)
+        pool_note = _pool_note(backend) if is_pool(backend) else None
     finally:
         backend.close()
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]

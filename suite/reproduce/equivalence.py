@@ -66,19 +66,7 @@ def verdict(
     """
     failures, below_gate = list(failures or []), list(below_gate or [])
     if failures or below_gate:
-        n = runs if runs is not None else len(rerun) + len(failures)
-        # Of the reruns that ran, for the table.
-        shown = stats.ratio(rerun, original, first=(None, original_first)) if rerun else None
-        if failures and below_gate:
-            what = (
-                f"{len(failures) + len(below_gate)} of {n} reruns failed or fell below the accuracy gate "
-                f"({len(failures)} did not run ok, {len(below_gate)} below the gate)"
-            )
-        elif failures:
-            what = f"{len(failures)} of {n} reruns did not run ok"
-        else:
-            what = f"{len(below_gate)} of {n} reruns fell below the accuracy gate"
-        return Verdict(NOT_REPRODUCED, f"not reproduced: {what} ({(failures + below_gate)[0]})", shown)
+        return _failed_reruns(original, rerun, failures, below_gate, runs, original_first)
     if not rerun:
         return Verdict(NOT_REPRODUCED, "not reproduced: no rerun recorded a fit time")
     r = stats.ratio(rerun, original, first=(None, original_first))
@@ -125,6 +113,30 @@ def verdict(
     else:
         how = "rerun with more repetitions (the observed ratio sits too close to a bound to say how many)"
     return Verdict(INCONCLUSIVE, f"inconclusive: {said(shown)}: the interval {width} +-{pct}; {how}", r, needed, eq)
+
+
+def _failed_reruns(
+    original: list[float],
+    rerun: list[float],
+    failures: list[str],
+    below_gate: list[str],
+    runs: int | None,
+    original_first: int | None,
+) -> Verdict:
+    """Not reproduced: some reruns did not run ok or fell below the gate (``verdict``'s arguments)."""
+    n = runs if runs is not None else len(rerun) + len(failures)
+    # Of the reruns that ran, for the table.
+    shown = stats.ratio(rerun, original, first=(None, original_first)) if rerun else None
+    if failures and below_gate:
+        what = (
+            f"{len(failures) + len(below_gate)} of {n} reruns failed or fell below the accuracy gate "
+            f"({len(failures)} did not run ok, {len(below_gate)} below the gate)"
+        )
+    elif failures:
+        what = f"{len(failures)} of {n} reruns did not run ok"
+    else:
+        what = f"{len(below_gate)} of {n} reruns fell below the accuracy gate"
+    return Verdict(NOT_REPRODUCED, f"not reproduced: {what} ({(failures + below_gate)[0]})", shown)
 
 
 def said(r: stats.Ratio) -> str:

@@ -29,26 +29,11 @@ class NeedsTensorFlow(Exception):
 def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
     cfg = spec["config"]
     backend, training = cfg["backend"], cfg["training"]
-    kind, count = parse_device(cfg["device"])
-    timing, env = record["timing"], record["environment"]
-    os.environ["KERAS_BACKEND"] = backend  # before keras is imported anywhere
-    if backend == "jax" and kind == "cpu":
-        # Only the CPU client: JAX's CUDA plugin, where installed, would otherwise try to start on
-        # a machine whose GPUs this run hides (CUDA_VISIBLE_DEVICES=""), and fail or cost seconds.
-        os.environ["JAX_PLATFORMS"] = "cpu"
-
-    env["host"] = facts.collect_host()
-    asked = identity.asked_from_env(os.environ)  # the GPUs the host gave this run
-    env["gpus_driver"] = facts.collect_gpus(asked)
-    if asked is not None:
-        asked = identity.complete(asked, env["gpus_driver"])
-    device_names, env["gpu_identity"] = _setup_devices(backend, kind, count, cfg["threads"], asked)
+    kind = parse_device(cfg["device"])[0]
+    timing = record["timing"]
+    device_names = _environment(cfg, record["environment"])
     import keras
 
-    env["versions"] = facts.collect_versions(backend)
-    if backend == "tensorflow":
-        env["devices"] = facts.collect_tf_devices()
-    env["devices_used"] = device_names
     launch = float(os.environ.get("SUITE_LAUNCH_UNIX", T0))
     timing["launch_to_ready_s"] = time.time() - launch
 
@@ -108,6 +93,30 @@ def run(spec: dict[str, Any], record: dict[str, Any]) -> None:
     _derive(record, cfg["model"], len(ds.x_train), global_batch)
     _probe(keras, spec, record, kind, fit_args, strategy)
     record["status"] = "ok"
+
+
+def _environment(cfg: dict[str, Any], env: dict[str, Any]) -> list[str]:
+    """Chooses the Keras backend and the devices before Keras is imported, and records the host,
+    its GPUs, the versions and the devices seen into ``env``; the names of the devices the run uses."""
+    backend = cfg["backend"]
+    kind, count = parse_device(cfg["device"])
+    os.environ["KERAS_BACKEND"] = backend  # before keras is imported anywhere
+    if backend == "jax" and kind == "cpu":
+        # Only the CPU client: JAX's CUDA plugin, where installed, would otherwise try to start on
+        # a machine whose GPUs this run hides (CUDA_VISIBLE_DEVICES=""), and fail or cost seconds.
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+    env["host"] = facts.collect_host()
+    asked = identity.asked_from_env(os.environ)  # the GPUs the host gave this run
+    env["gpus_driver"] = facts.collect_gpus(asked)
+    if asked is not None:
+        asked = identity.complete(asked, env["gpus_driver"])
+    device_names, env["gpu_identity"] = _setup_devices(backend, kind, count, cfg["threads"], asked)
+    env["versions"] = facts.collect_versions(backend)
+    if backend == "tensorflow":
+        env["devices"] = facts.collect_tf_devices()
+    env["devices_used"] = device_names
+    return device_names
 
 
 def _probe(keras: Any, spec: dict[str, Any], record: dict[str, Any], kind: str, fit_args: dict, strategy: Any) -> None:
