@@ -11,7 +11,7 @@ ensure_venv "$VENV" dev
 "$VENV/bin/python" -m ruff check suite tests benchmarks setup.py
 "$VENV/bin/python" -m ruff format --check suite tests benchmarks setup.py
 "$VENV/bin/python" -m mypy  # over suite/, as [tool.mypy] in pyproject.toml says
-# Three pytest-xdist workers, each taking whole test files (a file's fixtures are made once): the
-# real TensorFlow runs, containers and Ray nodes keep both cores of a 2-core machine busy, and a
-# third worker fills their waits. A later -n wins: ./run_tests.sh -n 0 runs in this one process.
-exec "$VENV/bin/python" -m pytest -n 3 --dist loadfile "$@"
+# Two pytest-xdist workers, each taking whole test files (a file's fixtures are made once): one
+# file's waits on TensorFlow workers, containers and Ray nodes leave room for the other's. A later
+# -n wins: ./run_tests.sh -n 0 runs in this one process.
+exec "$VENV/bin/python" -m pytest -n 2 --dist loadfile "$@"

@@ -93,14 +93,22 @@ class Sshd:
         raise RuntimeError(f"sshd did not start: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        """Kill the listener and every connection it forked (they start sessions of their own)."""
+        """Kill the listener and every connection it forked (they start sessions of their own).
+
+        Each is stopped first, until a listing finds no new one: a stopped process forks no more, so
+        no connection escapes by forking between the listing and the kill (on a loaded machine one
+        did, and the engine stayed in reach)."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
-            for pid in [*_descendants(proc.pid), proc.pid]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            stopped: list[int] = []
+            found = [proc.pid]
+            while found:
+                for pid in found:
+                    _signal(pid, signal.SIGSTOP)
+                stopped += found
+                found = [pid for pid in _descendants(proc.pid) if pid not in stopped]
+            for pid in stopped:
+                _signal(pid, signal.SIGKILL)
             proc.wait()
 
     def client_home(self, home: Path) -> None:
@@ -112,6 +120,13 @@ class Sshd:
         host_key = (self.folder / "host_key.pub").read_text().split()[:2]
         (ssh / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {' '.join(host_key)}\n")
         (ssh / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {ssh / 'id_ed25519'}\n")
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def _descendants(root: int) -> list[int]:
