@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -155,9 +156,8 @@ def once_per_run(
     made = root / f"{name}.json"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not made.is_file():
-            folder = root / name
-            folder.mkdir()
+        if not made.is_file():  # a folder of its own each try: one that raised leaves its folder behind
+            folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
             value = {k: str(v) if k in path_keys else v for k, v in make(folder).items()}
             made.write_text(json.dumps(value), encoding="utf-8")
     value = json.loads(made.read_text(encoding="utf-8"))
