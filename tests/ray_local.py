@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -78,18 +79,50 @@ def _ray_cli() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("ray")
 
 
+# Ports the tests' daemons listen on are drawn from LISTEN_PORTS, below the kernel's ephemeral range
+# (where the kernel picks the port of every outgoing connection and of every bind to port 0, by Ray's
+# own processes too) and above Ray's worker ports (10002-19999): a port found free there is not taken
+# by another process in the seconds before the daemon binds it. Each pytest-xdist worker draws from
+# a slice of its own, so two workers starting daemons at once never pick the same port.
+LISTEN_PORTS = (20000, 32768)
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct ports nothing listens on now (held open together, so no two are the same)."""
+    low, high = _port_slice()
     held: list[socket.socket] = []
     try:
-        for _ in range(n):
+        for port in random.sample(range(low, high), high - low):
+            if len(held) == n:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use, or closing (TIME_WAIT)
+                s.close()
+                continue
             held.append(s)
+        if len(held) < n:
+            raise RuntimeError(f"fewer than {n} free ports in {low}-{high - 1}")
         return [s.getsockname()[1] for s in held]
     finally:
         for s in held:
             s.close()
+
+
+def _port_slice() -> tuple[int, int]:
+    """This pytest-xdist worker's share of LISTEN_PORTS (all of it outside xdist); where the
+    ephemeral range starts lower than LISTEN_PORTS ends, the ports below it."""
+    low, high = LISTEN_PORTS
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        high = min(high, int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    if worker.isdigit() and count.isdigit() and int(worker) < int(count):
+        size = (high - low) // int(count)
+        low += int(worker) * size
+        high = low + size
+    return low, high
 
 
 def _proc_environ(pid: int) -> bytes:
@@ -238,8 +271,7 @@ class RayLocalCluster:
 
     def __enter__(self) -> RayLocalCluster:
         try:
-            self._start(self.nodes[HEAD])
-            self._wait_for_gcs()
+            self._start_head()
             for node in self.nodes.values():
                 if not node.head:
                     self._start(node)
@@ -323,6 +355,25 @@ class RayLocalCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def _start_head(self, tries: int = 3) -> None:
+        """Start the head and wait for its GCS; on a port another process took between the check and
+        the bind, again on other ports."""
+        for attempt in range(tries):
+            head = self.nodes[HEAD]
+            self._start(head)
+            try:
+                self._wait_for_gcs()
+                return
+            except RuntimeError:
+                log = self._attempt_log(head)
+                taken = "Address already in use" in log or "Failed to start the grpc server" in log
+                if attempt == tries - 1 or not taken:
+                    raise
+            self.kill_node(HEAD)
+            head.killed = False
+            self.port = free_ports(1)[0]
+            self.address = f"127.0.0.1:{self.port}"
 
     def _wait_for_gcs(self) -> None:
         deadline = time.monotonic() + self.start_timeout

@@ -30,6 +30,7 @@ from docker_fixtures import (  # noqa: F401 - fixtures
     small_specs,
     with_config,
 )
+from ray_local import free_ports
 
 pytestmark = pytest.mark.docker
 
@@ -41,7 +42,7 @@ class Sshd:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.port = _free_port()
+        self.port = free_ports(1)[0]
         self.proc: subprocess.Popen | None = None
         self.log = folder / "sshd.log"
         (folder / "remote-home").mkdir()
@@ -147,12 +148,6 @@ def _descendants(root: int) -> list[int]:
 
 def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
