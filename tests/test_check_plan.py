@@ -89,6 +89,40 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
     assert fresh["width=8, device=cpu"][3:] == ["will run", "~1 min 0 s (3 x 20 s, median of 3 earlier)"]
 
 
+def test_budget_says_how_many_runs_start_before_it_is_spent(tmp_path: Path) -> None:
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    res = _on_file(tmp_path, path, walls={(8, 0): 10.0, (8, 1): 20.0, (8, 2): 60.0, (16, 0): 30.0})
+    args = ("--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
+
+    def budget_line(*more: str) -> str:
+        proc = suite_cli("check", path, *args, *more)
+        assert proc.returncode == 0, proc.stderr
+        return next(line for line in proc.stdout.splitlines() if line.startswith("--budget"))
+
+    # Left to run, in the plan's interleaved order (repetition by repetition): width 32 r0 (no
+    # earlier result: its 200 s timeout), width 16 r1 (30 s, the median of its one ok run), width 32
+    # r1, width 16 r2, width 32 r2. A run starts while the time spent before it is under the budget.
+    bound = " (runs with no earlier result counted at their timeout_s: more may start)"
+    assert (
+        budget_line("--budget", "1m")
+        == f"--budget 1m: by these estimates, 1 of the 5 runs starts within it, 4 wait for the next run{bound}"
+    )
+    assert (
+        budget_line("--budget", "4m")
+        == f"--budget 4m: by these estimates, 3 of the 5 runs start within it, 2 wait for the next run{bound}"
+    )
+    assert budget_line("--budget", "10h") == "--budget 10h: by these estimates, all 5 runs start within it"
+    # Every estimate from earlier runs (widths 8 and 16, medians 20 s and 30 s): no bound to add.
+    # Started at 0, 20, 50 and 70 s; the fifth would start at 100 s, when the budget is spent.
+    picked = budget_line("--fresh", "-k", "width=8 or width=16", "--budget", "100s")
+    assert picked == "--budget 100s: by these estimates, 4 of the 6 runs start within it, 2 wait for the next run"
+    proc = suite_cli("check", path, *args, "--budget", "soon")
+    assert (
+        proc.returncode == 2
+        and "--budget: got 'soon'; allowed: a duration such as 2h, 90m, 1h30m or 600s" in proc.stderr
+    )
+
+
 def test_smoke_size_and_another_machine_have_their_own_results(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "tiny_plan", TINY)
     res = _on_file(tmp_path, path, walls={(8, 0): 10.0})

@@ -177,6 +177,12 @@ def _check_parser(sub: Any) -> None:
     c.add_argument(
         "--allow-synthetic", action="store_true", help="as for run: a full-size plan may train on synthetic digits"
     )
+    c.add_argument(
+        "--budget",
+        type=_duration,
+        metavar="DURATION",
+        help="as for run: how many of the runs would start before this long has passed, by the estimates",
+    )
     c.set_defaults(func=cmd_check)
 
 

@@ -96,6 +96,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
         refused = _refused(specs, args, backend, folder, rows, total)
         pool_note = _pool_note(backend) if is_pool(backend) else None
+        budget = (
+            _budget_line(args.budget, specs + extra, backend, done, walls)
+            if args.budget and not is_pool(backend)
+            else ""
+        )
     finally:
         backend.close()
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
@@ -107,6 +112,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     shown = ", ".join(str(display_path(f)) for f in folders)
     print(f"backend: {chosen}; earlier results: {shown}" + ("" if any(f.is_dir() for f in folders) else " (none yet)"))
     print(total.text())
+    if budget:
+        print(budget + ("; auto's further runs start only while it lasts" if open_auto else ""))
     if open_auto:
         n = len(open_auto)
         print(
@@ -120,6 +127,45 @@ def cmd_check(args: argparse.Namespace) -> int:
     if refused:
         print(f"run would refuse this plan: {refused}")
     return 0
+
+
+def _budget_line(
+    budget: tuple[str, float],
+    order: list[plan.RunSpec],
+    backend: Any,
+    done: dict[tuple[str, int], results.RunResult],
+    walls: dict[str, list[float]],
+) -> str:
+    """``--budget``: how many of the runs that will run start before it is spent, as ``run`` starts
+    them: in the plan's order, none once the budget has passed. Each run takes its point's estimate
+    (the median of its earlier ok runs' wall times), or its timeout_s where none is on file: an upper
+    bound, so then more may start."""
+    given, seconds = budget
+    skips: dict[str, str | None] = {}
+    todo = []
+    for spec in order:
+        if spec.fingerprint not in skips:
+            skips[spec.fingerprint] = backend.skip_reason(spec)
+        earlier = done.get((spec.fingerprint, spec.repetition))
+        if skips[spec.fingerprint] is None and not (earlier is not None and earlier.ok):
+            todo.append(spec)
+    elapsed, started, bound = 0.0, 0, False
+    for spec in todo:
+        if elapsed >= seconds:
+            break
+        started += 1
+        known = walls.get(spec.fingerprint)
+        elapsed += statistics.median(known) if known else spec.timeout_s
+        bound = bound or not known
+    if not todo:
+        return ""
+    if started == len(todo):
+        return f"--budget {given}: by these estimates, all {runs_text(len(todo))} start within it"
+    return (
+        f"--budget {given}: by these estimates, {started} of the {runs_text(len(todo))} "
+        f"{'starts' if started == 1 else 'start'} within it, {len(todo) - started} wait for the next run"
+        + (" (runs with no earlier result counted at their timeout_s: more may start)" if bound else "")
+    )
 
 
 def _on_file(backend: Any, results_dir: Path, folder: Path) -> tuple[list[Path], list[results.RunResult]]:
