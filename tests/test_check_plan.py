@@ -116,6 +116,8 @@ def test_budget_says_how_many_runs_start_before_it_is_spent(tmp_path: Path) -> N
     # Started at 0, 20, 50 and 70 s; the fifth would start at 100 s, when the budget is spent.
     picked = budget_line("--fresh", "-k", "width=8 or width=16", "--budget", "100s")
     assert picked == "--budget 100s: by these estimates, 4 of the 6 runs start within it, 2 wait for the next run"
+    one = budget_line("-k", "width=16", "--budget", "1h", "--repeats", "2")  # r0 on file: r1 left
+    assert one == "--budget 1h: by these estimates, the one run starts within it"
     proc = suite_cli("check", path, *args, "--budget", "soon")
     assert (
         proc.returncode == 2

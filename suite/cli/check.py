@@ -160,7 +160,8 @@ def _budget_line(
     if not todo:
         return ""
     if started == len(todo):
-        return f"--budget {given}: by these estimates, all {runs_text(len(todo))} start within it"
+        every = "the one run starts" if started == 1 else f"all {started} runs start"
+        return f"--budget {given}: by these estimates, {every} within it"
     return (
         f"--budget {given}: by these estimates, {started} of the {runs_text(len(todo))} "
         f"{'starts' if started == 1 else 'start'} within it, {len(todo) - started} wait for the next run"
