@@ -30,7 +30,7 @@ from docker_fixtures import (  # noqa: F401 - fixtures
     small_specs,
     with_config,
 )
-from ray_local import free_ports
+from ray_local import _live_pids, _with_descendants, free_ports
 
 pytestmark = pytest.mark.docker
 
@@ -107,7 +107,7 @@ class Sshd:
                 for pid in found:
                     _signal(pid, signal.SIGSTOP)
                 stopped += found
-                found = [pid for pid in _descendants(proc.pid) if pid not in stopped]
+                found = [pid for pid in _with_descendants({proc.pid}, _live_pids()) if pid not in stopped]
             for pid in stopped:
                 _signal(pid, signal.SIGKILL)
             proc.wait()
@@ -128,22 +128,6 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def run(cmd: list[str]) -> None:

@@ -87,19 +87,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         rows: list[list[Any]] = []
         total = _Totals()
         open_auto: list[int] = []  # per auto point without its count yet: the runs it may add
+        skips: dict[str, str | None] = {}  # fingerprint -> why the backend skips the point here
         for (scenario, label), runs in points.items():
             first = runs[0]
-            status, estimate = _point_plan(runs, backend.skip_reason(first), done, walls.get(first.fingerprint), total)
+            skips[first.fingerprint] = skip = backend.skip_reason(first)
+            status, estimate = _point_plan(runs, skip, done, walls.get(first.fingerprint), total)
             rows.append([scenario, label, first.device, _reps(runs, counts), first.fingerprint[:12], status, estimate])
             rule = (first.report.get("repeats") or {}).get(AUTO)
-            if rule and first.fingerprint not in counts and backend.skip_reason(first) is None:
+            if rule and first.fingerprint not in counts and skip is None:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
         refused = _refused(specs, args, backend, folder, rows, total)
         pool_note = _pool_note(backend) if is_pool(backend) else None
         budget = (
-            _budget_line(args.budget, specs + extra, backend, done, walls)
-            if args.budget and not is_pool(backend)
-            else ""
+            _budget_line(args.budget, specs + extra, skips, done, walls) if args.budget and not is_pool(backend) else ""
         )
     finally:
         backend.close()
@@ -132,7 +132,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _budget_line(
     budget: tuple[str, float],
     order: list[plan.RunSpec],
-    backend: Any,
+    skips: dict[str, str | None],
     done: dict[tuple[str, int], results.RunResult],
     walls: dict[str, list[float]],
 ) -> str:
@@ -141,14 +141,7 @@ def _budget_line(
     (the median of its earlier ok runs' wall times), or its timeout_s where none is on file: an upper
     bound, so then more may start."""
     given, seconds = budget
-    skips: dict[str, str | None] = {}
-    todo = []
-    for spec in order:
-        if spec.fingerprint not in skips:
-            skips[spec.fingerprint] = backend.skip_reason(spec)
-        earlier = done.get((spec.fingerprint, spec.repetition))
-        if skips[spec.fingerprint] is None and not (earlier is not None and earlier.ok):
-            todo.append(spec)
+    todo = [s for s in order if skips[s.fingerprint] is None and not _ok_on_file(s, done)]
     elapsed, started, bound = 0.0, 0, False
     for spec in todo:
         if elapsed >= seconds:
@@ -237,6 +230,12 @@ def _reps(runs: list[plan.RunSpec], counts: dict[str, int]) -> str:
     return f"{rule['first']}-{rule['max_repeats']} (auto)"
 
 
+def _ok_on_file(spec: plan.RunSpec, done: dict[tuple[str, int], results.RunResult]) -> bool:
+    """Whether ``run`` finds this run done: its newest result on file is ok."""
+    earlier = done.get((spec.fingerprint, spec.repetition))
+    return earlier is not None and earlier.ok
+
+
 def _point_plan(
     runs: list[plan.RunSpec],
     skip: str | None,
@@ -247,7 +246,7 @@ def _point_plan(
     """(what run does with this point here, how long it takes), as run would: ok on file is done,
     then the backend's skip rule, then run. The estimate is the median wall time of the point's
     earlier ok runs (same fingerprint) per run, else its timeout as an upper bound."""
-    ok = sum(1 for s in runs if (r := done.get((s.fingerprint, s.repetition))) is not None and r.ok)
+    ok = sum(1 for s in runs if _ok_on_file(s, done))
     left = len(runs) - ok
     total.done += ok
     if left == 0:
