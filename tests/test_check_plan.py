@@ -74,6 +74,9 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
     for width in (8, 16, 32):
         status, estimate = rows[f"width={width}, device=gpu:64"][3:]
         assert status.startswith("skipped: needs 64 GPU(s); this machine has") and estimate == "-"
+        assert not status.endswith(")"), status  # the reason's detail is said once, under the table
+    [full] = [line for line in proc.stdout.splitlines() if line.startswith("skipped, in full: ")]
+    assert full.startswith("skipped, in full: needs 64 GPU(s); this machine has") and full.endswith(")"), full
     assert "6 points, 18 runs" in proc.stdout
     assert f"backend: local (--backend); earlier results: {res / 'm'}" in proc.stdout
     assert (

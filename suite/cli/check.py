@@ -22,6 +22,7 @@ from suite.cli.common import (
 )
 from suite.environment import datasets, host_facts
 from suite.record import results
+from suite.report import verdicts
 from suite.run import results_folder, runner
 from suite.run.progress import duration_text, runs_text
 from suite.spec import plan
@@ -88,10 +89,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         total = _Totals()
         open_auto: list[int] = []  # per auto point without its count yet: the runs it may add
         skips: dict[str, str | None] = {}  # fingerprint -> why the backend skips the point here
+        cut: dict[str, None] = {}  # skip reasons whose detail the table leaves out, in order
         for (scenario, label), runs in points.items():
             first = runs[0]
             skips[first.fingerprint] = skip = backend.skip_reason(first)
-            status, estimate = _point_plan(runs, skip, done, walls.get(first.fingerprint), total)
+            short = None if skip is None else verdicts.short_reason(skip)
+            if skip is not None and short != skip:
+                cut.setdefault(skip, None)
+            status, estimate = _point_plan(runs, short, done, walls.get(first.fingerprint), total)
             rows.append([scenario, label, first.device, _reps(runs, counts), first.fingerprint[:12], status, estimate])
             rule = (first.report.get("repeats") or {}).get(AUTO)
             if rule and first.fingerprint not in counts and skip is None:
@@ -105,6 +110,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         backend.close()
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
     print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+    for reason in cut:  # the table keeps each row narrow; the detail is said once
+        print(f"skipped, in full: {reason}")
     print()
     whole = dataclasses.replace(made, specs=specs + extra, counted=not open_auto)
     for line in whole.lines(args.select):
