@@ -1751,7 +1751,9 @@ def test_cli_says_the_cluster_stopped_answering_and_ends_the_process_with_1(
 def test_check_shows_which_points_the_cluster_can_place(
     tmp_path: Path, no_real_ray: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake = StandInRay(gcs_address=None, node_list=cluster())
+    # A node whose label holds a terminal escape: check prints it escaped, not for the terminal to obey.
+    hostile = node("n4", "node-c", suite_slot=1, **{"gpu_model:\x1b[2J": 1})
+    fake = StandInRay(gcs_address=None, node_list=[*cluster(), hostile])
     monkeypatch.setattr(ray_head, "import_ray", lambda: fake)
     synthetic = "data: {allow_synthetic: true}\n"  # no MNIST here: with --allow-synthetic, run would take the plan
     nobody = write_scenario(tmp_path, "nobody", SCENARIO.format(name="nobody") + "gpu_model: C\n" + synthetic)
@@ -1782,7 +1784,9 @@ def test_check_shows_which_points_the_cluster_can_place(
     where = "the Ray cluster at 10.0.0.1:6379"
     assert f"skipped: no node of {where} offers gpu_model:C |" in rows["nobody device=cpu"], out
     # The row keeps the short reason; the detail is said once, under the table.
-    assert f"skipped, in full: no node of {where} offers gpu_model:C (offered: gpu_model:A, gpu_model:B)" in out
+    [full] = [line for line in out.splitlines() if line.startswith("skipped, in full: ")]
+    assert full.startswith(f"skipped, in full: no node of {where} offers gpu_model:C (offered: "), full
+    assert "gpu_model:A" in full and "gpu_model:\\x1b[2J" in full and "\x1b" not in out, full
     assert "done (ok on file" in rows["anyone device=cpu"], out
     assert "will run" in rows["anyone device=gpu:2"], out
     [line] = [line for line in out.splitlines() if "earlier results:" in line]

@@ -25,6 +25,7 @@ from suite.record import results
 from suite.report import verdicts
 from suite.run import results_folder, runner
 from suite.run.progress import duration_text, runs_text
+from suite.safe.markdown import one_line
 from suite.spec import plan
 from suite.spec.settings import AUTO
 
@@ -93,7 +94,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for (scenario, label), runs in points.items():
             first = runs[0]
             skips[first.fingerprint] = skip = backend.skip_reason(first)
-            short = None if skip is None else verdicts.short_reason(skip)
+            short = None if skip is None else one_line(verdicts.short_reason(skip))  # may quote a node label
             if skip is not None and short != skip:
                 cut.setdefault(skip, None)
             status, estimate = _point_plan(runs, short, done, walls.get(first.fingerprint), total)
@@ -111,7 +112,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
     print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     for reason in cut:  # the table keeps each row narrow; the detail is said once
-        print(f"skipped, in full: {reason}")
+        print(f"skipped, in full: {one_line(reason)}")
     print()
     whole = dataclasses.replace(made, specs=specs + extra, counted=not open_auto)
     for line in whole.lines(args.select):
