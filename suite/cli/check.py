@@ -70,8 +70,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     """
     made = make_plan(args)
     specs = made.specs
-    from tabulate import tabulate
-
     check_ray_args(args)
     machine = args.machine or host_facts.machine_name()
     folder = results_folder.machine_dir(args.results, machine)
@@ -90,14 +88,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         total = _Totals()
         open_auto: list[int] = []  # per auto point without its count yet: the runs it may add
         skips: dict[str, str | None] = {}  # fingerprint -> why the backend skips the point here
-        cut: dict[str, None] = {}  # skip reasons whose detail the table leaves out, in order
         for (scenario, label), runs in points.items():
             first = runs[0]
             skips[first.fingerprint] = skip = backend.skip_reason(first)
-            short = None if skip is None else one_line(verdicts.short_reason(skip))  # may quote a node label
-            if skip is not None and short != skip:
-                cut.setdefault(skip, None)
-            status, estimate = _point_plan(runs, short, done, walls.get(first.fingerprint), total)
+            status, estimate = _point_plan(runs, skip, done, walls.get(first.fingerprint), total)
             rows.append([scenario, label, first.device, _reps(runs, counts), first.fingerprint[:12], status, estimate])
             rule = (first.report.get("repeats") or {}).get(AUTO)
             if rule and first.fingerprint not in counts and skip is None:
@@ -109,10 +103,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     finally:
         backend.close()
-    headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
-    print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
-    for reason in cut:  # the table keeps each row narrow; the detail is said once
-        print(f"skipped, in full: {one_line(reason)}")
+    _print_table(rows, skips)
     print()
     whole = dataclasses.replace(made, specs=specs + extra, counted=not open_auto)
     for line in whole.lines(args.select):
@@ -135,6 +126,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     if refused:
         print(f"run would refuse this plan: {refused}")
     return 0
+
+
+def _print_table(rows: list[list[Any]], skips: dict[str, str | None]) -> None:
+    """The plan's table, then each skip reason in full that a row gave without its bracketed detail:
+    said once, so that rows stay narrow. Escaped: a reason may quote a Ray node's label."""
+    from tabulate import tabulate
+
+    headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
+    print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+    for reason in dict.fromkeys(r for r in skips.values() if r is not None and verdicts.short_reason(r) != r):
+        print(f"skipped, in full: {one_line(reason)}")
 
 
 def _budget_line(
@@ -262,7 +264,7 @@ def _point_plan(
     also = f" ({ok} of {len(runs)} ok on file)" if ok else ""
     if skip is not None:
         total.skipped += left
-        return f"skipped: {skip}{also}", "-"
+        return f"skipped: {one_line(verdicts.short_reason(skip))}{also}", "-"
     total.run += left
     status = ("will run" if not ok else f"will run {left} of {len(runs)}") + also
     if walls:
