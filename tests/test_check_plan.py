@@ -10,6 +10,7 @@ import pytest
 from conftest import suite_cli, write_scenario
 
 from suite.record import results
+from suite.report import verdicts
 from suite.spec import plan, scenario
 
 TINY = """\
@@ -71,12 +72,15 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
         "~1 min 0 s (2 x 30 s, median of 1 earlier)",
     ]
     assert rows["width=32, device=cpu"][3:] == ["will run", "<= 10 min 0 s (3 x timeout_s; no earlier result)"]
+    # A row gives the reason without its bracketed detail; the reason in full follows the table, once.
+    fulls = [line.removeprefix("skipped, in full: ") for line in proc.stdout.splitlines() if "in full: " in line]
     for width in (8, 16, 32):
         status, estimate = rows[f"width={width}, device=gpu:64"][3:]
         assert status.startswith("skipped: needs 64 GPU(s); this machine has") and estimate == "-"
-        assert not status.endswith(")"), status  # the reason's detail is said once, under the table
-    [full] = [line for line in proc.stdout.splitlines() if line.startswith("skipped, in full: ")]
-    assert full.startswith("skipped, in full: needs 64 GPU(s); this machine has") and full.endswith(")"), full
+        assert " (" not in status, status
+    if "this machine has no GPU" in status:  # here: the reason says why (no NVML, no nvidia-smi)
+        assert len(fulls) == 1 and fulls[0].startswith("needs 64 GPU(s); this machine has no GPU ("), fulls
+        assert status == f"skipped: {verdicts.short_reason(fulls[0])}"
     assert "6 points, 18 runs" in proc.stdout
     assert f"backend: local (--backend); earlier results: {res / 'm'}" in proc.stdout
     assert (
@@ -90,6 +94,19 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
         ).stdout
     )
     assert fresh["width=8, device=cpu"][3:] == ["will run", "~1 min 0 s (3 x 20 s, median of 3 earlier)"]
+
+
+def test_a_point_done_on_file_gives_no_skip_reason_under_the_table(tmp_path: Path) -> None:
+    """A point this machine cannot run, whose runs are all ok on file (run elsewhere, copied here): done."""
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    res = tmp_path / "results"
+    for spec in plan.expand(scenario.load(path)):
+        if spec.device == "gpu:64":
+            _record(res / "m", spec, "ok", 10.0)
+    proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
+    assert proc.returncode == 0, proc.stderr
+    assert _rows(proc.stdout)["width=8, device=gpu:64"][3] == "done (ok on file; --fresh reruns)"
+    assert "0 skipped" in proc.stdout and "skipped, in full" not in proc.stdout, proc.stdout
 
 
 def test_budget_says_how_many_runs_start_before_it_is_spent(tmp_path: Path) -> None:

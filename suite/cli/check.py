@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     finally:
         backend.close()
-    _print_table(rows, skips)
+    _print_table(rows, total.skip_reasons)
     print()
     whole = dataclasses.replace(made, specs=specs + extra, counted=not open_auto)
     for line in whole.lines(args.select):
@@ -128,14 +128,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(rows: list[list[Any]], skips: dict[str, str | None]) -> None:
+def _print_table(rows: list[list[Any]], skip_reasons: dict[str, None]) -> None:
     """The plan's table, then each skip reason in full that a row gave without its bracketed detail:
     said once, so that rows stay narrow. Escaped: a reason may quote a Ray node's label."""
     from tabulate import tabulate
 
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
     print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
-    for reason in dict.fromkeys(r for r in skips.values() if r is not None and verdicts.short_reason(r) != r):
+    for reason in (r for r in skip_reasons if verdicts.short_reason(r) != r):
         print(f"skipped, in full: {one_line(reason)}")
 
 
@@ -212,6 +212,7 @@ class _Totals:
     unknown: int = 0  # runs without an earlier result
     bound_s: float = 0.0  # their timeouts, added up
     refused: bool = False  # run would refuse the plan (said below the totals)
+    skip_reasons: dict[str, None] = field(default_factory=dict)  # of the rows that say "skipped", in order
 
     def text(self) -> str:
         verb = "would run, but run refuses the plan (below)" if self.refused else "will run"
@@ -264,6 +265,7 @@ def _point_plan(
     also = f" ({ok} of {len(runs)} ok on file)" if ok else ""
     if skip is not None:
         total.skipped += left
+        total.skip_reasons.setdefault(skip)
         return f"skipped: {one_line(verdicts.short_reason(skip))}{also}", "-"
     total.run += left
     status = ("will run" if not ok else f"will run {left} of {len(runs)}") + also
