@@ -125,6 +125,13 @@ def test_quiet_says_only_the_summary_and_verbose_every_run_with_its_file(tiny: t
     assert " rep 0" not in verbose and "\x1b" not in verbose
 
 
+def test_a_line_quoting_a_control_character_is_printed_escaped_line_by_line() -> None:
+    """A line may quote a worker's message or a Ray node's label: the terminal shows it, never obeys it."""
+    said: list[str] = []
+    progress.Progress(say=said.append).line("skipped: no node offers gpu_model:\x1b[2J\nsecond\tline\x07")
+    assert said == ["skipped: no node offers gpu_model:\\x1b[2J\nsecond\\tline\\x07"], said
+
+
 def test_the_live_eta_counts_down_while_a_run_goes() -> None:
     now = [0.0]
     prog = progress.Progress(say=lambda _: None, clock=lambda: now[0])

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from suite.safe.markdown import escaped
+
 CLEAR_LINE = "\r\x1b[K"
 WIDTH = 120  # columns every plain line fits, whatever the terminal
 
@@ -189,14 +191,15 @@ class Progress:
 
     def line(self, text: str, level: int = NORMAL) -> None:
         """A permanent line, printed when ``level`` is at most the console's; the status line is
-        cleared first and redrawn after."""
+        cleared first and redrawn after. Control characters are escaped (newlines kept): a line may
+        quote a worker's message or a Ray node's label, which a terminal must show, not obey."""
         if level > self.level:
             return
         with self._lock:
             if self.stream is not None:
                 self.stream.write(CLEAR_LINE)
                 self.stream.flush()
-            self.say(text)
+            self.say("\n".join(escaped(part) for part in text.split("\n")))
             self._draw()
 
     def tick(self) -> None:
