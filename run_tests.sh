@@ -8,10 +8,9 @@ cd "$(dirname "$0")"
 . requirements/ensure_venv.sh
 VENV=${SUITE_VENV:-.venv}
 ensure_venv "$VENV" dev
-# The suite's bytecode, kept between runs outside the source tree: hundreds of `python -m suite` and
+# Bytecode is written (into the ignored __pycache__ folders): hundreds of `python -m suite` and
 # worker processes import the package, and where PYTHONDONTWRITEBYTECODE is set each of them would
 # compile it again (0.15 s a process on a 2-core machine).
-export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$PWD/.cache/pycache}
 unset PYTHONDONTWRITEBYTECODE
 "$VENV/bin/python" -m ruff check suite tests benchmarks setup.py
 "$VENV/bin/python" -m ruff format --check suite tests benchmarks setup.py
