@@ -64,6 +64,31 @@ class Reply(TypedDict, total=False):
     stopped: str  # ASKED or BOARD_GONE: no run, or none to its end
 
 
+def _ray_facts(
+    ray: Any, ctx: Any, job: Job, spec: RunSpec, node: tuple[str, str], gpu_ids: list[str]
+) -> dict[str, Any]:
+    """The result's ``run.ray`` section: where (``node``: its id and machine name) and as which
+    attempt of the plan the run ran."""
+    node_id, machine = node
+    facts = {
+        "node_id": node_id,
+        "node_ip": _node_ip(ray),
+        "machine": machine,
+        "address": job.get("address"),
+        "task_id": _task_id(ctx),
+        "gpu_ids": gpu_ids,
+        "gpu_model": gpu_model_of(spec, job.get("gpu_model")),
+        "attempt": job.get("attempt", 1),
+        "attempt_id": job["key"],
+        "session": job.get("session"),
+    }
+    if job.get("retry_of"):
+        facts["retry_of"] = job["retry_of"]
+    if job.get("pin"):
+        facts["pinned_to"] = list(job["pin"])  # a retry sent to the lost node's GPU model
+    return facts
+
+
 def run_point(spec_data: dict[str, Any], job: Job, ray: Any, board: Any = None) -> Reply:
     """Run one point on this node (inside a Ray task) and return {"machine", "result", "peaks"}.
 
@@ -85,22 +110,7 @@ def run_point(spec_data: dict[str, Any], job: Job, ray: Any, board: Any = None) 
     # What the backend's workers carry, so a sweep finds them if this task is killed by force.
     backend.tags = {TAG_PLAN: job["session"], TAG_ATTEMPT: job["key"]}
     spec = RunSpec.from_dict(spec_data)
-    facts = {
-        "node_id": node_id,
-        "node_ip": _node_ip(ray),
-        "machine": machine,
-        "address": job.get("address"),
-        "task_id": _task_id(ctx),
-        "gpu_ids": gpu_ids,
-        "gpu_model": gpu_model_of(spec, job.get("gpu_model")),
-        "attempt": job.get("attempt", 1),
-        "attempt_id": job["key"],
-        "session": job.get("session"),
-    }
-    if job.get("retry_of"):
-        facts["retry_of"] = job["retry_of"]
-    if job.get("pin"):
-        facts["pinned_to"] = list(job["pin"])  # a retry sent to the lost node's GPU model
+    facts = _ray_facts(ray, ctx, job, spec, (node_id, machine), gpu_ids)
     stopping = threading.Event()  # set by a stop: the work's thread starts nothing after it
 
     def stop() -> None:
