@@ -32,7 +32,7 @@ from suite.environment import datasets, mnist_fetch
 from suite.record import code_identity, results
 from suite.report import provenance_text
 from suite.run import results_folder
-from suite.safe.markdown import escaped
+from suite.safe.markdown import escaped_lines
 from suite.spec import names, plan, select
 from suite.spec.scenario import ScenarioError
 from suite.spec.settings import AUTO, MAX_REPEATS
@@ -72,7 +72,7 @@ def _error(exc: Exception) -> None:
     """An error on stderr, each line with its control characters escaped: a message quotes input
     from elsewhere (a result's fields, a flag, a lock holder's host), and a terminal must show an
     escape sequence in it, not obey it."""
-    print("\n".join(escaped(line) for line in f"error: {exc}".split("\n")), file=sys.stderr)
+    print(escaped_lines(f"error: {exc}"), file=sys.stderr)
 
 
 class _Version(argparse.Action):

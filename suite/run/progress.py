@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from suite.safe.markdown import escaped
+from suite.safe.markdown import escaped_lines
 
 CLEAR_LINE = "\r\x1b[K"
 WIDTH = 120  # columns every plain line fits, whatever the terminal
@@ -199,7 +199,7 @@ class Progress:
             if self.stream is not None:
                 self.stream.write(CLEAR_LINE)
                 self.stream.flush()
-            self.say("\n".join(escaped(part) for part in text.split("\n")))
+            self.say(escaped_lines(text))
             self._draw()
 
     def tick(self) -> None:

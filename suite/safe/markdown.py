@@ -25,6 +25,11 @@ def escaped(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def escaped_lines(text: str) -> str:
+    """``text`` escaped as ``escaped`` does, each line on its own: its newlines are kept."""
+    return "\n".join(escaped(line) for line in text.split("\n"))
+
+
 def one_line(value: Any) -> str:
     """``value`` on one line, any other control character (an escape sequence from a result file
     made elsewhere) written as Python escapes it, so a page shows it instead of a terminal obeying it."""
