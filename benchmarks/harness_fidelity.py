@@ -159,7 +159,10 @@ def main() -> None:
         "which halves the count where --max-pairs allows a hundred or more",
     )
     ap.add_argument(
-        "--budget-s", type=float, default=1800, help="--pairs auto: start no pair after this, beyond the --first"
+        "--budget-s",
+        type=float,
+        default=1800,
+        help="--pairs auto: once this many seconds are spent, start no more pairs (the --first pairs always run)",
     )
     ap.add_argument("--width", type=int, default=750)
     ap.add_argument("--epochs", type=int, default=6)
