@@ -5,9 +5,11 @@ are copied as repetitions r0, r1, ... of their points until ``--files`` files ex
 folder. Then ``python -m suite report`` of each given checkout (``--suite``, default this one) runs
 on them ``--rounds`` times, the checkouts alternating within each round so that the machine's
 noise falls on all alike, each with a cache folder of its own (``SUITE_CACHE_DIR``) whose first
-report, cache empty, is timed apart. Prints each checkout's median and range in seconds, the ratio
-of the medians against the first checkout, its first report's time, and whether every checkout
-wrote the same bytes.
+report, cache empty, is timed apart. Each round times two reports per checkout: one into a new
+folder (every page written: the results changed since the last report) and one more into the same
+folder from the same files (unchanged: nothing to rewrite). Prints each checkout's medians and
+ranges in seconds, the ratio of the written reports' median against the first checkout, its first
+report's time, and whether every checkout wrote the same bytes.
 
     python benchmarks/report_scale.py [--files 10200] [--rounds 3] [--from DIR] [--suite DIR ...]
 
@@ -88,20 +90,25 @@ def main() -> int:
             s: timed_report(s, Path(tmp) / "results", Path(tmp) / f"out{i}", Path(tmp) / f"cache{i}")
             for i, s in enumerate(suites)
         }
-        times: dict[Path, list[float]] = {s: [] for s in suites}
-        for _ in range(args.rounds):
+        # Each round, each checkout: a report into a folder of its own that is new (every page
+        # written), then one more into the folder it wrote before from the same files (unchanged).
+        written: dict[Path, list[float]] = {s: [] for s in suites}
+        unchanged: dict[Path, list[float]] = {s: [] for s in suites}
+        for n in range(args.rounds):
             for i, suite in enumerate(suites):
-                out, cache = Path(tmp) / f"out{i}", Path(tmp) / f"cache{i}"
-                times[suite].append(timed_report(suite, Path(tmp) / "results", out, cache))
+                out, cache = Path(tmp) / f"out{i}-{n}", Path(tmp) / f"cache{i}"
+                written[suite].append(timed_report(suite, Path(tmp) / "results", out, cache))
+                unchanged[suite].append(timed_report(suite, Path(tmp) / "results", out, cache))
         same = all(same_pages(Path(tmp) / "out0", Path(tmp) / f"out{i}") for i in range(1, len(suites)))
-    first = statistics.median(times[suites[0]])
+    first = statistics.median(written[suites[0]])
     print(f"suite report over {made:,} result files, {args.rounds} rounds after a first one with an empty cache")
     for suite in suites:
-        t = times[suite]
+        t, u = written[suite], unchanged[suite]
         ratio = statistics.median(t) / first
         print(
-            f"  {suite}: median {statistics.median(t):.2f} s (range {min(t):.2f}-{max(t):.2f}), x{ratio:.2f}; "
-            f"first, cache empty: {cold[suite]:.2f} s"
+            f"  {suite}: pages written: median {statistics.median(t):.2f} s (range {min(t):.2f}-{max(t):.2f}), "
+            f"x{ratio:.2f}; results unchanged since: median {statistics.median(u):.2f} s "
+            f"(range {min(u):.2f}-{max(u):.2f}); first, cache empty: {cold[suite]:.2f} s"
         )
     if len(suites) > 1:
         print(f"  same pages from every checkout: {'yes' if same else 'NO'}")

@@ -15,9 +15,11 @@ Nothing else in the suite works out these places.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -102,6 +104,21 @@ def cache_dir() -> Path | None:
         return Path.home() / ".cache" / DISTRIBUTION
     except (RuntimeError, KeyError):  # no HOME and no passwd entry (a container run as a bare uid)
         return None
+
+
+def keep(path: Path, data: bytes) -> None:
+    """``data`` as the file ``path`` of the cache folder, whole or not at all (by way of a temp file
+    beside it), in folders made readable and writable by this user alone: what the cache holds
+    vouches for what it names. OSError where it cannot be written."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 @functools.cache

@@ -5,11 +5,13 @@ check; and the plots it has drawn, so it does not import matplotlib again. Real 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import mmap
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,137 @@ def test_the_code_digest_passes_over_what_is_no_module_and_is_none_without_sourc
         assert paths.code_digest() is None and paths.cache_dir() is None
     finally:
         paths.code_digest.cache_clear()
+
+
+def _stamps(tree: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in tree.iterdir()}
+
+
+def test_a_report_over_the_results_it_was_written_from_rewrites_nothing(tmp_path: Path) -> None:
+    """Same results, options and code, and every page as it was written: nothing is rewritten, and
+    the command says which files it left as they were. Another option writes anew."""
+    res, out, cache = _results(tmp_path, RICH), tmp_path / "out", tmp_path / "cache"
+    args = ("report", "--results", res, "--out", out, "--format", "md,json,csv")
+    first = suite_cli(*args, env={paths.CACHE_ENV: str(cache)})
+    assert first.returncode == 0 and "wrote" in first.stdout, first.stdout + first.stderr
+    pages, times = _tree(out), _stamps(out)
+    second = suite_cli(*args, env={paths.CACHE_ENV: str(cache)})
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "wrote" not in second.stdout and "nothing rewritten" in second.stdout, second.stdout
+    said = {line.removeprefix("unchanged ") for line in second.stdout.splitlines() if line.startswith("unchanged ")}
+    assert said == {str(out / name) for name in pages} and len(said) >= 6, second.stdout
+    assert _tree(out) == pages and _stamps(out) == times
+    third = suite_cli(*args[:-1], "md", env={paths.CACHE_ENV: str(cache)})
+    assert third.returncode == 0 and "wrote" in third.stdout and "unchanged" not in third.stdout, third.stdout
+
+
+def _changed_value(res: Path) -> None:
+    target = _timed(res)
+    target.write_text(target.read_text().replace('"fit_s": ', '"fit_s": 1', 1))
+
+
+def _added(res: Path) -> None:
+    data = json.loads(_timed(res).read_text())
+    data["spec"]["repetition"] += 100
+    (_timed(res).parent / "extra-r100.json").write_text(json.dumps(data))
+
+
+def _removed(res: Path) -> None:
+    _timed(res).unlink()
+
+
+def _renamed(res: Path) -> None:
+    target = _timed(res)
+    target.rename(target.with_name("renamed-" + target.name))
+
+
+@pytest.mark.parametrize("change", [_changed_value, _added, _removed, _renamed], ids=lambda f: f.__name__.strip("_"))
+def test_a_report_whose_results_changed_is_written_anew(tmp_path: Path, change: Callable[[Path], None]) -> None:
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    assert _report(res, out, cache)[0] == 0
+    before = _tree(out)
+    change(res)
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said and "unchanged" not in said, said
+    assert _tree(out) != before or change is _renamed, "the pages show the change (a file's name is not shown)"
+    fresh = tmp_path / "fresh"
+    assert _report(res, fresh, tmp_path / "cache-apart")[0] == 0
+    assert _tree(out) == _tree(fresh), "what a report with no cache writes"
+
+
+def test_a_page_edited_or_deleted_is_written_again(tmp_path: Path) -> None:
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    assert _report(res, out, cache)[0] == 0
+    pages = _tree(out)
+    (out / "hardware.md").write_text("edited\n")
+    (out / "README.md").unlink()
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said and _tree(out) == pages, said
+
+
+@pytest.mark.parametrize("name", ["../outside.md", "/etc/hostname", "", "sub/x.md", "."])
+def test_an_entry_naming_a_file_outside_the_report_folder_vouches_for_nothing(tmp_path: Path, name: str) -> None:
+    """The entry is read as untrusted: a name that is not a file of the report folder itself, even
+    with that file's true sha256, makes the report write everything."""
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    assert _report(res, out, cache)[0] == 0
+    [entry] = (cache / "written-reports").glob("*.json")
+    data = json.loads(entry.read_text())
+    target = (out / name) if name else out / "README.md"
+    sha = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else "0" * 64
+    (tmp_path / "outside.md").write_text("not a page\n")
+    if name == "../outside.md":
+        sha = hashlib.sha256((tmp_path / "outside.md").read_bytes()).hexdigest()
+    data["files"].append([name, sha])
+    entry.write_text(json.dumps(data))
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said and "unchanged" not in said, said
+
+
+@pytest.mark.parametrize("garbage", ["{not json", "[]", '{"inputs": 1, "files": 2}', "[" * 100_000 + "]" * 100_000])
+def test_an_unreadable_entry_vouches_for_nothing(tmp_path: Path, garbage: str) -> None:
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    assert _report(res, out, cache)[0] == 0
+    [entry] = (cache / "written-reports").glob("*.json")
+    entry.write_text(garbage)
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said and "unchanged" not in said, said
+    assert _report(res, out, cache)[1].count("unchanged") == len(_tree(out)), "the entry is whole again"
+
+
+def test_without_a_writable_cache_or_with_it_inside_a_folder_every_report_writes(tmp_path: Path) -> None:
+    res = _results(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = tmp_path / "out"
+    for cache in (blocker / "cache", res / "cache", out / "cache"):
+        for _ in (1, 2):
+            code, said = _report(res, out, cache)
+            assert code == 0 and "wrote" in said and "unchanged" not in said, said
+    assert not (res / "cache").exists() or not any((res / "cache").rglob("written-reports/*"))
+
+
+def test_the_inputs_digest_follows_the_code_and_the_packages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What the pages' bytes depend on beyond the files and options: the suite's code and the
+    versions of the packages that format numbers, tables and plots."""
+    from suite.record import results
+    from suite.report import up_to_date
+
+    res = _results(tmp_path)
+    read = results.read_folder(res)
+
+    def digest() -> str | None:
+        return up_to_date.inputs_digest(read, res, tmp_path / "out", {"formats": ["md"]})
+
+    plain = digest()
+    assert plain is not None and digest() == plain
+    assert up_to_date.inputs_digest(read, res, tmp_path / "other", {"formats": ["md"]}) != plain
+    assert up_to_date.inputs_digest(read[1:], res, tmp_path / "out", {"formats": ["md"]}) != plain
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda p: "99.0" if p == "tabulate" else real_version(p))
+    assert digest() not in (plain, None)
+    monkeypatch.undo()
+    monkeypatch.setattr(paths, "code_digest", lambda: "0" * 64)
+    assert digest() not in (plain, None)
+    monkeypatch.setattr(paths, "code_digest", lambda: None)
+    assert digest() is None

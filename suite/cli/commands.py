@@ -148,7 +148,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from suite.record import results
-    from suite.report import figures, pages
+    from suite.report import figures, pages, up_to_date
 
     try:
         formats = figures.parse_formats(args.format)
@@ -167,18 +167,30 @@ def cmd_report(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot be the report folder ({exc.strerror})") from None
-    try:
-        # Read once for the pages and the exports; frozen, as this command ends after it (load_folder).
-        loaded = results.load_folder(args.results, frozen=True)
-        written = pages.write_reports(args.results, out, args.reference, args.select, loaded) if "md" in formats else []
-        written += figures.write_exports(args.results, loaded, out, formats, args.select)
-    except pages.UnknownReference as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off
-        print(f"error: cannot write the report into {out}: {exc.strerror or exc} ({exc.filename})", file=sys.stderr)
-        return 1
-    for path in written:
-        print(f"wrote {path}")
+    read = results.read_folder(args.results)
+    options = {"formats": formats, "reference": args.reference, "select": args.select}
+    last = up_to_date.Written(out, args.results, up_to_date.inputs_digest(read, args.results, out, options))
+    if (unchanged := last.unchanged()) is not None:
+        for path in unchanged:
+            print(f"unchanged {path}")
+        print(f"{out}: as written before from these {len(read):,} result files, options and code; nothing rewritten")
+    else:
+        try:
+            # Read once for the pages and the exports; frozen, as this command ends after it (load_folder).
+            loaded = results.load_folder(args.results, frozen=True, read=read)
+            del read  # decoded: its bytes are not needed any more
+            written = []
+            if "md" in formats:
+                written += pages.write_reports(args.results, out, args.reference, args.select, loaded)
+            written += figures.write_exports(args.results, loaded, out, formats, args.select)
+        except pages.UnknownReference as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off
+            print(f"error: cannot write the report into {out}: {exc.strerror or exc} ({exc.filename})", file=sys.stderr)
+            return 1
+        last.save(written)
+        for path, _ in written:
+            print(f"wrote {path}")
     if args.select is not None:
         print(f"-k {args.select!r}: the pages it takes are in {out}; the full report in {args.out} is as it was")
     return 0

@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from suite import paths
@@ -63,12 +62,4 @@ class CheckedFiles:
             return
         data = {"code": paths.code_digest(), "files": sorted(self.seen)}
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the user's alone: it vouches
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(data, fh, separators=(",", ":"))
-                os.replace(tmp, self.path)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+            paths.keep(self.path, json.dumps(data, separators=(",", ":")).encode())

@@ -374,23 +374,27 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
     return _load(path, in_folder)
 
 
-def _load(path: Path, in_folder: bool = False, known: CheckedFiles | None = None) -> RunResult:
+def _load(
+    path: Path, in_folder: bool = False, known: CheckedFiles | None = None, read: tuple[bytes, str] | None = None
+) -> RunResult:
     """``load``. With ``known``: bytes found to be a result before (record/checked_files, by their
     sha256) are decoded without the field checks, by orjson, three times faster than json. For such
     bytes it reads the same objects: they passed the checks below (UTF-8, finite floats, integers of
     64 bits), and what orjson refuses that json took (an escaped lone surrogate, nesting 1,024 deep)
-    is checked as any other file."""
+    is checked as any other file. ``read``: the file's bytes and their sha256, as ``read_folder``
+    took them (the bytes decoded are the bytes hashed)."""
     advice = "; move it out of the results folder" if in_folder else ""
     try:
-        raw = bounded.read_bytes(path, MAX_RESULT_BYTES)
-        digest = hashlib.sha256(raw).hexdigest() if known is not None else ""
+        if read is None:
+            raw = _read(path, advice)
+            digest = hashlib.sha256(raw).hexdigest() if known is not None else ""
+        else:
+            raw, digest = read
         if known is not None and known.checked(digest):
             with contextlib.suppress(Exception):  # refused by orjson alone: checked as any other file
                 return _known(orjson.loads(raw))
         text = raw.decode("utf-8")
         data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
-    except OSError as exc:
-        raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, NaN; nesting
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ResultError(f"{path}: not a readable result file ({why}){advice}") from None
@@ -421,6 +425,13 @@ def _load(path: Path, in_folder: bool = False, known: CheckedFiles | None = None
     if known is not None:
         known.add(digest)
     return result
+
+
+def _read(path: Path, advice: str) -> bytes:
+    try:
+        return bounded.read_bytes(path, MAX_RESULT_BYTES)
+    except OSError as exc:
+        raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
 
 
 def _known(data: dict[str, Any]) -> RunResult:
@@ -461,10 +472,35 @@ def _bounded_int(text: str) -> int:
     return value
 
 
-def load_folder(folder: Path, frozen: bool = False) -> list[tuple[Path, RunResult]]:
-    """Every result under ``folder`` (recursively), sorted by path so output is deterministic.
+class ReadFile(NamedTuple):
+    """A result file as read: its path, its bytes and their sha256."""
 
-    Names starting with '.' (temp files) or '_' (a version-1 peak calibration cache) are not results.
+    path: Path
+    raw: bytes
+    sha256: str
+
+
+def result_paths(folder: Path) -> list[Path]:
+    """The result files under ``folder`` (recursively), sorted by path so output is deterministic.
+    Names starting with '.' (temp files) or '_' (a version-1 peak calibration cache) are not results."""
+    depth = len(folder.parts)  # every path found lies under it: its own parts follow
+    paths = sorted(folder.rglob("*.json"), key=lambda p: p.parts)  # as Path's order, quicker for thousands
+    return [p for p in paths if not any(part[0] in "._" for part in p.parts[depth:])]
+
+
+def read_folder(folder: Path) -> list[ReadFile]:
+    """The bytes of every result file under ``folder`` and their sha256, not yet decoded: what a
+    report's pages are drawn from (report/up_to_date), then decoded by ``load_folder(read=...)``."""
+    out = []
+    for path in result_paths(folder):
+        raw = _read(path, "; move it out of the results folder")
+        out.append(ReadFile(path, raw, hashlib.sha256(raw).hexdigest()))
+    return out
+
+
+def load_folder(folder: Path, frozen: bool = False, read: list[ReadFile] | None = None) -> list[tuple[Path, RunResult]]:
+    """Every result under ``folder`` (``result_paths``), decoded; from the bytes of ``read_folder``
+    where given.
 
     ``frozen``: for a command that holds the records until it ends (report, compare). Decoded JSON
     forms no reference cycles, yet the cycle collector would rescan every one of its objects at each
@@ -472,15 +508,15 @@ def load_folder(folder: Path, frozen: bool = False) -> list[tuple[Path, RunResul
     frozen (``gc.freeze``), they are left out. Refcounts still free them, but garbage cycles of the
     moment are frozen too and never freed: not for a long-lived process (a plan's loop).
     """
-    depth = len(folder.parts)  # every path found lies under it: its own parts follow
-    paths = sorted(folder.rglob("*.json"), key=lambda p: p.parts)  # as Path's order, quicker for thousands
-    kept = [p for p in paths if not any(part[0] in "._" for part in p.parts[depth:])]
     known = CheckedFiles(folder)
     collecting = gc.isenabled()
     if frozen:
         gc.disable()
     try:
-        out = [(p, _load(p, True, known)) for p in kept]
+        if read is None:
+            out = [(p, _load(p, True, known)) for p in result_paths(folder)]
+        else:
+            out = [(f.path, _load(f.path, True, known, (f.raw, f.sha256))) for f in read]
     finally:
         if frozen:
             gc.freeze()

@@ -9,13 +9,14 @@ meaning or goes away (adding a field does not need a bump).
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -456,7 +457,7 @@ def parse_formats(text: str) -> list[str]:
 
 def write_exports(
     results_dir: Path, loaded: list[tuple[Path, RunResult]], out_dir: Path, formats: list[str], select: str | None
-) -> list[Path]:
+) -> list[Wrote]:
     """report.json and/or points.csv + runs.csv in ``out_dir`` (``collect``); returns the paths written."""
     if not {"json", "csv"} & set(formats):
         return []
@@ -471,7 +472,7 @@ def write_exports(
     return written
 
 
-def _write(path: Path, text: str) -> Path:
+def _write(path: Path, text: str) -> Wrote:
     return write_atomic(path, text)
 
 
@@ -484,16 +485,25 @@ def _umask() -> int:
         return 0o022
 
 
-def write_atomic(path: Path, content: str | bytes) -> Path:
+class Wrote(NamedTuple):
+    """A file a report wrote, and the sha256 of the bytes it wrote there (report/up_to_date keeps it:
+    what lies there later may be another's)."""
+
+    path: Path
+    sha256: str
+
+
+def write_atomic(path: Path, content: str | bytes) -> Wrote:
     """``path`` replaced atomically by way of a temp file made with O_EXCL beside it (never a fixed
     name, which a planted link could turn into a write elsewhere)."""
+    data = content if isinstance(content, bytes) else content.encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a page is as readable as any file made here
         with os.fdopen(fd, "wb") as fh:
-            fh.write(content if isinstance(content, bytes) else content.encode("utf-8"))
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return Wrote(path, hashlib.sha256(data).hexdigest())

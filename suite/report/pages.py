@@ -317,7 +317,7 @@ def write_reports(
     reference: str | None = None,
     select: str | None = None,
     loaded: list[tuple[Path, RunResult]] | None = None,
-) -> list[Path]:
+) -> list[figures.Wrote]:
     """Scenario pages, their plots, the index and the hardware comparison; returns the paths written.
 
     ``select``: a ``-k`` expression; only the points it takes are shown, each page and the index say
@@ -367,5 +367,5 @@ def _method_link(out_dir: Path) -> str:
     return Path(os.path.relpath(paths.CHECKOUT / METHOD_PAGE, out_dir.resolve())).as_posix()
 
 
-def _write(path: Path, content: str | bytes) -> Path:
+def _write(path: Path, content: str | bytes) -> figures.Wrote:
     return figures.write_atomic(path, content)

@@ -14,7 +14,6 @@ import hashlib
 import importlib.metadata
 import io
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -262,15 +261,7 @@ def _keep(path: Path, png: bytes) -> None:
     """``png`` into the cache (whole, or not at all), which keeps the KEPT_PLOTS used last; where the
     cache cannot be written, nothing is kept."""
     with contextlib.suppress(OSError):
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(png)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        paths.keep(path, png)
     with contextlib.suppress(OSError):
         kept = sorted((p.lstat().st_mtime_ns, p) for p in path.parent.glob("*.png"))
         for _, old in kept[:-KEPT_PLOTS]:
