@@ -311,3 +311,23 @@ def test_the_inputs_digest_follows_the_code_and_the_packages(monkeypatch: pytest
     assert digest() not in (plain, None)
     monkeypatch.setattr(paths, "code_digest", lambda: None)
     assert digest() is None
+
+
+def test_bytes_not_kept_are_read_again_and_the_digest_is_of_the_bytes_decoded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Beyond the bytes kept, a file is read again to be decoded; where it changed in between, the
+    record and the digest a report's entry keeps are both of the bytes decoded."""
+    from suite.record import results
+
+    res = _results(tmp_path)
+    monkeypatch.setattr(results, "KEPT_BYTES", 0)
+    read = results.read_folder(res)
+    assert read and all(f.raw is None for f in read)
+    target = _timed(res)
+    before = next(f.sha256 for f in read if f.path == target)
+    _changed_value(res)
+    loaded = dict(results.load_folder(res, read=read))
+    after = next(f.sha256 for f in read if f.path == target)
+    assert after == hashlib.sha256(target.read_bytes()).hexdigest() != before
+    assert results.FIT_S.of(loaded[target]) == json.loads(target.read_text())["timing"]["fit_s"]

@@ -169,16 +169,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: cannot be the report folder ({exc.strerror})") from None
     read = results.read_folder(args.results)
     options = {"formats": formats, "reference": args.reference, "select": args.select}
-    last = up_to_date.Written(out, args.results, up_to_date.inputs_digest(read, args.results, out, options))
-    if (unchanged := last.unchanged()) is not None:
+    last = up_to_date.Written(out, args.results)
+    if (unchanged := last.unchanged(up_to_date.inputs_digest(read, args.results, out, options))) is not None:
         for path in unchanged:
             print(f"unchanged {path}")
         print(f"{out}: as written before from these {len(read):,} result files, options and code; nothing rewritten")
     else:
         try:
-            # Read once for the pages and the exports; frozen, as this command ends after it (load_folder).
+            # Decoded once for the pages and the exports; frozen, as this command ends after it (load_folder).
             loaded = results.load_folder(args.results, frozen=True, read=read)
-            del read  # decoded: its bytes are not needed any more
             written = []
             if "md" in formats:
                 written += pages.write_reports(args.results, out, args.reference, args.select, loaded)
@@ -188,7 +187,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off
             print(f"error: cannot write the report into {out}: {exc.strerror or exc} ({exc.filename})", file=sys.stderr)
             return 1
-        last.save(written)
+        last.save(up_to_date.inputs_digest(read, args.results, out, options), written)  # of the bytes decoded
         for path, _ in written:
             print(f"wrote {path}")
     if args.select is not None:

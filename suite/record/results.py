@@ -473,11 +473,17 @@ def _bounded_int(text: str) -> int:
 
 
 class ReadFile(NamedTuple):
-    """A result file as read: its path, its bytes and their sha256."""
+    """A result file as read: its path, its bytes (None where they were not kept) and their sha256."""
 
     path: Path
-    raw: bytes
+    raw: bytes | None
     sha256: str
+
+
+# The bytes ``read_folder`` keeps for ``load_folder`` to decode; beyond them a file is read again.
+# Held beside the records as they are decoded, they add to the peak memory of a report (decoded, a
+# record takes two to three times its bytes): 10,000 files of 15 KB are 150 MB.
+KEPT_BYTES = 256 * bounded.MiB
 
 
 def result_paths(folder: Path) -> list[Path]:
@@ -489,18 +495,20 @@ def result_paths(folder: Path) -> list[Path]:
 
 
 def read_folder(folder: Path) -> list[ReadFile]:
-    """The bytes of every result file under ``folder`` and their sha256, not yet decoded: what a
-    report's pages are drawn from (report/up_to_date), then decoded by ``load_folder(read=...)``."""
-    out = []
+    """Every result file under ``folder`` read, hashed, and not yet decoded: what a report's pages are
+    drawn from (report/up_to_date); ``load_folder(read=...)`` decodes them. The bytes of the files
+    read first are kept, up to KEPT_BYTES in all."""
+    out, kept = [], 0
     for path in result_paths(folder):
         raw = _read(path, "; move it out of the results folder")
-        out.append(ReadFile(path, raw, hashlib.sha256(raw).hexdigest()))
+        kept += len(raw)
+        out.append(ReadFile(path, raw if kept <= KEPT_BYTES else None, hashlib.sha256(raw).hexdigest()))
     return out
 
 
 def load_folder(folder: Path, frozen: bool = False, read: list[ReadFile] | None = None) -> list[tuple[Path, RunResult]]:
-    """Every result under ``folder`` (``result_paths``), decoded; from the bytes of ``read_folder``
-    where given.
+    """Every result under ``folder`` (``result_paths``), decoded; where ``read`` is given, the files
+    ``read_folder`` read, each left in ``read`` without its bytes and with the sha256 of those decoded.
 
     ``frozen``: for a command that holds the records until it ends (report, compare). Decoded JSON
     forms no reference cycles, yet the cycle collector would rescan every one of its objects at each
@@ -516,7 +524,13 @@ def load_folder(folder: Path, frozen: bool = False, read: list[ReadFile] | None 
         if read is None:
             out = [(p, _load(p, True, known)) for p in result_paths(folder)]
         else:
-            out = [(f.path, _load(f.path, True, known, (f.raw, f.sha256))) for f in read]
+            out = []
+            for i, (path, raw, digest) in enumerate(read):
+                if raw is None:  # not kept: read again, and what is decoded is what is hashed
+                    raw = _read(path, "; move it out of the results folder")
+                    digest = hashlib.sha256(raw).hexdigest()
+                out.append((path, _load(path, True, known, (raw, digest))))
+                read[i] = ReadFile(path, None, digest)  # decoded: its bytes go
     finally:
         if frozen:
             gc.freeze()

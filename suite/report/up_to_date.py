@@ -6,12 +6,13 @@ What a report writes is made from its inputs alone: the result files' paths and 
 command's options and folders, the suite's code and the versions of the packages that shape its
 bytes. The sha256 of all of them (``inputs_digest``) is kept with the sha256 of the bytes written
 into each file (not of what lies there as the report ends, which a report into the same folder at
-the same time may have replaced), in this user's cache folder (``paths.cache_dir``, as record/checked_files keeps its list), one entry
-per report folder. A later report whose inputs have the same digest, into a folder whose files all
-still hold the bytes written, would write those bytes again: it writes nothing. Any other file
-changed, missing or added among the results, any option, an update of the code or of a package,
-or a page edited or deleted makes the report write everything anew. Where no digest of the code
-can be taken or the cache folder cannot be read or written, every report writes everything.
+the same time may have replaced), in this user's cache folder (``paths.cache_dir``, as
+record/checked_files keeps its list), one entry per report folder. A later report whose inputs
+have the same digest, into a folder whose files all still hold the bytes written, would write
+those bytes again: it writes nothing. Any other file changed, missing or added among the results,
+any option, an update of the code or of a package, or a page edited or deleted makes the report
+write everything anew. Where no digest of the code can be taken or the cache folder cannot be read
+or written, every report writes everything.
 """
 
 from __future__ import annotations
@@ -41,15 +42,11 @@ def inputs_digest(read: list[ReadFile], results_dir: Path, out_dir: Path, option
     code = paths.code_digest()
     if code is None:
         return None
-    versions = {}
-    for package in PACKAGES:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            versions[package] = importlib.metadata.version(package)
     made_by = {
         "code": code,
         "checkout": str(paths.CHECKOUT),  # where the pages' links into docs/ point from
         "python": sys.version,
-        "packages": versions,
+        "packages": _versions(),
         "options": options,
         "results": [os.fsdecode(results_dir), os.path.realpath(results_dir)],
         "out": [os.fsdecode(out_dir), os.path.realpath(out_dir)],
@@ -61,28 +58,28 @@ def inputs_digest(read: list[ReadFile], results_dir: Path, out_dir: Path, option
 
 
 class Written:
-    """What ``suite report`` last wrote into ``out_dir`` from inputs of digest ``inputs``."""
+    """What ``suite report`` last wrote into ``out_dir``, and from inputs of which digest."""
 
-    def __init__(self, out_dir: Path, results_dir: Path, inputs: str | None) -> None:
-        self.out_dir, self.inputs = out_dir, inputs
+    def __init__(self, out_dir: Path, results_dir: Path) -> None:
+        self.out_dir = out_dir
         cache, here = paths.cache_dir(), os.path.realpath(out_dir)
         name = hashlib.sha256(os.fsencode(here)).hexdigest()[:32]
-        self.path = cache / "written-reports" / f"{name}.json" if cache is not None and inputs else None
+        self.path = cache / "written-reports" / f"{name}.json" if cache is not None else None
         if self.path is not None and any(
             Path(os.path.realpath(self.path)).is_relative_to(os.path.realpath(d)) for d in (results_dir, out_dir)
         ):
             self.path = None  # a cache inside the results folder would be read as a result; in the report, shown
 
-    def unchanged(self) -> list[Path] | None:
-        """The files of ``out_dir`` as the last report wrote them from the same inputs, in the order
-        it wrote them; None where that report had other inputs or any of its files has changed."""
-        if self.path is None:
+    def unchanged(self, inputs: str | None) -> list[Path] | None:
+        """The files of ``out_dir`` as the last report wrote them from inputs of digest ``inputs``, in
+        the order it wrote them; None where that report had other inputs or any of them has changed."""
+        if self.path is None or inputs is None:
             return None
         try:
             entry = json.loads(bounded.read_bytes(self.path, MAX_ENTRY_BYTES))
         except (OSError, ValueError, RecursionError):
             return None
-        files = entry.get("files") if isinstance(entry, dict) and entry.get("inputs") == self.inputs else None
+        files = entry.get("files") if isinstance(entry, dict) and entry.get("inputs") == inputs else None
         if not isinstance(files, list) or not files:
             return None
         kept = []
@@ -97,16 +94,24 @@ class Written:
             kept.append(self.out_dir / name)
         return kept
 
-    def save(self, written: list[Wrote]) -> None:
+    def save(self, inputs: str | None, written: list[Wrote]) -> None:
         """Keep ``written`` (files of ``out_dir``, with the sha256 of the bytes this report wrote
-        there) as the folder's entry."""
+        there), made from inputs of digest ``inputs``, as the folder's entry."""
         if self.path is None:
             return
         with contextlib.suppress(OSError):
             self.path.unlink(missing_ok=True)  # the last report's entry goes whatever happens next
-            if all(w.path.parent == self.out_dir for w in written):
-                entry = {"inputs": self.inputs, "files": [[w.path.name, w.sha256] for w in written]}
+            if inputs is not None and all(w.path.parent == self.out_dir for w in written):
+                entry = {"inputs": inputs, "files": [[w.path.name, w.sha256] for w in written]}
                 paths.keep(self.path, json.dumps(entry, separators=(",", ":")).encode())
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[package] = importlib.metadata.version(package)
+    return versions
 
 
 def _sha256(path: Path) -> str | None:
