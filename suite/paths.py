@@ -106,10 +106,12 @@ def cache_dir() -> Path | None:
         return None
 
 
-def keep(path: Path, data: bytes) -> None:
+def keep(path: Path, data: bytes, most: int | None = None) -> None:
     """``data`` as the file ``path`` of the cache folder, whole or not at all (by way of a temp file
-    beside it), in folders made readable and writable by this user alone: what the cache holds
-    vouches for what it names. OSError where it cannot be written."""
+    beside it); the folder it lies in, where made now, is readable and writable by this user alone
+    (what the cache holds vouches for what it names). ``most``: the files of that folder with the
+    same suffix kept, the least recently written (or used: touched) going first. OSError where
+    ``path`` cannot be written."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
     try:
@@ -119,6 +121,13 @@ def keep(path: Path, data: bytes) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+    if most is None:
+        return
+    with contextlib.suppress(OSError):
+        kept = sorted((p.lstat().st_mtime_ns, p) for p in path.parent.glob(f"*{path.suffix}"))
+        for _, old in kept[:-most]:
+            with contextlib.suppress(OSError):
+                old.unlink()
 
 
 @functools.cache

@@ -245,7 +245,7 @@ def test_a_page_edited_or_deleted_is_written_again(tmp_path: Path) -> None:
     assert code == 0 and "wrote" in said and _tree(out) == pages, said
 
 
-@pytest.mark.parametrize("name", ["../outside.md", "/etc/hostname", "", "sub/x.md", "."])
+@pytest.mark.parametrize("name", ["../outside.md", "OUTSIDE", "sub/inside.md"])
 def test_an_entry_naming_a_file_outside_the_report_folder_vouches_for_nothing(tmp_path: Path, name: str) -> None:
     """The entry is read as untrusted: a name that is not a file of the report folder itself, even
     with that file's true sha256, makes the report write everything."""
@@ -253,15 +253,58 @@ def test_an_entry_naming_a_file_outside_the_report_folder_vouches_for_nothing(tm
     assert _report(res, out, cache)[0] == 0
     [entry] = (cache / "written-reports").glob("*.json")
     data = json.loads(entry.read_text())
-    target = (out / name) if name else out / "README.md"
-    sha = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else "0" * 64
-    (tmp_path / "outside.md").write_text("not a page\n")
-    if name == "../outside.md":
-        sha = hashlib.sha256((tmp_path / "outside.md").read_bytes()).hexdigest()
-    data["files"].append([name, sha])
+    outside = tmp_path / "outside.md"
+    outside.write_text("not a page\n")
+    (out / "sub").mkdir()
+    (out / "sub" / "inside.md").write_text("not a page either\n")
+    name = str(outside) if name == "OUTSIDE" else name
+    data["files"].append([name, hashlib.sha256((out / name).read_bytes()).hexdigest()])
     entry.write_text(json.dumps(data))
     code, said = _report(res, out, cache)
     assert code == 0 and "wrote" in said and "unchanged" not in said, said
+
+
+@pytest.mark.parametrize(
+    "options",
+    [("--format", "md,json"), ("-k", "width=100"), ("--reference", "fixture-local")],
+    ids=["format", "select", "reference"],
+)
+def test_a_report_with_other_options_is_written_anew_and_then_left_as_it_is(
+    tmp_path: Path, options: tuple[str, str]
+) -> None:
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    assert _report(res, out, cache)[0] == 0
+    env = {paths.CACHE_ENV: str(cache)}
+    for verb in ("wrote", "unchanged"):
+        proc = suite_cli("report", "--results", res, "--out", out, *options, env=env)
+        assert proc.returncode == 0 and f"{verb} " in proc.stdout, proc.stdout + proc.stderr
+    if options[0] == "--format":  # the formats in another order: the same files
+        proc = suite_cli("report", "--results", res, "--out", out, "--format", "json,md", env=env)
+        assert proc.returncode == 0 and "wrote" not in proc.stdout, proc.stdout + proc.stderr
+    # One entry per folder, the last report's: -k writes into a folder of its own, the others into this one.
+    said = _report(res, out, cache)[1]
+    assert ("unchanged" in said) == (options[0] == "-k") and ("wrote" in said) != (options[0] == "-k"), said
+
+
+def test_a_report_whose_scenario_file_changed_is_written_anew(tmp_path: Path) -> None:
+    """A page's "Reproduce" command names its points with -k unless they are all of the scenario
+    file's (report/rerun): the file is an input of the page, and an edit of it is seen."""
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    scenario = tmp_path / "fx_width.yaml"
+    scenario.write_text((paths.CHECKOUT / "tests" / "fixtures" / "scenarios" / "fx_width.yaml").read_text())
+    for record in res.rglob("*.json"):  # the results name the copy (an absolute path is taken as it is)
+        record.write_text(record.read_text().replace("tests/fixtures/scenarios/fx_width.yaml", str(scenario)))
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said, said
+    page = (out / "fx_width.md").read_text()
+    assert _report(res, out, cache)[1].count("unchanged ") == len(_tree(out))
+    scenario.write_text(scenario.read_text() + "\n# a comment changes the bytes, not the points\n")
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said and (out / "fx_width.md").read_text() == page, said
+    scenario.unlink()  # now unreadable: the page names its points with -k
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said and (out / "fx_width.md").read_text() != page, said
+    assert "unchanged" in _report(res, out, cache)[1], "still unreadable: nothing changed"
 
 
 @pytest.mark.parametrize("garbage", ["{not json", "[]", '{"inputs": 1, "files": 2}', "[" * 100_000 + "]" * 100_000])
@@ -311,6 +354,12 @@ def test_the_inputs_digest_follows_the_code_and_the_packages(monkeypatch: pytest
     assert digest() not in (plain, None)
     monkeypatch.setattr(paths, "code_digest", lambda: None)
     assert digest() is None
+    monkeypatch.undo()
+    monkeypatch.setattr(paths, "CHECKOUT", None)  # installed: paths on a page are relative to the working folder
+    monkeypatch.chdir(tmp_path)
+    installed = digest()
+    monkeypatch.chdir(res)
+    assert digest() not in (installed, None)
 
 
 def test_bytes_not_kept_are_read_again_and_the_digest_is_of_the_bytes_decoded(

@@ -148,7 +148,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from suite.record import results
-    from suite.report import figures, pages, up_to_date
+    from suite.report import figures, pages, rerun, up_to_date
 
     try:
         formats = figures.parse_formats(args.format)
@@ -167,10 +167,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot be the report folder ({exc.strerror})") from None
-    read = results.read_folder(args.results)
-    options = {"formats": formats, "reference": args.reference, "select": args.select}
-    last = up_to_date.Written(out, args.results)
-    if (unchanged := last.unchanged(up_to_date.inputs_digest(read, args.results, out, options))) is not None:
+    try:
+        read = results.read_folder(args.results)
+    except OSError as exc:  # a folder gone or unreadable while its files are listed
+        raise UsageError(f"--results {args.results}: cannot be read ({exc.strerror or exc}: {exc.filename})") from None
+    options = {"formats": sorted(formats), "reference": args.reference, "select": args.select}
+    last = up_to_date.LastReport(out, args.results)
+    if (unchanged := last.unchanged_files(up_to_date.inputs_digest(read, args.results, out, options))) is not None:
         for path in unchanged:
             print(f"unchanged {path}")
         print(f"{out}: as written before from these {len(read):,} result files, options and code; nothing rewritten")
@@ -178,6 +181,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         try:
             # Decoded once for the pages and the exports; frozen, as this command ends after it (load_folder).
             loaded = results.load_folder(args.results, frozen=True, read=read)
+            # The scenario files' bytes as they are before the pages read them: one changed meanwhile
+            # makes the next report write anew.
+            scenarios = up_to_date.hashed({named for _, r in loaded if (named := rerun.scenario_path(r.spec))})
             written = []
             if "md" in formats:
                 written += pages.write_reports(args.results, out, args.reference, args.select, loaded)
@@ -187,7 +193,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         except OSError as exc:  # a full disk: each page is replaced whole or not at all, so none is cut off
             print(f"error: cannot write the report into {out}: {exc.strerror or exc} ({exc.filename})", file=sys.stderr)
             return 1
-        last.save(up_to_date.inputs_digest(read, args.results, out, options), written)  # of the bytes decoded
+        inputs = up_to_date.inputs_digest(read, args.results, out, options)  # of the bytes decoded (load_folder)
+        last.save(inputs, scenarios, written)
         for path, _ in written:
             print(f"wrote {path}")
     if args.select is not None:

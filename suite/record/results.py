@@ -375,21 +375,21 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
 
 
 def _load(
-    path: Path, in_folder: bool = False, known: CheckedFiles | None = None, read: tuple[bytes, str] | None = None
+    path: Path, in_folder: bool = False, known: CheckedFiles | None = None, taken: tuple[bytes, str] | None = None
 ) -> RunResult:
     """``load``. With ``known``: bytes found to be a result before (record/checked_files, by their
     sha256) are decoded without the field checks, by orjson, three times faster than json. For such
     bytes it reads the same objects: they passed the checks below (UTF-8, finite floats, integers of
     64 bits), and what orjson refuses that json took (an escaped lone surrogate, nesting 1,024 deep)
-    is checked as any other file. ``read``: the file's bytes and their sha256, as ``read_folder``
+    is checked as any other file. ``taken``: the file's bytes and their sha256, as ``read_folder``
     took them (the bytes decoded are the bytes hashed)."""
-    advice = "; move it out of the results folder" if in_folder else ""
+    advice = IN_FOLDER if in_folder else ""
     try:
-        if read is None:
+        if taken is None:
             raw = _read(path, advice)
             digest = hashlib.sha256(raw).hexdigest() if known is not None else ""
         else:
-            raw, digest = read
+            raw, digest = taken
         if known is not None and known.checked(digest):
             with contextlib.suppress(Exception):  # refused by orjson alone: checked as any other file
                 return _known(orjson.loads(raw))
@@ -440,6 +440,8 @@ def _known(data: dict[str, Any]) -> RunResult:
         data = _MIGRATIONS[data["schema_version"]](data)
     return RunResult.from_dict(data)
 
+
+IN_FOLDER = "; move it out of the results folder"  # what an error about a file found in one advises
 
 # A result is 3-20 KB (telemetry series are capped at 600 points per metric; eight GPUs' metrics
 # make about 1.5 MB); a file far larger is not one, and reading it whole could exhaust memory (a
@@ -500,7 +502,7 @@ def read_folder(folder: Path) -> list[ReadFile]:
     read first are kept, up to KEPT_BYTES in all."""
     out, kept = [], 0
     for path in result_paths(folder):
-        raw = _read(path, "; move it out of the results folder")
+        raw = _read(path, IN_FOLDER)
         kept += len(raw)
         out.append(ReadFile(path, raw if kept <= KEPT_BYTES else None, hashlib.sha256(raw).hexdigest()))
     return out
@@ -527,9 +529,9 @@ def load_folder(folder: Path, frozen: bool = False, read: list[ReadFile] | None 
             out = []
             for i, (path, raw, digest) in enumerate(read):
                 if raw is None:  # not kept: read again, and what is decoded is what is hashed
-                    raw = _read(path, "; move it out of the results folder")
+                    raw = _read(path, IN_FOLDER)
                     digest = hashlib.sha256(raw).hexdigest()
-                out.append((path, _load(path, True, known, (raw, digest))))
+                out.append((path, _load(path, True, known, taken=(raw, digest))))
                 read[i] = ReadFile(path, None, digest)  # decoded: its bytes go
     finally:
         if frozen:

@@ -261,9 +261,4 @@ def _keep(path: Path, png: bytes) -> None:
     """``png`` into the cache (whole, or not at all), which keeps the KEPT_PLOTS used last; where the
     cache cannot be written, nothing is kept."""
     with contextlib.suppress(OSError):
-        paths.keep(path, png)
-    with contextlib.suppress(OSError):
-        kept = sorted((p.lstat().st_mtime_ns, p) for p in path.parent.glob("*.png"))
-        for _, old in kept[:-KEPT_PLOTS]:
-            with contextlib.suppress(OSError):
-                old.unlink()
+        paths.keep(path, png, most=KEPT_PLOTS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 from suite import paths
 from suite.record.results import RUN_BACKEND
@@ -39,17 +40,26 @@ def _repeats(view: ScenarioView) -> int | str:
     return max((int(r.spec.get("repetition", 0)) + 1 for p in view.points for r in p.runs), default=1)
 
 
+def scenario_path(spec: dict[str, Any]) -> Path | None:
+    """The scenario file a result names, where a page looks for it (``_takes_every_point``): besides
+    the results, the one file a report reads (report/up_to_date keeps its bytes' sha256)."""
+    name = spec.get("scenario_file")
+    return paths.project_root() / name if isinstance(name, str) and name else None
+
+
 def _takes_every_point(view: ScenarioView) -> bool:
     """Whether the page's points are every point its scenario file has at this size: then ``run``
     needs no ``-k``. False when the file cannot be read or has other points (the runs were chosen
-    with ``run -k``, which the results do not record, or the file changed since)."""
+    with ``run -k``, which the results do not record, or the file changed since). Only the points'
+    labels count: the data is not looked for (what this machine holds would change the page)."""
     from suite.spec import plan, scenario
 
-    name = view.spec.get("scenario_file")
-    if not name:
+    path = scenario_path(view.spec)
+    if path is None:
         return False
     try:  # a result names the file: read with the files' bounds (a FIFO or a huge matrix is refused)
-        specs = plan.expand(scenario.load(paths.project_root() / name, repeats=1), smoke=view.smoke, repeats=1)
+        found = scenario.load(path, repeats=1)
+        specs = plan.expand(found, smoke=view.smoke, repeats=1, data=lambda _: {"source": "not looked for"})
     except Exception:  # noqa: BLE001 - any unreadable or invalid file: name the points instead
         return False
     return {s.point_label for s in specs} == {p.label for p in view.points}

@@ -3,16 +3,18 @@ over results that have not changed since the last one writes nothing and ends as
 read them.
 
 What a report writes is made from its inputs alone: the result files' paths and bytes, the
-command's options and folders, the suite's code and the versions of the packages that shape its
-bytes. The sha256 of all of them (``inputs_digest``) is kept with the sha256 of the bytes written
+command's options and folders, where the project lies, the suite's code, the versions of Python
+and of the packages that shape its bytes, and the scenario files the results name (a page says
+whether its points are all of its file's: report/rerun). The sha256 of all but the last
+(``inputs_digest``) is kept with the sha256 of each scenario file as read and of the bytes written
 into each file (not of what lies there as the report ends, which a report into the same folder at
 the same time may have replaced), in this user's cache folder (``paths.cache_dir``, as
 record/checked_files keeps its list), one entry per report folder. A later report whose inputs
-have the same digest, into a folder whose files all still hold the bytes written, would write
-those bytes again: it writes nothing. Any other file changed, missing or added among the results,
-any option, an update of the code or of a package, or a page edited or deleted makes the report
-write everything anew. Where no digest of the code can be taken or the cache folder cannot be read
-or written, every report writes everything.
+have the same digest, where the scenario files and every file written still hold those bytes,
+would write the same bytes again: it writes nothing. Any other file changed, missing or added among
+the results, any option, an update of the code or of a package, a scenario file edited, or a page
+edited or deleted makes the report write everything anew. Where no digest of the code can be taken
+or the cache folder cannot be read or written, every report writes everything.
 """
 
 from __future__ import annotations
@@ -31,22 +33,29 @@ from suite.record.results import ReadFile
 from suite.report.figures import Wrote
 from suite.safe import bounded
 
-MAX_ENTRY_BYTES = bounded.MiB  # the files of one report folder: a few per scenario
-MAX_WRITTEN_BYTES = 256 * bounded.MiB  # a report.json of many thousands of runs is tens of MB
-# Whose versions change what a report writes: numbers and tables, exports, plots and their PNG.
-PACKAGES = ("numpy", "tabulate", "orjson", "pyyaml", "matplotlib", "pillow")
+KEPT_REPORTS = 1000  # entries kept, one per report folder; the least recently written go first
+MAX_ENTRY_BYTES = 16 * bounded.MiB  # a report folder holds a few files per scenario
+MAX_FILE_BYTES = 256 * bounded.MiB  # a report.json of many thousands of runs is tens of MB
+# Whose versions change what a report writes: the intervals' quantiles, numbers and tables, exports,
+# plots and their PNG.
+PACKAGES = ("numpy", "scipy", "tabulate", "orjson", "pyyaml", "matplotlib", "pillow")
 
 
 def inputs_digest(read: list[ReadFile], results_dir: Path, out_dir: Path, options: dict[str, Any]) -> str | None:
-    """The sha256 of what a report into ``out_dir`` is made from; None where the code has none."""
+    """The sha256 of what a report into ``out_dir`` is made from, the scenario files aside; None
+    where the code has none."""
     code = paths.code_digest()
     if code is None:
         return None
+    versions = {}
+    for package in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[package] = importlib.metadata.version(package)
     made_by = {
         "code": code,
-        "checkout": str(paths.CHECKOUT),  # where the pages' links into docs/ point from
+        "project": [str(paths.CHECKOUT), os.fsdecode(paths.project_root())],  # what paths on a page are relative to
         "python": sys.version,
-        "packages": _versions(),
+        "packages": versions,
         "options": options,
         "results": [os.fsdecode(results_dir), os.path.realpath(results_dir)],
         "out": [os.fsdecode(out_dir), os.path.realpath(out_dir)],
@@ -57,8 +66,8 @@ def inputs_digest(read: list[ReadFile], results_dir: Path, out_dir: Path, option
     return digest.hexdigest()
 
 
-class Written:
-    """What ``suite report`` last wrote into ``out_dir``, and from inputs of which digest."""
+class LastReport:
+    """What ``suite report`` last wrote into ``out_dir``, and from what."""
 
     def __init__(self, out_dir: Path, results_dir: Path) -> None:
         self.out_dir = out_dir
@@ -70,52 +79,69 @@ class Written:
         ):
             self.path = None  # a cache inside the results folder would be read as a result; in the report, shown
 
-    def unchanged(self, inputs: str | None) -> list[Path] | None:
+    def unchanged_files(self, inputs: str | None) -> list[Path] | None:
         """The files of ``out_dir`` as the last report wrote them from inputs of digest ``inputs``, in
-        the order it wrote them; None where that report had other inputs or any of them has changed."""
+        the order it wrote them; None where that report had other inputs, a scenario file it read has
+        changed, or a file it wrote has."""
         if self.path is None or inputs is None:
             return None
         try:
             entry = json.loads(bounded.read_bytes(self.path, MAX_ENTRY_BYTES))
         except (OSError, ValueError, RecursionError):
             return None
-        files = entry.get("files") if isinstance(entry, dict) and entry.get("inputs") == inputs else None
-        if not isinstance(files, list) or not files:
+        if not (isinstance(entry, dict) and entry.get("inputs") == inputs):
             return None
-        kept = []
-        for item in files:
-            if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
-                return None
-            name, sha = item
-            if name in ("", ".", "..") or "/" in name or "\0" in name:  # a file of out_dir itself, by its name
-                return None
-            if _sha256(self.out_dir / name) != sha:
-                return None
-            kept.append(self.out_dir / name)
-        return kept
+        written, scenarios = _pairs(entry.get("files")), _pairs(entry.get("scenarios"))
+        if not written or any(sha is None for _, sha in written) or scenarios is None:
+            return None
+        if any(_sha256(Path(path)) != sha for path, sha in scenarios):
+            return None
+        if any(name in ("", ".", "..") or "/" in name or "\0" in name for name, _ in written):
+            return None  # not a file of out_dir itself, by its name
+        if any(_sha256(self.out_dir / name) != sha for name, sha in written):
+            return None
+        return [self.out_dir / name for name, _ in written]
 
-    def save(self, inputs: str | None, written: list[Wrote]) -> None:
+    def save(self, inputs: str | None, scenarios: dict[str, str | None], written: list[Wrote]) -> None:
         """Keep ``written`` (files of ``out_dir``, with the sha256 of the bytes this report wrote
-        there), made from inputs of digest ``inputs``, as the folder's entry."""
+        there), made from inputs of digest ``inputs`` and the ``scenarios`` files (``hashed``), as the
+        folder's entry."""
         if self.path is None:
             return
         with contextlib.suppress(OSError):
             self.path.unlink(missing_ok=True)  # the last report's entry goes whatever happens next
             if inputs is not None and all(w.path.parent == self.out_dir for w in written):
-                entry = {"inputs": inputs, "files": [[w.path.name, w.sha256] for w in written]}
-                paths.keep(self.path, json.dumps(entry, separators=(",", ":")).encode())
+                entry = {
+                    "inputs": inputs,
+                    "scenarios": sorted([path, sha] for path, sha in scenarios.items()),
+                    "files": [[w.path.name, w.sha256] for w in written],
+                }
+                text = json.dumps(entry, separators=(",", ":"), ensure_ascii=True)  # a path may not be UTF-8
+                paths.keep(self.path, text.encode(), most=KEPT_REPORTS)
 
 
-def _versions() -> dict[str, str]:
-    versions = {}
-    for package in PACKAGES:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            versions[package] = importlib.metadata.version(package)
-    return versions
+def hashed(files: set[Path]) -> dict[str, str | None]:
+    """Each file's path and the sha256 of its bytes (None where it cannot be read)."""
+    return {os.fsdecode(path): _sha256(path) for path in files}
+
+
+def _pairs(value: object) -> list[tuple[str, str | None]] | None:
+    """An entry's list of [name, sha256 or null]; None where it is anything else."""
+    if not isinstance(value, list):
+        return None
+    pairs = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            return None
+        if not (item[1] is None or isinstance(item[1], str)):
+            return None
+        pairs.append((item[0], item[1]))
+    return pairs
 
 
 def _sha256(path: Path) -> str | None:
+    """Of the regular file's bytes; None where it cannot be read (a report then read none either)."""
     try:
-        return hashlib.sha256(bounded.read_bytes(path, MAX_WRITTEN_BYTES)).hexdigest()
+        return hashlib.sha256(bounded.read_bytes(path, MAX_FILE_BYTES)).hexdigest()
     except OSError:
         return None
