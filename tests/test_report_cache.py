@@ -286,14 +286,50 @@ def test_a_report_with_other_options_is_written_anew_and_then_left_as_it_is(
     assert ("unchanged" in said) == (options[0] == "-k") and ("wrote" in said) != (options[0] == "-k"), said
 
 
+def _named_scenario(res: Path, scenario: str) -> None:
+    """The results name ``scenario`` as their file (an absolute path is taken as it is)."""
+    for record in res.rglob("*.json"):
+        data = json.loads(record.read_text())
+        data["spec"]["scenario_file"] = scenario
+        record.write_text(json.dumps(data))
+
+
+def test_a_page_does_not_depend_on_the_data_this_machine_holds(tmp_path: Path) -> None:
+    """Whether a page's points are all of its scenario file's is told by their labels: a data
+    folder the file names, readable or not, changes nothing on the page."""
+    res, cache = _results(tmp_path), tmp_path / "cache"
+    scenario, data = tmp_path / "fx_width.yaml", tmp_path / "mnist"
+    text = (paths.CHECKOUT / "tests" / "fixtures" / "scenarios" / "fx_width.yaml").read_text()
+    scenario.write_text(text.replace("data: {allow_synthetic: true,", f"data: {{data_dir: {data},"))
+    _named_scenario(res, str(scenario))
+    data.mkdir()
+    (data / "t10k-images-idx3-ubyte.gz").write_bytes(b"not gzip")  # damaged: loading the scenario refuses it
+    assert suite_cli("check", scenario, "--smoke").returncode == 2
+    assert _report(res, tmp_path / "damaged", cache)[0] == 0
+    (data / "t10k-images-idx3-ubyte.gz").unlink()
+    assert _report(res, tmp_path / "gone", cache)[0] == 0
+    assert _tree(tmp_path / "damaged") == _tree(tmp_path / "gone")
+    assert "-k" not in (tmp_path / "gone" / "fx_width.md").read_text().split("python -m suite run")[1].split("\n")[0]
+
+
+def test_a_scenario_file_a_system_cannot_open_is_not_read_and_the_report_is_written(tmp_path: Path) -> None:
+    """A result may name any text as its scenario file: one with a NUL or a lone surrogate names
+    no file, and the page names its points with -k."""
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    for name in ("a\u0000b", "\ud800.yaml"):
+        _named_scenario(res, name)
+        for verb in ("wrote", "unchanged"):
+            code, said = _report(res, out, cache)
+            assert code == 0 and f"{verb} " in said and "Traceback" not in said, said
+
+
 def test_a_report_whose_scenario_file_changed_is_written_anew(tmp_path: Path) -> None:
     """A page's "Reproduce" command names its points with -k unless they are all of the scenario
     file's (report/rerun): the file is an input of the page, and an edit of it is seen."""
     res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
     scenario = tmp_path / "fx_width.yaml"
     scenario.write_text((paths.CHECKOUT / "tests" / "fixtures" / "scenarios" / "fx_width.yaml").read_text())
-    for record in res.rglob("*.json"):  # the results name the copy (an absolute path is taken as it is)
-        record.write_text(record.read_text().replace("tests/fixtures/scenarios/fx_width.yaml", str(scenario)))
+    _named_scenario(res, str(scenario))
     code, said = _report(res, out, cache)
     assert code == 0 and "wrote" in said, said
     page = (out / "fx_width.md").read_text()

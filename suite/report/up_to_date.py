@@ -2,19 +2,19 @@
 over results that have not changed since the last one writes nothing and ends as soon as it has
 read them.
 
-What a report writes is made from its inputs alone: the result files' paths and bytes, the
-command's options and folders, where the project lies, the suite's code, the versions of Python
-and of the packages that shape its bytes, and the scenario files the results name (a page says
-whether its points are all of its file's: report/rerun). The sha256 of all but the last
-(``inputs_digest``) is kept with the sha256 of each scenario file as read and of the bytes written
-into each file (not of what lies there as the report ends, which a report into the same folder at
-the same time may have replaced), in this user's cache folder (``paths.cache_dir``, as
-record/checked_files keeps its list), one entry per report folder. A later report whose inputs
-have the same digest, where the scenario files and every file written still hold those bytes,
-would write the same bytes again: it writes nothing. Any other file changed, missing or added among
-the results, any option, an update of the code or of a package, a scenario file edited, or a page
-edited or deleted makes the report write everything anew. Where no digest of the code can be taken
-or the cache folder cannot be read or written, every report writes everything.
+What a report writes is made from its inputs alone: the result files' paths and bytes, the command's
+options and folders, where the project lies, the suite's code, the versions of Python and of the
+packages that shape its bytes, and the scenario files the results name (a page says whether its
+points are all of its file's, by their labels: report/rerun; no data is looked for). The sha256 of
+all but the last (``inputs_digest``) is kept with the sha256 of each scenario file as read and of
+the bytes written into each file (not of what lies there as the report ends, which a report into the
+same folder at the same time may have replaced), in this user's cache folder (``paths.cache_dir``,
+as record/checked_files keeps its list), one entry per report folder. A later report whose inputs
+have the same digest, where the scenario files and every file written still hold those bytes, would
+write the same bytes again: it writes nothing. Any other file changed, missing or added among the
+results, any option, an update of the code or of a package, a scenario file edited, or a page edited
+or deleted makes the report write everything anew. Where no digest of the code can be taken or the
+cache folder cannot be read or written, every report writes everything.
 """
 
 from __future__ import annotations
@@ -32,13 +32,15 @@ from suite import paths
 from suite.record.results import ReadFile
 from suite.report.figures import Wrote
 from suite.safe import bounded
+from suite.spec.scenario import MAX_YAML_BYTES
 
 KEPT_REPORTS = 1000  # entries kept, one per report folder; the least recently written go first
 MAX_ENTRY_BYTES = 16 * bounded.MiB  # a report folder holds a few files per scenario
 MAX_FILE_BYTES = 256 * bounded.MiB  # a report.json of many thousands of runs is tens of MB
 # Whose versions change what a report writes: the intervals' quantiles, numbers and tables, exports,
 # plots and their PNG.
-PACKAGES = ("numpy", "scipy", "tabulate", "orjson", "pyyaml", "matplotlib", "pillow")
+# (wcwidth, where installed, sets how wide tabulate takes a cell of wide or combining characters.)
+PACKAGES = ("numpy", "scipy", "tabulate", "wcwidth", "orjson", "pyyaml", "matplotlib", "pillow")
 
 
 def inputs_digest(read: list[ReadFile], results_dir: Path, out_dir: Path, options: dict[str, Any]) -> str | None:
@@ -94,11 +96,11 @@ class LastReport:
         written, scenarios = _pairs(entry.get("files")), _pairs(entry.get("scenarios"))
         if not written or any(sha is None for _, sha in written) or scenarios is None:
             return None
-        if any(_sha256(Path(path)) != sha for path, sha in scenarios):
+        if any(_sha256(Path(path), MAX_YAML_BYTES) != sha for path, sha in scenarios):
             return None
         if any(name in ("", ".", "..") or "/" in name or "\0" in name for name, _ in written):
             return None  # not a file of out_dir itself, by its name
-        if any(_sha256(self.out_dir / name) != sha for name, sha in written):
+        if any(_sha256(self.out_dir / name, MAX_FILE_BYTES) != sha for name, sha in written):
             return None
         return [self.out_dir / name for name, _ in written]
 
@@ -120,9 +122,10 @@ class LastReport:
                 paths.keep(self.path, text.encode(), most=KEPT_REPORTS)
 
 
-def hashed(files: set[Path]) -> dict[str, str | None]:
-    """Each file's path and the sha256 of its bytes (None where it cannot be read)."""
-    return {os.fsdecode(path): _sha256(path) for path in files}
+def hashed(scenarios: set[Path]) -> dict[str, str | None]:
+    """Each scenario file's path and the sha256 of its bytes (None where it cannot be read, or is
+    larger than a scenario file may be: the page reads none)."""
+    return {os.fsdecode(path): _sha256(path, MAX_YAML_BYTES) for path in scenarios}
 
 
 def _pairs(value: object) -> list[tuple[str, str | None]] | None:
@@ -139,9 +142,10 @@ def _pairs(value: object) -> list[tuple[str, str | None]] | None:
     return pairs
 
 
-def _sha256(path: Path) -> str | None:
-    """Of the regular file's bytes; None where it cannot be read (a report then read none either)."""
+def _sha256(path: Path, limit: int) -> str | None:
+    """Of the regular file's bytes; None where it cannot be read whole within ``limit`` bytes, or
+    cannot be named to the system (a NUL or a lone surrogate in a path a result gives)."""
     try:
-        return hashlib.sha256(bounded.read_bytes(path, MAX_FILE_BYTES)).hexdigest()
-    except OSError:
+        return hashlib.sha256(bounded.read_bytes(path, limit)).hexdigest()
+    except (OSError, ValueError):
         return None

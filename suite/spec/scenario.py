@@ -16,7 +16,7 @@ import yaml
 
 from suite.safe import bounded
 from suite.spec import names
-from suite.spec.plan import MAX_RUNS, expand, overlaps, point_count, shape_text
+from suite.spec.plan import MAX_RUNS, DataResolver, expand, overlaps, point_count, shape_text
 from suite.spec.setting_paths import apply_overrides, path_problem
 from suite.spec.settings import (
     AUTO,
@@ -197,11 +197,15 @@ def _load_auto(ck: Checker, data: dict[str, Any]) -> dict[str, Any] | None:
     return auto_settings(precision, cap) if len(ck.problems) == problems else None
 
 
-def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None) -> Scenario:
+def load(
+    path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None, resolve_data: DataResolver | None = None
+) -> Scenario:
     """Read and validate one scenario file. Raises ScenarioError listing every problem found.
 
     ``max_runs``: a plan of more runs than that (its points times ``repeats``, default the file's
-    own count, or its ``max_repeats`` under ``repeats: auto``) is refused before any point is made."""
+    own count, or its ``max_repeats`` under ``repeats: auto``) is refused before any point is made.
+    ``resolve_data``: where each point's data is looked for while its points are checked
+    (``plan.expand``'s ``data``; default: on this machine, where data that cannot be read is refused)."""
     source = str(path)
     data, lines = read_yaml(Path(path))
     ck = Checker(source, lines)
@@ -263,7 +267,7 @@ def load(path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None)
             f"at most {max_runs:,} (take fewer points or repetitions, or pass a larger --max-runs)",
         )
         raise ScenarioError(ck.problems)
-    _check_points(scenario)
+    _check_points(scenario, data=resolve_data)
     return scenario
 
 
@@ -360,18 +364,20 @@ def _load_report(ck: Checker, raw: Any, matrix: dict[str, list[Any]], has_varian
     return baseline, verdict
 
 
-def _check_points(scenario: Scenario, overrides: list[Override] | None = None) -> None:
+def _check_points(
+    scenario: Scenario, overrides: list[Override] | None = None, data: DataResolver | None = None
+) -> None:
     """Resolve every point once (also with smoke) so cross-field errors surface at load time."""
-    problems = _point_problems(scenario, overrides or [])
+    problems = _point_problems(scenario, overrides or [], data)
     if problems:
         raise ScenarioError(problems)
 
 
-def _point_problems(scenario: Scenario, overrides: list[Override]) -> list[str]:
+def _point_problems(scenario: Scenario, overrides: list[Override], data: DataResolver | None = None) -> list[str]:
     source = scenario.source + "".join(f" {o.source}" for o in overrides)  # "x.yaml --set backend=torch"
     problems: list[str] = []
     for smoke in (False, True):
-        for spec in expand(scenario, smoke=smoke, repeats=1, overrides=as_dict(overrides)):
+        for spec in expand(scenario, smoke=smoke, repeats=1, data=data, overrides=as_dict(overrides)):
             ck = Checker(source, {})
             cross_checks(ck, spec.config, f"matrix point [{spec.point_label}]")
             problems += [p for p in ck.problems if p not in problems]
