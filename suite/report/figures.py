@@ -458,7 +458,8 @@ def parse_formats(text: str) -> list[str]:
 def write_exports(
     results_dir: Path, loaded: list[tuple[Path, RunResult]], out_dir: Path, formats: list[str], select: str | None
 ) -> list[Wrote]:
-    """report.json and/or points.csv + runs.csv in ``out_dir`` (``collect``); returns the paths written."""
+    """report.json and/or points.csv + runs.csv in ``out_dir`` (``collect``); returns each file written,
+    with the sha256 of its bytes."""
     if not {"json", "csv"} & set(formats):
         return []
     doc = collect(results_dir, loaded, select)

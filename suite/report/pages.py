@@ -318,7 +318,8 @@ def write_reports(
     select: str | None = None,
     loaded: list[tuple[Path, RunResult]] | None = None,
 ) -> list[figures.Wrote]:
-    """Scenario pages, their plots, the index and the hardware comparison; returns the paths written.
+    """Scenario pages, their plots, the index and the hardware comparison; returns each file written,
+    with the sha256 of its bytes.
 
     ``select``: a ``-k`` expression; only the points it takes are shown, each page and the index say
     so, and no ``hardware.md`` is written. ``report -k`` writes such a cut into ``selected_dir``
