@@ -1,6 +1,8 @@
 """What a report keeps in the user's cache: the result files it has already checked (by the sha256
 of their bytes), so it does not check every field again, and never vouches for bytes it did not
-check; and the plots it has drawn, so it does not import matplotlib again. Real `suite report` runs."""
+check; the plots it has drawn, so it does not import matplotlib again; and what it last wrote into
+each report folder and from what, so it rewrites nothing that would not change, and never leaves a
+page that would. Real `suite report` runs."""
 
 from __future__ import annotations
 
