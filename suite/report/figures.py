@@ -9,14 +9,11 @@ meaning or goes away (adding a field does not need a bump).
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +33,7 @@ from suite.record.results import (
     TEST_ACCURACY,
     RunResult,
 )
-from suite.report import stats, verdicts
+from suite.report import stats, verdicts, writing
 from suite.report.points import (
     ACCURACY_GATE,
     Point,
@@ -457,7 +454,7 @@ def parse_formats(text: str) -> list[str]:
 
 def write_exports(
     results_dir: Path, loaded: list[tuple[Path, RunResult]], out_dir: Path, formats: list[str], select: str | None
-) -> list[Wrote]:
+) -> list[writing.Wrote]:
     """report.json and/or points.csv + runs.csv in ``out_dir`` (``collect``); returns each file written,
     with the sha256 of its bytes."""
     if not {"json", "csv"} & set(formats):
@@ -466,45 +463,8 @@ def write_exports(
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     if "json" in formats:
-        written.append(_write(out_dir / "report.json", to_json(doc)))
+        written.append(writing.write(out_dir / "report.json", to_json(doc)))
     if "csv" in formats:
-        written.append(_write(out_dir / "points.csv", points_csv(doc)))
-        written.append(_write(out_dir / "runs.csv", runs_csv(doc)))
+        written.append(writing.write(out_dir / "points.csv", points_csv(doc)))
+        written.append(writing.write(out_dir / "runs.csv", runs_csv(doc)))
     return written
-
-
-def _write(path: Path, text: str) -> Wrote:
-    return write_atomic(path, text)
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it (``os.umask`` sets it to read it)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return 0o022
-
-
-class Wrote(NamedTuple):
-    """A file a report wrote, and the sha256 of the bytes it wrote there (report/up_to_date keeps it:
-    what lies there later may be another's)."""
-
-    path: Path
-    sha256: str
-
-
-def write_atomic(path: Path, content: str | bytes) -> Wrote:
-    """``path`` replaced atomically by way of a temp file made with O_EXCL beside it (never a fixed
-    name, which a planted link could turn into a write elsewhere)."""
-    data = content if isinstance(content, bytes) else content.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a page is as readable as any file made here
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Wrote(path, hashlib.sha256(data).hexdigest())

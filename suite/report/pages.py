@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from suite import paths
 from suite.record.results import RunResult
-from suite.report import compare, environment_section, figures, plots, rerun, verdicts
+from suite.report import compare, environment_section, figures, plots, rerun, verdicts, writing
 from suite.report.environment_section import set_flags
 from suite.report.points import Point, ScenarioView, group_views, load_views, select_views
 from suite.safe.markdown import cell, code, paragraph
@@ -317,7 +317,7 @@ def write_reports(
     reference: str | None = None,
     select: str | None = None,
     loaded: list[tuple[Path, RunResult]] | None = None,
-) -> list[figures.Wrote]:
+) -> list[writing.Wrote]:
     """Scenario pages, their plots, the index and the hardware comparison; returns each file written,
     with the sha256 of its bytes.
 
@@ -343,15 +343,15 @@ def write_reports(
         for view in views:
             png = plots.render(view)
             if png is not None:
-                written.append(_write(out_dir / plot_name(view), png))
+                written.append(writing.write(out_dir / plot_name(view), png))
                 plotted.add(plot_name(view))
         page = render_scenario(views, frozenset(plotted), results_dir, method_link)
-        written.append(_write(out_dir / f"{name}.md", page))
-    written.append(_write(out_dir / "README.md", render_index(by_scenario, select)))
+        written.append(writing.write(out_dir / f"{name}.md", page))
+    written.append(writing.write(out_dir / "README.md", render_index(by_scenario, select)))
     if select is None:
         # Machines side by side on the scenario files' own settings: --set runs are not another machine.
         plain = [v for views in by_scenario.values() for v in views if not v.overrides]
-        written.append(_write(out_dir / "hardware.md", compare.render(plain, reference)))
+        written.append(writing.write(out_dir / "hardware.md", compare.render(plain, reference)))
     return written
 
 
@@ -366,7 +366,3 @@ def _method_link(out_dir: Path) -> str:
     except (OSError, ValueError):
         return METHOD_PAGE  # a folder outside the checkout: a link into it would name where it lies
     return Path(os.path.relpath(paths.CHECKOUT / METHOD_PAGE, out_dir.resolve())).as_posix()
-
-
-def _write(path: Path, content: str | bytes) -> figures.Wrote:
-    return figures.write_atomic(path, content)

@@ -30,7 +30,7 @@ from typing import Any
 
 from suite import paths
 from suite.record.results import ReadFile
-from suite.report.figures import Wrote
+from suite.report.writing import Wrote
 from suite.safe import bounded
 from suite.spec.scenario import MAX_YAML_BYTES
 

@@ -267,7 +267,9 @@ def load(
             f"at most {max_runs:,} (take fewer points or repetitions, or pass a larger --max-runs)",
         )
         raise ScenarioError(ck.problems)
-    _check_points(scenario, data=resolve_data)
+    # Every point resolved once (also at smoke size), so cross-field errors surface as the file loads.
+    if problems := _point_problems(scenario, [], resolve_data):
+        raise ScenarioError(problems)
     return scenario
 
 
@@ -362,15 +364,6 @@ def _load_report(ck: Checker, raw: Any, matrix: dict[str, list[Any]], has_varian
         elif (values := axes[path]) is not None and value not in values:
             ck.fail(f"report.baseline.{path}", f"{value!r} is not one of the axis values {values}")
     return baseline, verdict
-
-
-def _check_points(
-    scenario: Scenario, overrides: list[Override] | None = None, data: DataResolver | None = None
-) -> None:
-    """Resolve every point once (also with smoke) so cross-field errors surface at load time."""
-    problems = _point_problems(scenario, overrides or [], data)
-    if problems:
-        raise ScenarioError(problems)
 
 
 def _point_problems(scenario: Scenario, overrides: list[Override], data: DataResolver | None = None) -> list[str]:

@@ -1,0 +1,43 @@
+"""The files a report writes: each replaced whole or not at all, as readable as any file this
+process makes, with the sha256 of the bytes written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+
+class Wrote(NamedTuple):
+    """A file a report wrote, and the sha256 of the bytes it wrote there (report/up_to_date keeps it:
+    what lies there later may be another's)."""
+
+    path: Path
+    sha256: str
+
+
+def write(path: Path, content: str | bytes) -> Wrote:
+    """``path`` replaced atomically by way of a temp file made with O_EXCL beside it (never a fixed
+    name, which a planted link could turn into a write elsewhere)."""
+    data = content if isinstance(content, bytes) else content.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a page is as readable as any file made here
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Wrote(path, hashlib.sha256(data).hexdigest())
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` sets it to read it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0o022
