@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import suite_cli, write_scenario
 
-from suite.record import results
+from suite.record import results, saving
 from suite.report import verdicts
 from suite.spec import plan, scenario
 
@@ -42,7 +42,7 @@ def _record(folder: Path, spec: plan.RunSpec, status: str, seconds: float) -> No
         "started_at": start.isoformat(),
         "finished_at": (start + timedelta(seconds=seconds)).isoformat(),
     }
-    results.save(results.RunResult(status=status, spec=spec.to_dict(), run=run), folder / spec.scenario, spec.run_id)
+    saving.save(results.RunResult(status=status, spec=spec.to_dict(), run=run), folder / spec.scenario, spec.run_id)
 
 
 def _on_file(tmp_path: Path, path: Path, *, walls: dict[tuple[int, int], float], overrides: dict | None = None) -> Path:

@@ -33,7 +33,7 @@ from suite.backends.docker import auto_choice, container_data_dir, engine_answer
 from suite.backends.docker_run import ContainerRun
 from suite.backends.local import LocalBackend
 from suite.backends.worker_output import Deadline
-from suite.record import results
+from suite.record import results, saving
 
 pytestmark = pytest.mark.docker
 
@@ -86,7 +86,7 @@ def test_cpu_smoke_run_in_container_matches_local_schema(backend, client: Any, t
     assert result.timing["launch_to_ready_s"] > 0 and len(result.timing["epoch_s"]) == 2
     assert_no_container_left(client, f"suite.session={docker_backend.session}")
 
-    saved = results.save(result, tmp_path / "results", spec.run_id)
+    saved = saving.save(result, tmp_path / "results", spec.run_id)
     assert results.load(saved).to_dict() == json.loads(saved.read_text())
     local = LocalBackend(machine="test").run(spec)
     assert local.status == "ok", local.message

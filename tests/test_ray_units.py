@@ -31,7 +31,7 @@ from suite.backends.ray_cluster import pool as ray_pool
 from suite.backends.ray_cluster import stopping as ray_stopping
 from suite.backends.ray_cluster import task as ray_task
 from suite.backends.ray_cluster import threads as ray_threads
-from suite.record import provenance, results
+from suite.record import provenance, results, saving
 from suite.record.results import RunResult
 from suite.run import results_folder, runner
 from suite.spec import plan, scenario
@@ -1530,9 +1530,9 @@ def test_results_are_saved_under_the_machine_each_came_from(tmp_path: Path) -> N
 def test_a_run_ok_in_another_folder_of_the_pool_is_already_done(tmp_path: Path) -> None:
     cpu, gpu = specs_of(tmp_path)
     res = tmp_path / "res"
-    results.save(ok_result(cpu, "node-b"), res / "node-b" / cpu.scenario, cpu.run_id)
+    saving.save(ok_result(cpu, "node-b"), res / "node-b" / cpu.scenario, cpu.run_id)
     not_ray = RunResult(status="ok", spec=gpu.to_dict(), run={"backend": "docker", "machine": "elsewhere"})
-    results.save(not_ray, res / "elsewhere" / gpu.scenario, gpu.run_id)  # no Ray node made it
+    saving.save(not_ray, res / "elsewhere" / gpu.scenario, gpu.run_id)  # no Ray node made it
     pool = StandInPool()
     pool.batches = [[Finished(gpu, "node-a", ok_result(gpu, "node-a"))]]
     lines: list[str] = []
@@ -1762,9 +1762,9 @@ def test_check_shows_which_points_the_cluster_can_place(
     cpu, gpu = plan.expand(scenario.load(anyone))  # as check plans them
     # On file: the cpu run by a Ray node (whose folder no node of the cluster names any more), the
     # gpu run by a plain docker run of some machine: only the first is this pool's.
-    results.save(ok_result(cpu, "gone-node"), res / "gone-node" / cpu.scenario, cpu.run_id)
+    saving.save(ok_result(cpu, "gone-node"), res / "gone-node" / cpu.scenario, cpu.run_id)
     not_ray = RunResult(status="ok", spec=gpu.to_dict(), run={"backend": "docker", "machine": "box"})
-    results.save(not_ray, res / "box" / gpu.scenario, gpu.run_id)
+    saving.save(not_ray, res / "box" / gpu.scenario, gpu.run_id)
     args = [
         "check",
         str(nobody),
@@ -2083,8 +2083,8 @@ def test_an_ok_run_on_file_is_done_whatever_the_clocks_say_of_a_lost_attempt(tmp
         message="node lost",
         run={"backend": "ray", "machine": "node-b1", "finished_at": "2026-01-01T10:02:00+00:00", "ray": {"attempt": 1}},
     )
-    results.save(ok, res / "node-b2" / cpu.scenario, cpu.run_id)
-    results.save(lost, res / "node-b1" / cpu.scenario, cpu.run_id)
+    saving.save(ok, res / "node-b2" / cpu.scenario, cpu.run_id)
+    saving.save(lost, res / "node-b1" / cpu.scenario, cpu.run_id)
     previous = results_folder.pool_previous_runs(res, lambda r: "ray" in r.run)
     assert previous[(cpu.fingerprint, cpu.repetition)].ok
 

@@ -24,7 +24,7 @@ from scipy import stats as sps
 
 from suite import cli, reproduce
 from suite.environment import host_facts
-from suite.record import code_identity, provenance, results
+from suite.record import code_identity, provenance, results, saving
 from suite.report import provenance_text
 from suite.reproduce.equivalence import DIFFERS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, verdict
 from suite.spec import plan, scenario
@@ -271,15 +271,15 @@ def test_unreadable_and_foreign_files_are_bad_input_naming_the_file(
 
 def test_no_ok_run_to_compare_with_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = _spec(tmp_path)
-    saved = results.save(_record(spec, "timeout", message="killed"), tmp_path / "res", spec.run_id)
+    saved = saving.save(_record(spec, "timeout", message="killed"), tmp_path / "res", spec.run_id)
     code, out = _main(capsys, tmp_path / "res")
     assert code == 2 and "no ok run to compare with" in out and f"{saved} (timeout)" in out
 
 
 def test_one_point_from_two_machines_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = _spec(tmp_path)
-    a = results.save(_record(spec, machine="a"), tmp_path / "a", spec.run_id)
-    b = results.save(_record(spec, machine="b"), tmp_path / "b", spec.run_id)
+    a = saving.save(_record(spec, machine="a"), tmp_path / "a", spec.run_id)
+    b = saving.save(_record(spec, machine="b"), tmp_path / "b", spec.run_id)
     code, out = _main(capsys, a, b)
     assert code == 2 and "recorded on 2 machines (a, b)" in out
 
@@ -287,7 +287,7 @@ def test_one_point_from_two_machines_is_bad_input(tmp_path: Path, capsys: pytest
 @pytest.mark.parametrize(("flag", "said"), [("--tolerance=0", "--tolerance 0"), ("--repeats=0", "--repeats 0")])
 def test_bad_flags_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, said: str) -> None:
     spec = _spec(tmp_path)
-    saved = results.save(_record(spec), tmp_path / "res", spec.run_id)
+    saved = saving.save(_record(spec), tmp_path / "res", spec.run_id)
     code, out = _main(capsys, saved, flag)
     assert code == 2 and said in out
 
@@ -297,7 +297,7 @@ def test_result_without_provenance_is_refused_before_anything_runs(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     spec = _spec(tmp_path)
-    saved = results.save(_record(spec), tmp_path / "res", spec.run_id)
+    saved = saving.save(_record(spec), tmp_path / "res", spec.run_id)
     code, out = _main(capsys, saved)
     assert code == 2 and "provenance: the result records none" in out and "--anyway" in out
     assert not (tmp_path / "reproduce").exists(), "a refusal leaves no results folder behind"
@@ -307,7 +307,7 @@ def test_unwritable_results_folder_is_bad_input_before_anything_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = _spec(tmp_path)
-    saved = results.save(_record(spec), tmp_path / "res", spec.run_id)
+    saved = saving.save(_record(spec), tmp_path / "res", spec.run_id)
     blocker = tmp_path / "a_file"
     blocker.write_text("", encoding="utf-8")
     code, out = _main(capsys, saved, "--anyway", "--results", blocker)
@@ -333,7 +333,7 @@ def test_data_this_machine_lacks_is_refused_with_the_fetch_command(
         "environment": provenance.venv_environment(sys.executable),
         "image": None,
     }
-    saved = results.save(_record(spec, provenance=here), tmp_path / "res", spec.run_id)
+    saved = saving.save(_record(spec, provenance=here), tmp_path / "res", spec.run_id)
     code, out = _main(capsys, saved, "--results", tmp_path / "out")
     assert code == 2
     assert "data: result trained on mnist.npz sha256 000000000000..." in out
@@ -464,10 +464,10 @@ def test_a_point_recorded_by_two_backends_is_bad_input_naming_the_files(
 ) -> None:
     """The fingerprint does not hold the backend: a local and a container run of one point are not one sample."""
     spec = _spec(tmp_path)
-    local = results.save(_record(spec), tmp_path / "res", spec.run_id)
+    local = saving.save(_record(spec), tmp_path / "res", spec.run_id)
     docker = _record(spec)
     docker.run.update(backend="docker", finished_at="2026-01-02T00:00:00+00:00")
-    in_docker = results.save(docker, tmp_path / "resd", spec.run_id)
+    in_docker = saving.save(docker, tmp_path / "resd", spec.run_id)
     code, out = _main(capsys, tmp_path / "res", tmp_path / "resd")
     assert code == 2 and "recorded on 2 backends (docker, local)" in out
     assert f"docker: {in_docker}" in out and f"local: {local}" in out
@@ -533,7 +533,7 @@ def _point_with_mixed_trees(
     for i in range(3):
         spec = plan.RunSpec(**{**base.__dict__, "repetition": i})
         prov = doctored if i == 0 else here
-        path = results.save(_record(spec, provenance=prov), tmp_path / "res", spec.run_id)
+        path = saving.save(_record(spec, provenance=prov), tmp_path / "res", spec.run_id)
         files.append(path)
     loaded = reproduce.originals.load_inputs([tmp_path / "res"])
     return loaded, files
@@ -618,7 +618,7 @@ def test_reproduce_end_to_end_with_controlled_times(
         spec = plan.RunSpec(**{**base.__dict__, "repetition": i})
         record = _record(spec, provenance=here)
         record.timing["fit_s"] = original[i]
-        results.save(record, tmp_path / "res" / "m", spec.run_id)
+        saving.save(record, tmp_path / "res" / "m", spec.run_id)
     # a checkout edited meanwhile
     monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     made: list[FakeBackend] = []
@@ -672,7 +672,7 @@ def test_reproduce_through_the_cli_says_the_rerun_is_faster_by_the_factor_the_fi
         spec = plan.RunSpec(**{**base.__dict__, "repetition": i})
         record = _record(spec, provenance=here)
         record.timing["fit_s"] = original[i]
-        results.save(record, tmp_path / "res" / "m", spec.run_id)
+        saving.save(record, tmp_path / "res" / "m", spec.run_id)
     monkeypatch.setattr(reproduce.command, "current_local", lambda: reproduce.here.Here(here))
     monkeypatch.setattr(
         reproduce.command,
@@ -742,7 +742,7 @@ def test_a_bad_file_in_a_given_folder_says_what_to_do_with_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = _spec(tmp_path)
-    results.save(_record(spec), tmp_path / "res", spec.run_id)
+    saving.save(_record(spec), tmp_path / "res", spec.run_id)
     bad = tmp_path / "res" / "notes.json"
     bad.write_text("{half", encoding="utf-8")
     code, out = _main(capsys, tmp_path / "res")
@@ -819,7 +819,7 @@ def _ok_runs(spec: plan.RunSpec, folder: Path, here: dict[str, Any], n: int = 3)
     saved = []
     for i in range(n):
         rep = plan.RunSpec(**{**spec.__dict__, "repetition": i})
-        saved.append(results.save(_record(rep, provenance=here), folder, rep.run_id))
+        saved.append(saving.save(_record(rep, provenance=here), folder, rep.run_id))
     return saved
 
 
@@ -837,7 +837,7 @@ def test_a_folder_point_without_an_ok_run_is_left_out_and_named(
     )
     ran, skipped = _two_points(tmp_path)
     _ok_runs(ran, tmp_path / "res" / "m", here)
-    no_gpu = results.save(
+    no_gpu = saving.save(
         _record(skipped, "skipped", provenance=here, message="no GPU here"), tmp_path / "res" / "m", skipped.run_id
     )
     lines: list[str] = []
@@ -853,7 +853,7 @@ def test_a_folder_point_without_an_ok_run_is_left_out_and_named(
     code, out = _main(capsys, no_gpu, "--anyway")  # named by file: asked for, so refused
     assert code == 2 and f"no ok run to compare with: {no_gpu} (skipped)" in out and "left out" not in out
     only = tmp_path / "only_skipped"
-    results.save(_record(skipped, "skipped", provenance=here), only, skipped.run_id)
+    saving.save(_record(skipped, "skipped", provenance=here), only, skipped.run_id)
     code, out = _main(capsys, only)
     assert code == 2 and "nothing to rerun: no point given has an ok run to compare with" in out
 
@@ -965,7 +965,7 @@ def test_an_engine_down_names_the_backend_the_results_recorded_not_a_flag(
     spec = _spec(tmp_path)
     record = _record(spec, provenance=_here())
     record.run["backend"] = "docker"
-    results.save(record, tmp_path / "resd", spec.run_id)
+    saving.save(record, tmp_path / "resd", spec.run_id)
     code, out = _main(capsys, tmp_path / "resd", "--docker-host", "tcp://127.0.0.1:1")
     assert code == 2, out
     assert (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.record import results
+from suite.record import results, saving
 from suite.record.results import SCHEMA_VERSION, ResultError, RunResult
 
 SPEC = {"scenario": "s", "point_label": "p", "repetition": 0, "fingerprint": "ab" * 32, "config": {"device": "cpu"}}
@@ -18,7 +18,7 @@ def _result(status: str = "ok", finished: str = "2026-01-01T00:00:00") -> RunRes
 
 
 def test_round_trip(tmp_path: Path) -> None:
-    path = results.save(_result(), tmp_path, "run")
+    path = saving.save(_result(), tmp_path, "run")
     loaded = results.load(path)
     assert loaded == _result()
     assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
@@ -28,15 +28,15 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_provenance_round_trips_and_older_records_load_without_it(tmp_path: Path) -> None:
     section = {"suite": {"git_revision": "a" * 40, "git_dirty": False}, "environment": {"kind": "venv"}, "image": None}
     with_it = RunResult(status="skipped", spec=SPEC, message="no GPU", provenance=section)
-    assert results.load(results.save(with_it, tmp_path, "new")).provenance == section
+    assert results.load(saving.save(with_it, tmp_path, "new")).provenance == section
     older = {k: v for k, v in _result().to_dict().items() if k != "provenance"}
     (tmp_path / "old.json").write_text(json.dumps(older))
     assert results.load(tmp_path / "old.json").provenance == {}
 
 
 def test_never_overwrites(tmp_path: Path) -> None:
-    first = results.save(_result("error", "2026-01-01"), tmp_path, "run")
-    second = results.save(_result("ok", "2026-01-02"), tmp_path, "run")
+    first = saving.save(_result("error", "2026-01-01"), tmp_path, "run")
+    second = saving.save(_result("ok", "2026-01-02"), tmp_path, "run")
     assert first != second and first.is_file() and second.is_file()
     assert results.load(first).status == "error"
     latest = results.latest_by_run([r for _, r in results.load_folder(tmp_path)])
@@ -93,7 +93,7 @@ def test_unknown_status_rejected() -> None:
 
 def test_nan_is_written_as_null_and_never_as_nan(tmp_path: Path) -> None:
     """JSON has no NaN: a measurement holding one is still saved (not lost after training), as null."""
-    path = results.save(RunResult(status="error", spec=SPEC, timing={"fit_s": float("nan")}), tmp_path, "run")
+    path = saving.save(RunResult(status="error", spec=SPEC, timing={"fit_s": float("nan")}), tmp_path, "run")
     assert "NaN" not in path.read_text() and json.loads(path.read_text())["timing"]["fit_s"] is None
 
 

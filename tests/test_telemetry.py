@@ -23,7 +23,7 @@ import pytest
 from docker_fixtures import REPO, backend_factory, engine_client, image_fixture, small_specs  # noqa: F401 - fixtures
 
 from suite import telemetry
-from suite.record import results, telemetry_figures
+from suite.record import results, saving, telemetry_figures
 from suite.record.results import RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "telemetry"
@@ -344,7 +344,7 @@ def test_summaries_per_window_and_round_trip(tmp_path: Path) -> None:
     assert util["summary"]["run"]["mean"] == pytest.approx((21 * 80 + 29 * 20) / 50)
     spec = {"scenario": "s", "point_label": "p", "repetition": 0, "fingerprint": "ab" * 32, "config": {"device": "cpu"}}
     result = RunResult(status="ok", spec=spec, telemetry=section)
-    loaded = results.load(results.save(result, tmp_path, "r"))
+    loaded = results.load(saving.save(result, tmp_path, "r"))
     assert loaded == result
     assert telemetry_figures.gpu_busy_percent(loaded) == 80.0
     assert telemetry_figures.peak_memory_bytes(loaded) == float(MIB * 149)

@@ -15,7 +15,7 @@ import pytest
 from conftest import suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO
 
-from suite.record import results
+from suite.record import results, saving
 
 
 @pytest.fixture
@@ -75,8 +75,8 @@ def test_a_file_system_without_hard_links_still_gets_the_result(tmp_path: Path, 
         raise OSError(errno.EPERM, "Operation not permitted")  # what vfat answers to link()
 
     monkeypatch.setattr(os, "link", no_links)
-    first = results.save(record, tmp_path / "box" / "s", "abc-r0")
-    second = results.save(record, tmp_path / "box" / "s", "abc-r0")
+    first = saving.save(record, tmp_path / "box" / "s", "abc-r0")
+    second = saving.save(record, tmp_path / "box" / "s", "abc-r0")
     assert (first.name, second.name) == ("abc-r0.json", "abc-r0.2.json"), "never overwritten"
     assert results.load(second).to_dict() == record.to_dict()
     assert sorted(p.name for p in (tmp_path / "box" / "s").iterdir()) == ["abc-r0.2.json", "abc-r0.json"]
@@ -86,7 +86,7 @@ def test_a_number_json_cannot_hold_is_recorded_as_null(tmp_path: Path) -> None:
     record = results.load(next((Path(__file__).parent / "fixtures" / "rich").rglob("*.json")))
     quality = {**record.quality, "final_loss": float("nan"), "train_loss": [1.0, float("inf")]}
     odd = results.RunResult(**{**record.__dict__, "quality": quality})
-    path = results.save(odd, tmp_path, "nan-r0")
+    path = saving.save(odd, tmp_path, "nan-r0")
     saved = json.loads(path.read_text())
     assert saved["quality"]["final_loss"] is None and saved["quality"]["train_loss"] == [1.0, None]
     assert results.load(path).ok
@@ -96,8 +96,8 @@ def test_without_any_fallback_the_record_is_written_to_stderr(tmp_path: Path, ca
     record = results.load(next((Path(__file__).parent / "fixtures" / "rich").rglob("*.json")))
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    monkeypatch.setattr(results, "fallback_folders", lambda: [blocked / "x", blocked / "y"])
-    with pytest.raises(results.Unsaved) as unsaved:
-        results.save(record, blocked / "box" / "s", f"{uuid.uuid4().hex[:6]}-r0")
+    monkeypatch.setattr(saving, "fallback_folders", lambda: [blocked / "x", blocked / "y"])
+    with pytest.raises(saving.Unsaved) as unsaved:
+        saving.save(record, blocked / "box" / "s", f"{uuid.uuid4().hex[:6]}-r0")
     assert "its record is on stderr above" in str(unsaved.value)
     assert json.loads(capsys.readouterr().err)["spec"] == record.spec

@@ -29,7 +29,7 @@ from suite.cli.commands import (
 )
 from suite.cli.common import DEFAULT_REPORTS, DEFAULT_RESULTS, UsageError
 from suite.environment import datasets, mnist_fetch
-from suite.record import code_identity, results
+from suite.record import code_identity, results, saving
 from suite.report import provenance_text
 from suite.run import results_folder
 from suite.safe.markdown import escaped_lines
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as exc:
         _error(exc)
         return 2
-    except (datasets.FetchError, results.Unsaved) as exc:
+    except (datasets.FetchError, saving.Unsaved) as exc:
         _error(exc)
         return 1
     except KeyboardInterrupt:

@@ -21,7 +21,7 @@ from suite.cli.common import (
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts
-from suite.record import results
+from suite.record import results, saving
 from suite.report import verdicts
 from suite.run import results_folder, runner
 from suite.run.progress import duration_text, runs_text
@@ -43,7 +43,7 @@ def _refused(
     try:
         refuse_on_pool(specs, args)
         refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
-        refused = results.unwritable_here(folder)
+        refused = saving.unwritable_here(folder)
     except UsageError as exc:
         refused = str(exc)
     if refused:

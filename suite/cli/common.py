@@ -11,7 +11,7 @@ from typing import Any
 
 from suite import backends, paths
 from suite.environment import datasets, host_facts
-from suite.record import results
+from suite.record import saving
 from suite.spec import plan, select
 from suite.spec.scenario import (
     Override,
@@ -190,6 +190,6 @@ def refuse_without_data(specs: list[plan.RunSpec], args: argparse.Namespace) -> 
 
 
 def check_writable(folder: Path) -> None:
-    problem = results.unwritable(folder)
+    problem = saving.unwritable(folder)
     if problem:
         raise UsageError(problem)

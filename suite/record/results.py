@@ -1,4 +1,5 @@
-"""The result record: one JSON file per run, versioned, written atomically, never overwritten.
+"""The result record: one JSON file per run, versioned, written atomically and never overwritten
+(``suite.record.saving``), read back and checked here.
 
 Schema history (bump SCHEMA_VERSION and add a migration in ``_MIGRATIONS`` when a field changes
 meaning or moves; adding an optional field does not need a bump):
@@ -59,17 +60,10 @@ Optional sections added without a bump (older records simply lack them):
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import hashlib
-import itertools
 import json
 import math
-import os
-import shlex
-import stat
-import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,31 +110,6 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 # version -> function turning a record of that version into one of version + 1.
 _MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
-
-
-def unwritable(folder: Path) -> str | None:
-    """Why ``folder`` cannot hold result files (created if missing), or None when it can: asked
-    before anything runs, so a plan does not fail after its first run."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        return f"results folder {folder} cannot be created or written: {exc.strerror or exc}"
-    return None
-
-
-def unwritable_here(folder: Path) -> str | None:
-    """``unwritable`` without making anything: whether the nearest existing folder on the way to
-    ``folder`` is a folder this process may write in (for ``check``, which writes nothing)."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"results folder {folder} cannot be created or written: {existing} is not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"results folder {folder} cannot be created or written: {existing} is not writable here"
-    return None
 
 
 class ResultError(Exception):
@@ -241,131 +210,6 @@ LOAD = Field("telemetry", "load")  # suite.telemetry.load: the machine's load ar
 def finished_at(result: RunResult) -> str:
     """Sort key for attempts: the newest last (records without the time sort first)."""
     return str(result.run.get(FINISHED_AT.key, ""))
-
-
-class Unsaved(Exception):
-    """A result that could not be written where it belongs; the message says where it was kept
-    instead and the command that moves it back."""
-
-
-# errno of a file system that has no hard links (vfat, some network and FUSE file systems)
-_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
-
-
-def save(result: RunResult, folder: Path, stem: str) -> Path:
-    """Write ``folder/stem.json`` (or ``stem.2.json`` ... if taken) via a temp file and a hard link.
-
-    A reader never sees a half-written file, and an earlier attempt at the same run is kept: a
-    failure followed by a success leaves both on disk, and the report picks the newest. On a file
-    system without hard links the file is created exclusively and written in place instead.
-
-    A measurement is never lost to the disk: where the file cannot be written (the disk is full, the
-    name too long, the folder gone), the record is kept in a fallback folder and ``Unsaved`` says
-    where and how to move it back; where no fallback folder takes it either, the record itself is
-    written to stderr. A number JSON cannot hold (NaN, an infinity) is recorded as null.
-    """
-    text = json.dumps(_finite(result.to_dict()), indent=1, sort_keys=True, allow_nan=False, default=_jsonable) + "\n"
-    try:
-        return _save_text(text, folder, stem)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        raise Unsaved(_keep_elsewhere(text, folder, stem, why)) from None
-
-
-def _save_text(text: str, folder: Path, stem: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    if folder.is_symlink():  # a link planted as a scenario's folder would take the result elsewhere
-        raise OSError(errno.ELOOP, "it is a link; results are never written through one", str(folder))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        for attempt in itertools.count(1):
-            target = folder / (f"{stem}.json" if attempt == 1 else f"{stem}.{attempt}.json")
-            try:
-                os.link(tmp, target)  # fails if the target exists: never overwrite
-                return target
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                if exc.errno not in _NO_LINKS:
-                    raise
-            try:  # no hard links here: create it exclusively, then write it
-                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            except FileExistsError:
-                continue
-            try:
-                with os.fdopen(out, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            except OSError:
-                target.unlink(missing_ok=True)  # never a cut-off record where a reader looks
-                raise
-            return target
-        raise AssertionError("unreachable")
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-
-def fallback_folders() -> list[Path]:
-    """Where a result that cannot be saved in its results folder is kept, first that takes it: the
-    system's temp folder and the user's cache, each most likely on another disk than the results."""
-    user = f"suite-unsaved-{os.getuid()}" if hasattr(os, "getuid") else "suite-unsaved"
-    return [Path(tempfile.gettempdir()) / user, Path.home() / ".cache" / "suite-unsaved"]
-
-
-def _private_folder(base: Path) -> Path:
-    """``base``, made (0700) if missing, and only if it is a real folder of this user's: a shared
-    temp folder lets anyone plant a link or a folder of their own at the name first."""
-    base.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        base.mkdir(mode=0o700)
-    info = os.lstat(base)
-    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
-        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(base))
-    return base
-
-
-def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
-    """Keep ``text`` in a fallback folder (under the machine and scenario folder names it had);
-    the message naming where, with the command that moves it back."""
-    wanted = folder / f"{stem}.json"
-    for base in fallback_folders():
-        try:
-            kept = _save_text(text, _private_folder(base) / folder.parent.name[:100] / folder.name[:100], stem[:100])
-        except OSError:
-            continue
-        return (
-            f"the result of {stem} could not be saved as {wanted} ({why}); it is kept as {kept}. "
-            f"Move it back once there is room: mkdir -p {shlex.quote(str(folder))} && "
-            f"mv {shlex.quote(str(kept))} {shlex.quote(str(wanted))}"
-        )
-    sys.stderr.write(text)
-    return (
-        f"the result of {stem} could not be saved as {wanted} ({why}), nor in "
-        f"{' or '.join(map(str, fallback_folders()))}; its record is on stderr above: save it as {wanted}"
-    )
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN and infinity replaced by None (JSON has no such numbers)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def load(path: Path, in_folder: bool = False) -> RunResult:

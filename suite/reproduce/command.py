@@ -13,7 +13,7 @@ from typing import Any
 
 from suite import backends
 from suite.environment import host_facts, image_catalog
-from suite.record import results
+from suite.record import results, saving
 from suite.record.results import RunResult
 from suite.reproduce.comparison import collect, compare_point, render
 from suite.reproduce.here import NOTE_PREFIXES, advice, current_docker, current_local, differences_in_files
@@ -69,7 +69,7 @@ def new_results_dir(base: Path, now: datetime | None = None) -> Path:
 
 
 def _check_writable(folder: Path) -> None:
-    problem = results.unwritable(folder)
+    problem = saving.unwritable(folder)
     if problem:
         raise ReproduceError(problem)
 

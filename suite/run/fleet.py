@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite.record import code_identity, results
+from suite.record import code_identity, results, saving
 from suite.run.results_folder import previous_runs
 from suite.spec import names
 from suite.spec.scenario import ScenarioError, read_yaml
@@ -119,7 +119,7 @@ def record_unreachable(specs: list[Any], host: Host, results_dir: Path, cause: s
         # No engine, so no image: the code that planned it is what can be said of its provenance.
         origin = provenance.provenance_of(code_identity.current_suite_identity(), *provenance.image_provenance(run))
         result = results.RunResult(status="error", spec=spec.to_dict(), message=message, run=run, provenance=origin)
-        results.save(result, results_dir / host.name / spec.scenario, spec.run_id)
+        saving.save(result, results_dir / host.name / spec.scenario, spec.run_id)
         written += 1
     return written
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from suite.backends.base import Backend, is_pool
-from suite.record import results, under_load
+from suite.record import results, saving, under_load
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 from suite.report import points, stats, verdicts
 from suite.run import executors
@@ -360,12 +360,12 @@ def _walk(
 
 
 def _saved(result: results.RunResult, folder: Path, spec: RunSpec, summary: Summary, progress: Progress) -> Path | None:
-    """``results.save``; None where it could not save the result where it belongs: then the record
+    """``saving.save``; None where it could not save the result where it belongs: then the record
     was kept elsewhere (the line says where), and ``summary.stopped`` ends the plan, whose next
     results would meet the same full disk or unwritable folder."""
     try:
-        return results.save(result, folder, spec.run_id)
-    except results.Unsaved as exc:
+        return saving.save(result, folder, spec.run_id)
+    except saving.Unsaved as exc:
         progress.line(f"error: {exc}", QUIET)
         summary.stopped = f"a result could not be saved in {folder} (above); rerun when it can, to resume"
         return None
