@@ -19,8 +19,9 @@ import contextlib
 import functools
 import hashlib
 import os
-import tempfile
 from pathlib import Path
+
+from suite.safe import whole_file
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DISTRIBUTION = "keras-speed-suite"
@@ -113,14 +114,7 @@ def keep(path: Path, data: bytes, most: int | None = None) -> None:
     same suffix kept, the least recently written (or used: touched) going first. OSError where
     ``path`` cannot be written."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    whole_file.replace(path, data, 0o600)
     if most is None:
         return
     with contextlib.suppress(OSError):

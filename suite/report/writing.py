@@ -4,10 +4,10 @@ process makes, with the sha256 of the bytes written."""
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
+
+from suite.safe import whole_file
 
 
 class Wrote(NamedTuple):
@@ -19,18 +19,9 @@ class Wrote(NamedTuple):
 
 
 def write(path: Path, content: str | bytes) -> Wrote:
-    """``path`` replaced atomically by way of a temp file made with O_EXCL beside it (never a fixed
-    name, which a planted link could turn into a write elsewhere)."""
+    """``path`` replaced whole (``whole_file.replace``) by ``content``."""
     data = content if isinstance(content, bytes) else content.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a page is as readable as any file made here
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    whole_file.replace(path, data, 0o666 & ~_umask())  # a page is as readable as any file made here
     return Wrote(path, hashlib.sha256(data).hexdigest())
 
 
