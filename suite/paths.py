@@ -15,13 +15,10 @@ Nothing else in the suite works out these places.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
 from pathlib import Path
-
-from suite.safe import whole_file
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DISTRIBUTION = "keras-speed-suite"
@@ -105,23 +102,6 @@ def cache_dir() -> Path | None:
         return Path.home() / ".cache" / DISTRIBUTION
     except (RuntimeError, KeyError):  # no HOME and no passwd entry (a container run as a bare uid)
         return None
-
-
-def keep(path: Path, data: bytes, most: int | None = None) -> None:
-    """``data`` as the file ``path`` of the cache folder, whole or not at all (by way of a temp file
-    beside it); the folder it lies in, where made now, is readable and writable by this user alone
-    (what the cache holds vouches for what it names). ``most``: the files of that folder with the
-    same suffix kept, the least recently written (or used: touched) going first. OSError where
-    ``path`` cannot be written."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    whole_file.replace(path, data, 0o600)
-    if most is None:
-        return
-    with contextlib.suppress(OSError):
-        kept = sorted((p.lstat().st_mtime_ns, p) for p in path.parent.glob(f"*{path.suffix}"))
-        for _, old in kept[:-most]:
-            with contextlib.suppress(OSError):
-                old.unlink()
 
 
 @functools.cache

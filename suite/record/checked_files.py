@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from suite import paths
-from suite.safe import bounded
+from suite.safe import bounded, whole_file
 
 MAX_LIST_BYTES = 64 * bounded.MiB  # a list of 10,000 files is under 1 MiB
 
@@ -62,4 +62,4 @@ class CheckedFiles:
             return
         data = {"code": paths.code_digest(), "files": sorted(self.seen)}
         with contextlib.suppress(OSError):
-            paths.keep(self.path, json.dumps(data, separators=(",", ":")).encode())
+            whole_file.keep(self.path, json.dumps(data, separators=(",", ":")).encode())

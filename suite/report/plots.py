@@ -23,7 +23,7 @@ from suite.record.results import FIT_S
 from suite.report import stats
 from suite.report.points import Point, ScenarioView, fit_ratio
 from suite.report.verdicts import device_count
-from suite.safe import bounded
+from suite.safe import bounded, whole_file
 from suite.safe.markdown import plot_text
 from suite.spec.plan import axis_name
 
@@ -261,4 +261,4 @@ def _keep(path: Path, png: bytes) -> None:
     """``png`` into the cache (whole, or not at all), which keeps the KEPT_PLOTS used last; where the
     cache cannot be written, nothing is kept."""
     with contextlib.suppress(OSError):
-        paths.keep(path, png, most=KEPT_PLOTS)
+        whole_file.keep(path, png, most=KEPT_PLOTS)

@@ -31,7 +31,7 @@ from typing import Any
 from suite import paths
 from suite.record.results import ReadFile
 from suite.report.writing import Wrote
-from suite.safe import bounded
+from suite.safe import bounded, whole_file
 from suite.spec.scenario import MAX_YAML_BYTES
 
 KEPT_REPORTS = 1000  # entries kept, one per report folder; the least recently written go first
@@ -119,7 +119,7 @@ class LastReport:
                     "files": [[w.path.name, w.sha256] for w in written],
                 }
                 text = json.dumps(entry, separators=(",", ":"), ensure_ascii=True)  # a path may not be UTF-8
-                paths.keep(self.path, text.encode(), most=KEPT_REPORTS)
+                whole_file.keep(self.path, text.encode(), most=KEPT_REPORTS)
 
 
 def hashed(scenarios: set[Path]) -> dict[str, str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -19,3 +20,20 @@ def replace(path: Path, data: bytes, mode: int) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def keep(path: Path, data: bytes, most: int | None = None) -> None:
+    """``data`` as the file ``path`` of this user's cache folder (``paths.cache_dir``), whole or not
+    at all; the folder it lies in, where made now, is readable and writable by this user alone (what
+    the cache holds vouches for what it names), and the file too. ``most``: the files of that folder
+    with the same suffix kept, the least recently written (or used: touched) going first. OSError
+    where ``path`` cannot be written."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    replace(path, data, 0o600)
+    if most is None:
+        return
+    with contextlib.suppress(OSError):
+        kept = sorted((p.lstat().st_mtime_ns, p) for p in path.parent.glob(f"*{path.suffix}"))
+        for _, old in kept[:-most]:
+            with contextlib.suppress(OSError):
+                old.unlink()
