@@ -241,7 +241,8 @@ def test_missing_image_is_image_unavailable_with_what_to_do(backend, tmp_path: P
 
 def test_ctrl_c_during_a_run_removes_the_container(backend, client: Any, tmp_path: Path) -> None:
     docker_backend = backend()
-    label = f"suite.session={docker_backend.session}"
+    spec = small_specs(tmp_path)[0]
+    label = f"suite.run_id={spec.run_id}"  # the run's container, not a data or probe helper of the session
     sent = threading.Event()
 
     def interrupt_once_running() -> None:
@@ -255,10 +256,10 @@ def test_ctrl_c_during_a_run_removes_the_container(backend, client: Any, tmp_pat
 
     threading.Thread(target=interrupt_once_running, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        docker_backend.run(small_specs(tmp_path)[0])
+        docker_backend.run(spec)
         time.sleep(5)  # the run ended before the signal came: let it arrive here
     assert sent.is_set()
-    assert_no_container_left(client, label)
+    assert_no_container_left(client, f"suite.session={docker_backend.session}")
 
 
 # -- through the command line ---------------------------------------------------------------------

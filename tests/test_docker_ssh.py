@@ -178,7 +178,7 @@ def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_containe
     docker_backend = backend(docker_host=address)
     spec = small_specs(tmp_path)[0]
     spec = with_config(spec, training={**spec.config["training"], "epochs": 400})
-    label = f"suite.session={docker_backend.session}"
+    label = f"suite.run_id={spec.run_id}"  # the run's container, not a data or probe helper of the session
     stopped = threading.Event()
 
     def stop_once_running() -> None:
@@ -204,6 +204,40 @@ def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_containe
     assert session_containers(client, docker_backend.session) != []
     sshd.start()
     docker_backend.close()  # what the runner does at the end of a plan, also on Ctrl-C
+    assert session_containers(client, docker_backend.session) == []
+
+
+def test_sshd_stopped_as_the_container_is_created_is_a_failure_with_its_cause(
+    sshd: Sshd, backend, client: Any, tmp_path: Path
+) -> None:
+    """The link breaks as the run's container comes to be, mostly while the code is put into it and
+    it is started (on a quick engine, just after). Over ssh, docker-py's transport may then fail
+    with an AttributeError (urllib3 finds no socket), which is still a lost engine, not a crash."""
+    address = f"ssh://root@127.0.0.1:{sshd.port}"
+    docker_backend = backend(docker_host=address)
+    spec = small_specs(tmp_path)[0]
+    spec = with_config(spec, training={**spec.config["training"], "epochs": 400})
+    created = {"label": f"suite.run_id={spec.run_id}"}
+    stopped = threading.Event()
+
+    def stop_once_created() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if client.api.containers(all=True, filters=created):  # no inspect: a helper may go meanwhile
+                stopped.set()
+                sshd.stop()
+                return
+            time.sleep(0.05)
+
+    stopper = threading.Thread(target=stop_once_created, daemon=True)
+    stopper.start()
+    result = docker_backend.run(spec)  # a traceback here is the failure this test is about
+    stopper.join(30)
+    assert stopped.is_set(), ("the run ended before its container was seen", result.status, result.message)
+    assert result.status == "error", (result.status, result.message)
+    assert f"lost the Docker engine at {address}" in result.message
+    sshd.start()
+    docker_backend.close()
     assert session_containers(client, docker_backend.session) == []
 
 
