@@ -345,6 +345,59 @@ def test_a_report_whose_scenario_file_changed_is_written_anew(tmp_path: Path) ->
     assert "unchanged" in _report(res, out, cache)[1], "still unreadable: nothing changed"
 
 
+def test_a_scenario_file_edited_and_put_back_during_a_report_leaves_no_page_of_the_edit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The entry keeps the sha256 of the very bytes the page was made from: a file edited as the
+    report reads it and put back before the next one cannot leave a page made from the edit."""
+    from suite import cli
+    from suite.safe import bounded
+
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    scenario = tmp_path / "fx_width.yaml"
+    original = (paths.CHECKOUT / "tests" / "fixtures" / "scenarios" / "fx_width.yaml").read_text()
+    edited = original.replace("model.hidden.0: [100, 750]", "model.hidden.0: [100, 751]")
+    assert edited != original
+    scenario.write_text(original)
+    _named_scenario(res, str(scenario))
+    real_read = bounded.read_bytes
+
+    def read_then_edit(path: Path | str, limit: int) -> bytes:
+        raw = real_read(path, limit)
+        if Path(path) == scenario:
+            scenario.write_text(edited)  # another program's edit, just after this read
+        return raw
+
+    monkeypatch.setenv(paths.CACHE_ENV, str(cache))
+    monkeypatch.setattr(bounded, "read_bytes", read_then_edit)
+    assert cli.main(["report", "--results", str(res), "--out", str(out)]) == 0
+    monkeypatch.undo()
+    scenario.write_text(original)  # put back
+    code, said = _report(res, out, cache)
+    fresh = tmp_path / "fresh"
+    assert _report(res, fresh, tmp_path / "other-cache")[0] == 0
+    assert code == 0 and _tree(out) == _tree(fresh), said
+
+
+def test_a_link_planted_in_the_cache_folder_deletes_nothing_where_it_leads(tmp_path: Path) -> None:
+    """Each cache file's folder must be a real folder of this user's: pruning it through a link
+    would delete the oldest files of the same suffix elsewhere (result files among them)."""
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for n in range(1_005):
+        (elsewhere / f"{n:04}.json").write_text("{}")
+        (elsewhere / f"{n:04}.png").write_text("")
+    before = _tree(elsewhere)
+    cache.mkdir()
+    for name in ("written-reports", "plots", "checked-results"):
+        (cache / name).symlink_to(elsewhere, target_is_directory=True)
+    for _ in range(2):
+        code, said = _report(res, out, cache)
+        assert code == 0 and "wrote" in said and "unchanged" not in said, said
+    assert _tree(elsewhere) == before
+
+
 @pytest.mark.parametrize("garbage", ["{not json", "[]", '{"inputs": 1, "files": 2}', "[" * 100_000 + "]" * 100_000])
 def test_an_unreadable_entry_vouches_for_nothing(tmp_path: Path, garbage: str) -> None:
     res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"

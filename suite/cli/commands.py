@@ -148,7 +148,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from suite.record import results
-    from suite.report import figures, pages, rerun, up_to_date
+    from suite.report import figures, pages, up_to_date
 
     try:
         formats = figures.parse_formats(args.format)
@@ -181,12 +181,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         try:
             # Decoded once for the pages and the exports; frozen, as this command ends after it (load_folder).
             loaded = results.load_folder(args.results, frozen=True, read=read)
-            # The scenario files' bytes as they are before the pages read them: one changed meanwhile
-            # makes the next report write anew.
-            scenarios = up_to_date.hashed({named for _, r in loaded if (named := rerun.scenario_path(r.spec))})
+            # The pages read each scenario file once, and the entry keeps the sha256 of those bytes.
+            scenarios = up_to_date.ScenarioFiles()
             written = []
             if "md" in formats:
-                written += pages.write_reports(args.results, out, args.reference, args.select, loaded)
+                written += pages.write_reports(args.results, out, args.reference, args.select, loaded, scenarios)
             written += figures.write_exports(args.results, loaded, out, formats, args.select)
         except pages.UnknownReference as exc:
             raise UsageError(str(exc)) from None
@@ -194,7 +193,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"error: cannot write the report into {out}: {exc.strerror or exc} ({exc.filename})", file=sys.stderr)
             return 1
         inputs = up_to_date.inputs_digest(read, args.results, out, options)  # of the bytes decoded (load_folder)
-        last.save(inputs, scenarios, written)
+        last.save(inputs, scenarios.digests(), written)
         for path, _ in written:
             print(f"wrote {path}")
     if args.select is not None:

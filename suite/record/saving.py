@@ -13,13 +13,13 @@ import json
 import math
 import os
 import shlex
-import stat
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from suite.record.results import RunResult
+from suite.safe import whole_file
 
 
 def unwritable(folder: Path) -> str | None:
@@ -122,25 +122,14 @@ def fallback_folders() -> list[Path]:
     return [Path(tempfile.gettempdir()) / user, Path.home() / ".cache" / "suite-unsaved"]
 
 
-def _private_folder(base: Path) -> Path:
-    """``base``, made (0700) if missing, and only if it is a real folder of this user's: a shared
-    temp folder lets anyone plant a link or a folder of their own at the name first."""
-    base.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        base.mkdir(mode=0o700)
-    info = os.lstat(base)
-    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
-        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(base))
-    return base
-
-
 def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
     """Keep ``text`` in a fallback folder (under the machine and scenario folder names it had);
     the message naming where, with the command that moves it back."""
     wanted = folder / f"{stem}.json"
     for base in fallback_folders():
         try:
-            kept = _save_text(text, _private_folder(base) / folder.parent.name[:100] / folder.name[:100], stem[:100])
+            private = whole_file.private_folder(base)
+            kept = _save_text(text, private / folder.parent.name[:100] / folder.name[:100], stem[:100])
         except OSError:
             continue
         return (

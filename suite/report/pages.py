@@ -21,6 +21,7 @@ from suite.record.results import RunResult
 from suite.report import compare, environment_section, figures, plots, rerun, verdicts, writing
 from suite.report.environment_section import set_flags
 from suite.report.points import Point, ScenarioView, group_views, load_views, select_views
+from suite.report.up_to_date import ScenarioFiles
 from suite.safe.markdown import cell, code, paragraph
 
 __all__ = ["cell", "render_index", "render_scenario", "write_reports"]
@@ -221,9 +222,11 @@ def render_scenario(
     plotted: frozenset[str] = frozenset(),
     results_dir: Path | None = None,
     method_link: str = METHOD_PAGE,
+    scenario_files: ScenarioFiles | None = None,
 ) -> str:
     """The scenario page; ``plotted`` names the PNG files written beside it, to link;
-    ``method_link``: where the column definitions are, as a link from the page."""
+    ``method_link``: where the column definitions are, as a link from the page; ``scenario_files``:
+    the scenario files as this report reads them (default: read for this page)."""
     first = views[0]
     spec = first.spec
     judged = [verdicts.judge(view) for view in views]
@@ -275,7 +278,7 @@ def render_scenario(
                 *left_out,
             ]
         lines += ["", "### Environment", "", *environment_section.environment_lines(view)]
-        lines += ["", "### Reproduce", "", code(rerun.run_commands(view, results_dir))]
+        lines += ["", "### Reproduce", "", code(rerun.run_commands(view, results_dir, scenario_files))]
         lines += ["", f"To check these numbers: {code(rerun.check_command(view, results_dir))}"]
     return "\n".join(lines) + "\n"
 
@@ -317,6 +320,7 @@ def write_reports(
     reference: str | None = None,
     select: str | None = None,
     loaded: list[tuple[Path, RunResult]] | None = None,
+    scenario_files: ScenarioFiles | None = None,
 ) -> list[writing.Wrote]:
     """Scenario pages, their plots, the index and the hardware comparison; returns each file written,
     with the sha256 of its bytes.
@@ -324,7 +328,8 @@ def write_reports(
     ``select``: a ``-k`` expression; only the points it takes are shown, each page and the index say
     so, and no ``hardware.md`` is written. ``report -k`` writes such a cut into ``selected_dir``
     (``--out``/selected), never over the full report's pages and index. ``loaded``: the files of
-    ``results_dir`` as already read (``results.load_folder``).
+    ``results_dir`` as already read (``results.load_folder``). ``scenario_files``: where the pages
+    read the scenario files the results name, each once (report/up_to_date keeps what they held).
     """
     by_scenario: dict[str, list[ScenarioView]] = defaultdict(list)
     every = load_views(results_dir) if loaded is None else group_views(results_dir, loaded)
@@ -345,7 +350,7 @@ def write_reports(
             if png is not None:
                 written.append(writing.write(out_dir / plot_name(view), png))
                 plotted.add(plot_name(view))
-        page = render_scenario(views, frozenset(plotted), results_dir, method_link)
+        page = render_scenario(views, frozenset(plotted), results_dir, method_link, scenario_files)
         written.append(writing.write(out_dir / f"{name}.md", page))
     written.append(writing.write(out_dir / "README.md", render_index(by_scenario, select)))
     if select is None:

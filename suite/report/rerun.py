@@ -10,6 +10,7 @@ from typing import Any
 from suite import paths
 from suite.record.results import RUN_BACKEND
 from suite.report.points import ScenarioView
+from suite.report.up_to_date import ScenarioFiles
 from suite.spec.plan import override_flag
 from suite.spec.select import expression_for
 from suite.spec.settings import AUTO
@@ -47,7 +48,7 @@ def scenario_path(spec: dict[str, Any]) -> Path | None:
     return paths.project_root() / name if isinstance(name, str) and name else None
 
 
-def _takes_every_point(view: ScenarioView) -> bool:
+def _takes_every_point(view: ScenarioView, files: ScenarioFiles) -> bool:
     """Whether the page's points are every point its scenario file has at this size: then ``run``
     needs no ``-k``. False when the file cannot be read or has other points (the runs were chosen
     with ``run -k``, which the results do not record, or the file changed since). Only the points'
@@ -55,18 +56,19 @@ def _takes_every_point(view: ScenarioView) -> bool:
     from suite.spec import plan, scenario
 
     path = scenario_path(view.spec)
-    if path is None:
+    text = None if path is None else files.text(path)  # with a scenario's bounds: a FIFO is not read
+    if path is None or text is None:
         return False
     unlooked: plan.DataResolver = lambda _: {"source": "not looked for"}  # noqa: E731
-    try:  # a result names the file: read with the files' bounds (a FIFO or a huge matrix is refused)
-        found = scenario.load(path, repeats=1, resolve_data=unlooked)
+    try:  # a result names the file: a huge matrix is refused as a scenario's
+        found = scenario.load(path, repeats=1, resolve_data=unlooked, text=text)
         specs = plan.expand(found, smoke=view.smoke, repeats=1, data=unlooked)
     except Exception:  # noqa: BLE001 - any unreadable or invalid file: name the points instead
         return False
     return {s.point_label for s in specs} == {p.label for p in view.points}
 
 
-def run_commands(view: ScenarioView, results_dir: Path | None = None) -> str:
+def run_commands(view: ScenarioView, results_dir: Path | None = None, files: ScenarioFiles | None = None) -> str:
     """The commands that measure the shown points again, as they were measured, and remake the page.
 
     Every recorded choice that changes what runs is carried: the backend, the smoke size, the
@@ -75,7 +77,8 @@ def run_commands(view: ScenarioView, results_dir: Path | None = None) -> str:
     ``-k``). The results folder and the machine's name are carried too, so ``report`` reads what
     ``run`` wrote, as the page was made. On a machine whose folder already holds these results,
     ``run`` skips every point that has an ok result: the reproduce command (``check_command``) is the one
-    that measures them again there and compares.
+    that measures them again there and compares. ``files``: the scenario files as this report read
+    them (report/up_to_date); default: read here.
     """
     spec, run = view.spec, view.newest.run
     folder = folder_text(results_dir)
@@ -91,7 +94,7 @@ def run_commands(view: ScenarioView, results_dir: Path | None = None) -> str:
     parts = list(base)
     if selection:
         parts.append(f"-k {shlex.quote(selection)}")
-    elif not _takes_every_point(view) and view.points:
+    elif not _takes_every_point(view, files or ScenarioFiles()) and view.points:
         parts.append(f"-k {shlex.quote(expression_for([(p.coords, p.label) for p in view.points]))}")
     parts += [f"--set {shlex.quote(override_flag(k, v))}" for k, v in view.overrides.items()]
     again = "python -m suite report" + (f" --results {shlex.quote(folder)}" if folder else "")

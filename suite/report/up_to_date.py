@@ -14,7 +14,8 @@ have the same digest, where the scenario files and every file written still hold
 write the same bytes again: it writes nothing. Any other file changed, missing or added among the
 results, any option, an update of the code or of a package, a scenario file edited, or a page edited
 or deleted makes the report write everything anew. Where no digest of the code can be taken or the
-cache folder cannot be read or written, every report writes everything.
+cache folder cannot be read, every report writes everything; where it cannot be written, no entry is
+kept (an entry of an earlier report still vouches only for the bytes it names).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from suite.report.writing import Wrote
 from suite.safe import bounded, whole_file
 from suite.spec.scenario import MAX_YAML_BYTES
 
-KEPT_REPORTS = 1000  # entries kept, one per report folder; the least recently written go first
+KEPT_REPORTS = 1000  # entries kept, one per report folder; the least recently used go first
 MAX_ENTRY_BYTES = 16 * bounded.MiB  # a report folder holds a few files per scenario
 MAX_FILE_BYTES = 256 * bounded.MiB  # a report.json of many thousands of runs is tens of MB
 # Whose versions change what a report writes: the intervals' quantiles, numbers and tables, exports,
@@ -102,11 +103,13 @@ class LastReport:
             return None  # not a file of out_dir itself, by its name
         if any(_sha256(self.out_dir / name, MAX_FILE_BYTES) != sha for name, sha in written):
             return None
+        with contextlib.suppress(OSError):
+            os.utime(self.path)  # used now: the entries pruned first are those least recently used
         return [self.out_dir / name for name, _ in written]
 
     def save(self, inputs: str | None, scenarios: dict[str, str | None], written: list[Wrote]) -> None:
         """Keep ``written`` (files of ``out_dir``, with the sha256 of the bytes this report wrote
-        there), made from inputs of digest ``inputs`` and the ``scenarios`` files (``hashed``), as the
+        there), made from inputs of digest ``inputs`` and the ``scenarios`` files (``ScenarioFiles.digests``), as the
         folder's entry."""
         if self.path is None:
             return
@@ -122,10 +125,29 @@ class LastReport:
                 whole_file.keep(self.path, text.encode(), most=KEPT_REPORTS)
 
 
-def hashed(scenarios: set[Path]) -> dict[str, str | None]:
-    """Each scenario file's path and the sha256 of its bytes (None where it cannot be read, or is
-    larger than a scenario file may be: the page reads none)."""
-    return {os.fsdecode(path): _sha256(path, MAX_YAML_BYTES) for path in scenarios}
+class ScenarioFiles:
+    """The scenario files a report's pages read (report/rerun), each read once, with the sha256 of
+    the bytes read: the entry keeps the digest of the very bytes the pages were made from, so a file
+    edited while the report runs, even put back before the next one, leaves no page made from it."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[str | None, str | None]] = {}
+
+    def text(self, path: Path) -> str | None:
+        """The file's text; None where it cannot be read whole within a scenario file's bound (a
+        page then names its points), cannot be named to the system, or is not UTF-8."""
+        key = os.fsdecode(path)
+        if key not in self._read:
+            raw, text = _bytes(path, MAX_YAML_BYTES), None
+            if raw is not None:
+                with contextlib.suppress(UnicodeDecodeError):
+                    text = raw.decode("utf-8")
+            self._read[key] = (text, None if raw is None else hashlib.sha256(raw).hexdigest())
+        return self._read[key][0]
+
+    def digests(self) -> dict[str, str | None]:
+        """Each file read, by its path: the sha256 of the bytes read, None where none could be."""
+        return {key: sha for key, (_, sha) in self._read.items()}
 
 
 def _pairs(value: object) -> list[tuple[str, str | None]] | None:
@@ -142,10 +164,16 @@ def _pairs(value: object) -> list[tuple[str, str | None]] | None:
     return pairs
 
 
-def _sha256(path: Path, limit: int) -> str | None:
-    """Of the regular file's bytes; None where it cannot be read whole within ``limit`` bytes, or
+def _bytes(path: Path, limit: int) -> bytes | None:
+    """The regular file's bytes; None where it cannot be read whole within ``limit`` bytes, or
     cannot be named to the system (a NUL or a lone surrogate in a path a result gives)."""
     try:
-        return hashlib.sha256(bounded.read_bytes(path, limit)).hexdigest()
+        return bounded.read_bytes(path, limit)
     except (OSError, ValueError):
         return None
+
+
+def _sha256(path: Path, limit: int) -> str | None:
+    """Of ``_bytes``; None where there are none."""
+    raw = _bytes(path, limit)
+    return None if raw is None else hashlib.sha256(raw).hexdigest()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -27,9 +29,9 @@ def keep(path: Path, data: bytes, most: int | None = None) -> None:
     at all; the folder it lies in, where made now, is readable and writable by this user alone (what
     the cache holds vouches for what it names), and the file too. ``most``: the files of that folder
     with the same suffix kept, the least recently written (or used: touched) going first. OSError
-    where ``path`` cannot be written."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    replace(path, data, 0o600)
+    where ``path`` cannot be written, or its folder is not a real folder of this user's: a link
+    planted there would turn the pruning into deleting files elsewhere."""
+    replace(private_folder(path.parent) / path.name, data, 0o600)
     if most is None:
         return
     with contextlib.suppress(OSError):
@@ -37,3 +39,15 @@ def keep(path: Path, data: bytes, most: int | None = None) -> None:
         for _, old in kept[:-most]:
             with contextlib.suppress(OSError):
                 old.unlink()
+
+
+def private_folder(base: Path) -> Path:
+    """``base``, made (0700) if missing, and only if it is a real folder of this user's: a shared
+    temp folder lets anyone plant a link or a folder of their own at the name first."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(base))
+    return base

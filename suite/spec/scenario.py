@@ -159,9 +159,11 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int], open_: set[int]) -> in
     return size
 
 
-def read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
+def read_yaml(path: Path, text: str | None = None) -> tuple[Any, dict[str, int]]:
+    """The file's data and each key's line; ``text``: its content as already read, else it is read."""
     try:
-        text = bounded.read_text(path, MAX_YAML_BYTES)
+        if text is None:
+            text = bounded.read_text(path, MAX_YAML_BYTES)
     except OSError as exc:
         raise ScenarioError([f"{path}: cannot read: {exc.strerror}"]) from None
     except UnicodeDecodeError as exc:
@@ -198,16 +200,21 @@ def _load_auto(ck: Checker, data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def load(
-    path: str | Path, max_runs: int = MAX_RUNS, repeats: int | None = None, resolve_data: DataResolver | None = None
+    path: str | Path,
+    max_runs: int = MAX_RUNS,
+    repeats: int | None = None,
+    resolve_data: DataResolver | None = None,
+    text: str | None = None,
 ) -> Scenario:
     """Read and validate one scenario file. Raises ScenarioError listing every problem found.
 
     ``max_runs``: a plan of more runs than that (its points times ``repeats``, default the file's
     own count, or its ``max_repeats`` under ``repeats: auto``) is refused before any point is made.
     ``resolve_data``: where each point's data is looked for while its points are checked
-    (``plan.expand``'s ``data``; default: on this machine, where data that cannot be read is refused)."""
+    (``plan.expand``'s ``data``; default: on this machine, where data that cannot be read is refused).
+    ``text``: the file's content as the caller read it (a report's pages read each file once)."""
     source = str(path)
-    data, lines = read_yaml(Path(path))
+    data, lines = read_yaml(Path(path), text)
     ck = Checker(source, lines)
     if not isinstance(data, dict):
         raise ScenarioError([f"{source}: the file must hold a mapping of settings, got {type_name(data)}"])
