@@ -266,6 +266,24 @@ def test_an_entry_naming_a_file_outside_the_report_folder_vouches_for_nothing(tm
     assert code == 0 and "wrote" in said and "unchanged" not in said, said
 
 
+@pytest.mark.parametrize("listed", ["scenarios", "files"])
+def test_an_entry_naming_a_file_twice_vouches_for_nothing(tmp_path: Path, listed: str) -> None:
+    """A report's own entry names each file once: one naming a file many times (each name hashed
+    again, up to gigabytes read) was not written by a report, and the report writes everything."""
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    scenario = tmp_path / "fx_width.yaml"
+    scenario.write_text((paths.CHECKOUT / "tests" / "fixtures" / "scenarios" / "fx_width.yaml").read_text())
+    _named_scenario(res, str(scenario))
+    assert _report(res, out, cache)[0] == 0
+    [entry] = (cache / "written-reports").glob("*.json")
+    data = json.loads(entry.read_text())
+    assert data[listed], data
+    data[listed] = data[listed] * 1_000
+    entry.write_text(json.dumps(data))
+    code, said = _report(res, out, cache)
+    assert code == 0 and "wrote" in said and "unchanged" not in said, said
+
+
 @pytest.mark.parametrize(
     "options",
     [("--format", "md,json"), ("-k", "width=100"), ("--reference", "fixture-local")],

@@ -97,6 +97,8 @@ class LastReport:
         written, scenarios = _pairs(entry.get("files")), _pairs(entry.get("scenarios"))
         if not written or any(sha is None for _, sha in written) or scenarios is None:
             return None
+        if len(dict(written)) != len(written) or len(dict(scenarios)) != len(scenarios):
+            return None  # a name listed twice: not a report's entry, which names each file once
         if any(_sha256(Path(path), MAX_YAML_BYTES) != sha for path, sha in scenarios):
             return None
         if any(name in ("", ".", "..") or "/" in name or "\0" in name for name, _ in written):
