@@ -111,8 +111,8 @@ class LastReport:
 
     def save(self, inputs: str | None, scenarios: dict[str, str | None], written: list[Wrote]) -> None:
         """Keep ``written`` (files of ``out_dir``, with the sha256 of the bytes this report wrote
-        there), made from inputs of digest ``inputs`` and the ``scenarios`` files (``ScenarioFiles.digests``), as the
-        folder's entry."""
+        there), made from inputs of digest ``inputs`` and the ``scenarios`` files as the pages read
+        them (``ScenarioFiles.digests``), as the folder's entry."""
         if self.path is None:
             return
         with contextlib.suppress(OSError):
