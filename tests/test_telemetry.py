@@ -560,6 +560,36 @@ def test_nvml_on_an_older_driver_reads_through_the_old_calls(monkeypatch: pytest
     assert (fake.inits, fake.shutdowns) == (1, 1)
 
 
+def test_a_gpu_section_recorded_through_nvml_is_read_back_by_report_and_show(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What a GPU run records (clock event reasons' shares among its summaries) is a result the
+    suite's own reader takes: the report and ``show`` read it, and the page gives the GPU's busy."""
+    import json
+
+    from conftest import suite_cli
+
+    from suite import paths
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    recorder = telemetry.Recorder([telemetry.NvmlSampler(["GPU-a"])], time.monotonic(), interval_s=0.05).start()
+    time.sleep(0.5)
+    section = recorder.stop()
+    [reasons] = [m for m in section["metrics"] if m["name"] == telemetry.GPU_CLOCK_REASONS]
+    assert reasons["summary"]["run"]["reasons"], reasons["summary"]
+    rich = REPO / "tests" / "fixtures" / "rich" / "box" / "mnist_mlp_width" / "763c6bd727d3-r0.json"
+    record = json.loads(rich.read_text())
+    record["telemetry"] = {**section, "windows": record["telemetry"]["windows"]}
+    folder = tmp_path / "res" / "box" / "mnist_mlp_width"
+    folder.mkdir(parents=True)
+    (folder / rich.name).write_text(json.dumps(record))
+    env = {paths.CACHE_ENV: str(tmp_path / "cache")}
+    shown = suite_cli("show", folder / rich.name, env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    made = suite_cli("report", "--results", tmp_path / "res", "--out", tmp_path / "out", env=env)
+    assert made.returncode == 0, made.stdout + made.stderr
+
+
 def test_nvml_one_failing_field_leaves_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = _FakeNvml()
 

@@ -31,7 +31,8 @@ MIN_POSITIVE = 1e-12
 NUM = "number?"
 NUMS = [NUM]
 STRS = ["str?"]
-STAT = {"*": NUM}  # mean, p95, max, n over one window
+# mean, p95, max, n over one window; for clock event reasons, each reason's share of the samples
+STAT = {"reasons": {"*": NUM}, "*": NUM}
 SECONDS = "nonneg?"
 RATIO_TIME = "positive?"  # a time of real work that ratios divide by
 TIMING: dict[str, Shape] = {
@@ -182,7 +183,7 @@ RECORD: dict[str, Shape] = {
             "loadavg_end": ["nonneg"],
             "fit": {"other_cores": NUM, "steal_share": NUM, "covered_s": NUM},
             "top_others": [{"!name": "str", "!cores": "nonneg", "pid": "int?"}],
-            "gpu_others": {"*": [{"pid": "int?", "name": "str?", "*": "any"}]},
+            "gpu_others": {"*": [{"pid": "int?", "name": "str?", "used_memory_bytes": NUM, "*": "any"}]},
         },
     },
     "provenance": {
@@ -190,7 +191,7 @@ RECORD: dict[str, Shape] = {
             "version": "str?",
             "git_revision": "hex?",  # shown in a git checkout command
             "git_dirty": "bool?",
-            "dirty_paths": STRS,
+            "dirty_paths": ["str"],
             "diff_sha256": "str?",
             "code_tree": "str?",
             "suite_identity": "str?",
@@ -200,10 +201,10 @@ RECORD: dict[str, Shape] = {
             "lock_file": "str?",
             "lock_sha256": "str?",
             "matches_lock": "bool?",
-            "lock_differences": STRS,
+            "lock_differences": ["str"],
         },
         "image?": {"*": "str?"},
-        "suite_changed_during_run": {"*": "any", "dirty_paths": STRS},
+        "suite_changed_during_run": {"*": "any", "dirty_paths": ["str"]},
     },
 }
 

@@ -368,6 +368,7 @@ def window_stat(
     without a count counts as enough); None when none has."""
     for window in windows:
         summary = entry.get("summary", {}).get(window)
-        if summary and summary.get(stat) is not None and summary.get("n", min_n) >= min_n:
+        n = summary.get("n") if summary else None
+        if summary and summary.get(stat) is not None and (n is None or n >= min_n):
             return float(summary[stat])
     return None
