@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import suite_cli, write_scenario
-from docker_fixtures import SMALL_SCENARIO
+from docker_fixtures import REPO, SMALL_SCENARIO
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 RICH = Path(__file__).parent / "fixtures" / "rich"  # one ok run of a real smoke plan
@@ -244,3 +245,90 @@ def test_flags_out_of_range_are_refused(tmp_path: Path) -> None:
         and f"{afile} is not a folder" in proc.stdout
     )
     _refused(suite_cli("run", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", afile), f"{afile}")
+
+
+def _rich_copy(tmp_path: Path) -> tuple[Path, Path, dict]:
+    res = tmp_path / "res"
+    shutil.copytree(RICH, res)
+    [path] = res.rglob("*.json")
+    return res, path, json.loads(path.read_text())
+
+
+def _set(where: list, value: object):
+    def change(record: dict) -> None:
+        node = record
+        for key in where[:-1]:
+            node = node[key]
+        node[where[-1]] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _set(["telemetry", "metrics", 1, "summary", "run", "n"], None),  # memory_bytes: its peak is on the page
+        _set(["spec", "point", "self"], 1),
+        _set(["message"], "\ud800 and \x1b[2J"),
+        _set(["spec", "overrides"], {"model.name": "[" * 3000 + "]" * 3000}),
+        _set(["spec", "overrides"], {"x|y": "a|b"}),
+        _set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)),
+    ],
+    ids=["count-null", "coordinate-self", "surrogate-and-escape", "override-nested-3000", "pipes", "config-600-deep"],
+)
+def test_odd_records_the_checks_let_through_are_reported_and_shown(tmp_path: Path, change) -> None:
+    """What the record's shape allows, every page, export and ``show`` takes: no traceback, and a
+    Markdown table keeps its columns."""
+    res, path, record = _rich_copy(tmp_path)
+    change(record)
+    path.write_text(json.dumps(record))
+    out = tmp_path / "out"
+    for command in (["report", "--results", res, "--out", out, "--format", "md,json,csv"], ["show", path]):
+        proc = _limited(*command)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    for page in out.glob("*.md"):
+        for table in [t for t in page.read_text().split("\n\n") if t.startswith("| ")]:
+            widths = {len(re.findall(r"(?<!\\)\|", row)) for row in table.splitlines()}
+            assert len(widths) == 1, (page.name, table)
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (_set(["provenance", "suite", "dirty_paths"], [None]), ["field provenance.suite.dirty_paths.0"]),
+        (_set(["telemetry", "metrics", 0, "summary", "run", "reasons"], 5), ["summary.run.reasons"]),
+        (_set(["telemetry", "load", "gpu_others"], {"0": [{"pid": 1, "used_memory_bytes": "x"}]}), ["used_memory"]),
+    ],
+    ids=["dirty-path-null", "reasons-not-a-mapping", "gpu-memory-text"],
+)
+def test_records_a_page_could_not_use_are_refused_naming_the_field(tmp_path: Path, change, words: list[str]) -> None:
+    res, path, record = _rich_copy(tmp_path)
+    change(record)
+    path.write_text(json.dumps(record))
+    for command in (["report", "--results", res, "--out", tmp_path / "out", "--format", "md,csv"], ["show", path]):
+        _refused(_limited(*command), str(path), *words)
+
+
+def test_an_attempt_without_a_time_never_hides_an_ok_run(tmp_path: Path) -> None:
+    """Attempts of a run are ordered by their finishing time, those without one first: an error
+    record with ``finished_at: null`` is not taken as the newest."""
+    res, path, record = _rich_copy(tmp_path)
+    failed = {**record, "status": "error", "message": "failed", "run": {**record["run"], "finished_at": None}}
+    (path.parent / f"{path.stem}-failed.json").write_text(json.dumps(failed))
+    proc = _limited("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = next((tmp_path / "out").glob("mnist_mlp_width.md")).read_text()
+    assert "| 1/1 " in page and "have no ok run" not in page, page
+
+
+def test_reproduce_reads_no_lock_file_outside_the_project(tmp_path: Path) -> None:
+    """A result names its environment's lock by a path in the project: one that leads out of it
+    (here to a FIFO, which would block a read for ever) is not read."""
+    res, path, record = _rich_copy(tmp_path)
+    fifo = tmp_path / "dev-py3.11.txt"
+    os.mkfifo(fifo)
+    environment = record["provenance"]["environment"]
+    environment.update(lock_file=os.path.relpath(fifo, REPO), lock_sha256="0" * 64)
+    path.write_text(json.dumps(record))
+    proc = _limited("reproduce", path.parent, "--backend", "local", "--results", tmp_path / "again")
+    assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr, proc.stdout + proc.stderr

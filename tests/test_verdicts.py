@@ -272,8 +272,8 @@ def test_crossover_wording_holds_over_generated_inputs(seed: int) -> None:
     ratios = {}
     for w in widths:
         cpu, gpu = (
-            view.point(**{"model.hidden.0": w, "device": "cpu"}),
-            view.point(**{"model.hidden.0": w, "device": "gpu"}),
+            view.point({"model.hidden.0": w, "device": "cpu"}),
+            view.point({"model.hidden.0": w, "device": "gpu"}),
         )
         if verdicts.usable(cpu) and verdicts.usable(gpu):
             ratios[w] = stats.ratio(cpu.values(FIT_S), gpu.values(FIT_S))
@@ -301,7 +301,7 @@ def test_knobs_wording_holds_over_generated_inputs(seed: int) -> None:
     view = _view("knobs", {"variant": "default"}, points)
     _gate(view, rng)
     text = _said(view)
-    base = view.point(variant="default")
+    base = view.point({"variant": "default"})
     ratios = {}
     for p in view.points:
         if p is base:
@@ -395,10 +395,10 @@ def test_busy_wording_holds_over_generated_inputs(seed: int) -> None:
     _with_busy(view, busy)
     text = _said(view)
     compared = [
-        view.point(**{"model.hidden.0": w, "device": "gpu"})
+        view.point({"model.hidden.0": w, "device": "gpu"})
         for w in widths
-        if verdicts.usable(view.point(**{"model.hidden.0": w, "device": "cpu"}))
-        and verdicts.usable(view.point(**{"model.hidden.0": w, "device": "gpu"}))
+        if verdicts.usable(view.point({"model.hidden.0": w, "device": "cpu"}))
+        and verdicts.usable(view.point({"model.hidden.0": w, "device": "gpu"}))
     ]
     measured = [p for p in compared if p.gpu_busy is not None]
     if not measured:
@@ -478,8 +478,8 @@ def test_mixed_data_is_never_compared_over_generated_inputs(seed: int) -> None:
     _with_data(view, data)
     text = _said(view)
     for w in widths:
-        cpu = view.point(**{"model.hidden.0": w, "device": "cpu"})
-        gpu = view.point(**{"model.hidden.0": w, "device": "gpu"})
+        cpu = view.point({"model.hidden.0": w, "device": "cpu"})
+        gpu = view.point({"model.hidden.0": w, "device": "gpu"})
         if data.get(cpu.label) != data.get(gpu.label):
             assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)
             claim = re.search(r"faster than the CPU (?:from|at) width (\d+)", text)
@@ -559,8 +559,8 @@ def test_mixed_settings_are_never_compared_over_generated_inputs(seed: int) -> N
         _with_set(view, label, {"training.batch_size": 1024})
     text = _said(view)
     for w in widths:
-        cpu = view.point(**{"model.hidden.0": w, "device": "cpu"})
-        gpu = view.point(**{"model.hidden.0": w, "device": "gpu"})
+        cpu = view.point({"model.hidden.0": w, "device": "cpu"})
+        gpu = view.point({"model.hidden.0": w, "device": "gpu"})
         if (cpu.label in changed) != (gpu.label in changed):
             assert re.search(rf"Not compared: .*width {w}\b", text), (w, text)
             claim = re.search(r"faster than the CPU (?:from|at) width (\d+)", text)
@@ -594,7 +594,7 @@ def test_a_sweep_without_a_baseline_compares_with_its_first_point() -> None:
 
 def test_a_sweep_with_no_difference_says_so_and_names_what_the_gate_left_out() -> None:
     view = _sweep({32: [1.0, 1.1, 0.9], 128: [1.05, 0.95, 1.0], 512: _reps(0.2)})
-    for r in view.point(**{"training.batch_size": 512}).runs:
+    for r in view.point({"training.batch_size": 512}).runs:
         r.quality["test_accuracy"] = 0.199
     text = _said(view)
     assert text.startswith("No point differs measurably from the baseline training.batch_size=32"), text

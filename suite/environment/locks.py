@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from suite import paths
+from suite.safe import bounded
+
+MAX_LOCK_BYTES = 16 * bounded.MiB  # a lock of a few hundred pinned packages and their hashes is under 1 MiB
 
 LOCK_RECORD = ".suite-lock.json"
 # The host environments (``requirements/environments.txt``, which the shell scripts read too): each
@@ -63,7 +66,7 @@ def normalize(name: str) -> str:
 
 def lock_sha256(path: str | Path) -> str:
     """sha256 of the lock file's bytes: what ``.suite-lock.json`` and image labels record of a lock."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(bounded.read_bytes(path, MAX_LOCK_BYTES)).hexdigest()
 
 
 def read_pins(path: str | Path) -> dict[str, str]:
@@ -77,7 +80,7 @@ def read_pins(path: str | Path) -> dict[str, str]:
     path = Path(path)
     pins: dict[str, str] = {}
     continued = False
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(bounded.read_text(path, MAX_LOCK_BYTES).splitlines(), start=1):
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         was_continued, continued = continued, line.endswith("\\")
         if not line or was_continued or raw[:1].isspace():

@@ -209,7 +209,8 @@ LOAD = Field("telemetry", "load")  # suite.telemetry.load: the machine's load ar
 
 def finished_at(result: RunResult) -> str:
     """Sort key for attempts: the newest last (records without the time sort first)."""
-    return str(result.run.get(FINISHED_AT.key, ""))
+    value = result.run.get(FINISHED_AT.key)
+    return value if isinstance(value, str) else ""
 
 
 def load(path: Path, in_folder: bool = False) -> RunResult:

@@ -156,8 +156,9 @@ def _image_md(image: dict[str, Any], run: dict[str, Any]) -> str:
     )
 
 
-def set_flags(overrides: dict[str, Any]) -> str:
-    return " ".join(code(f"--set {override_flag(k, v)}") for k, v in overrides.items())
+def set_flags(overrides: dict[str, Any], in_table: bool = False) -> str:
+    """The ``--set`` flags of ``overrides``, each a code span (``in_table``: inside a table cell)."""
+    return " ".join(code(f"--set {override_flag(k, v)}", in_table) for k, v in overrides.items())
 
 
 def _gpu_text(view: ScenarioView) -> str:

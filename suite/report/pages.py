@@ -287,7 +287,7 @@ def render_index(by_scenario: dict[str, list[ScenarioView]], selection: str | No
     rows = []
     for name, views in sorted(by_scenario.items()):
         for view in views:
-            machine = cell(view.machine) + (f" ({set_flags(view.overrides)})" if view.overrides else "")
+            machine = cell(view.machine) + (f" ({set_flags(view.overrides, in_table=True)})" if view.overrides else "")
             answer = verdicts.judge(view).first_sentence
             rows.append([f"[{cell(name)}]({quote(name)}.md)", machine, cell(answer)])
     table = tabulate(rows, headers=["scenario", "machine", "verdict"], tablefmt="github", disable_numparse=True)

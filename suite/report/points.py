@@ -157,7 +157,8 @@ class ScenarioView:
         keys = self.points[0].coords if self.points else {}
         return next((k for k in keys if k not in ("device", "variant")), None)
 
-    def point(self, **coords: Any) -> Point | None:
+    def point(self, coords: dict[str, Any]) -> Point | None:
+        """The point at ``coords`` (all of them its own)."""
         for p in self.points:
             if all(p.coords.get(k) == v for k, v in coords.items()):
                 return p
@@ -173,7 +174,7 @@ class ScenarioView:
         baseline = report.get("baseline") or {}
         if not baseline:
             return self.points[0] if report.get("verdict", "none") == "none" and self.points else None
-        return self.point(**{**point.coords, **baseline})
+        return self.point({**point.coords, **baseline})
 
 
 def auto_rule(ok_runs: list[RunResult]) -> dict[str, Any] | None:
@@ -315,12 +316,19 @@ def _points(runs: list[tuple[Path, RunResult]]) -> tuple[list[Point], list[LeftO
 
 
 def leaves(value: object, prefix: str = "") -> dict[str, object]:
-    """A config as dotted path -> value (lists indexed: model.filters.0); {} stays a leaf."""
-    if isinstance(value, dict) and value:
-        return {k: v for key, item in value.items() for k, v in leaves(item, f"{prefix}{key}.").items()}
-    if isinstance(value, list) and value:
-        return {k: v for i, item in enumerate(value) for k, v in leaves(item, f"{prefix}{i}.").items()}
-    return {prefix[:-1]: value}
+    """A config as dotted path -> value (lists indexed: model.filters.0); {} stays a leaf. Walked
+    with a stack of its own: a result may nest its config deeper than Python's recursion limit."""
+    out: dict[str, object] = {}
+    stack: list[tuple[str, object]] = [(prefix, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict) and item:
+            stack += [(f"{where}{k}.", v) for k, v in reversed(item.items())]
+        elif isinstance(item, list) and item:
+            stack += [(f"{where}{i}.", v) for i, v in reversed(list(enumerate(item)))]
+        else:
+            out[where[:-1]] = item
+    return out
 
 
 def config_differences(spec: dict[str, Any], shown: dict[str, Any], limit: int = 3) -> str:

@@ -201,12 +201,16 @@ def _load(result: RunResult) -> list[str]:
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Dotted key -> value, in the record's order; walked with a stack of its own (a record may
+    nest deeper than Python's recursion limit)."""
     out: list[tuple[str, Any]] = []
-    for k, v in d.items():
+    stack: list[tuple[str, Any]] = [(f"{prefix}{k}", v) for k, v in reversed(d.items())]
+    while stack:
+        key, v = stack.pop()
         if isinstance(v, dict) and v:
-            out += _flatten(v, f"{prefix}{k}.")
+            stack += [(f"{key}.{k}", x) for k, x in reversed(v.items())]
         else:
-            out.append((f"{prefix}{k}", v))
+            out.append((key, v))
     return out
 
 
@@ -222,6 +226,6 @@ def _value(v: Any) -> str:
         return json.dumps(v)
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, list):  # nested lists and mappings as JSON, whose encoder goes as deep as its decoder
+        return "[" + ", ".join(json.dumps(x) if isinstance(x, (list, dict)) else _value(x) for x in v) + "]"
     return str(v)

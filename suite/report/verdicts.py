@@ -204,7 +204,7 @@ def gpu_crossover(view: ScenarioView) -> Verdict:
     paired = set()
     for cpu in cpus:
         value = along(cpu)
-        gpu = view.point(**{**cpu.coords, "device": gpu_device})
+        gpu = view.point({**cpu.coords, "device": gpu_device})
         paired.add(id(gpu))
         if usable(cpu) and usable(gpu) and (differs := not_comparable(gpu, cpu)):
             missing.append((_name(axis, value), f"GPU: {differs} (CPU)"))
@@ -337,7 +337,7 @@ def _batch_mode_effect(view: ScenarioView) -> str:
         (device_count(g.device), g, p)  # (devices, split-batch point, per-device-batch point)
         for g in view.points
         if g.coords.get("training.batch_mode") == "global"
-        for p in [view.point(**{**g.coords, "training.batch_mode": "per_replica"})]
+        for p in [view.point({**g.coords, "training.batch_mode": "per_replica"})]
         if usable(g) and usable(p) and device_count(g.device) > 1 and not not_comparable(g, p)
     ]
     if not both:
@@ -432,7 +432,7 @@ def _generic_baseline(view: ScenarioView) -> Point | None:
     """``report.baseline`` where the scenario names one that exists, else the first point."""
     named = view.spec.get("report", {}).get("baseline") or {}
     if named and view.points:
-        found = view.point(**{**view.points[0].coords, **named})
+        found = view.point({**view.points[0].coords, **named})
         if found is not None:
             return found
     return view.points[0] if view.points else None

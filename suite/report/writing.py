@@ -19,8 +19,9 @@ class Wrote(NamedTuple):
 
 
 def write(path: Path, content: str | bytes) -> Wrote:
-    """``path`` replaced whole (``whole_file.replace``) by ``content``."""
-    data = content if isinstance(content, bytes) else content.encode("utf-8")
+    """``path`` replaced whole (``whole_file.replace``) by ``content``; text as UTF-8, where a lone
+    surrogate (a result's JSON may escape one) is written as its escape, ``\\udc80``."""
+    data = content if isinstance(content, bytes) else content.encode("utf-8", errors="backslashreplace")
     whole_file.replace(path, data, 0o666 & ~_umask())  # a page is as readable as any file made here
     return Wrote(path, hashlib.sha256(data).hexdigest())
 

@@ -166,6 +166,8 @@ def lock_covered(recorded: dict[str, Any], here: dict[str, Any], python: str | N
         return None
     path = paths.DATA_DIR / lock_file
     try:
+        if not path.resolve().is_relative_to(paths.DATA_DIR.resolve()):
+            return None  # a result names the file: none outside the project is read
         if locks.lock_sha256(path) != sha:
             return None
         pins = locks.read_pins(path)

@@ -154,13 +154,15 @@ def override_flag(path: str, value: Any) -> str:
     import yaml  # host side only; the worker never formats flags
 
     if isinstance(value, str):
-        try:
-            plain = yaml.safe_load(value) == value and "\n" not in value
-        except yaml.YAMLError:
+        try:  # a long string is quoted unread: YAML would parse what a result holds, any size
+            plain = len(value) <= MAX_PLAIN and yaml.safe_load(value) == value and "\n" not in value
+        except (yaml.YAMLError, RecursionError):
             plain = False
         return f"{path}={value if plain else json.dumps(value)}"
     return f"{path}={json.dumps(value, separators=(', ', ': '))}"
 
+
+MAX_PLAIN = 200  # the longest string value override_flag writes unquoted
 
 DataResolver = Callable[[dict[str, Any]], dict[str, Any]]
 
