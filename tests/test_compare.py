@@ -78,3 +78,34 @@ def test_compare_says_the_slower_folder_is_slower_by_the_ratio_of_geometric_mean
         assert np.isclose(other["speedup_vs_reference"], _geomean(times[0]) / _geomean(times[1]))
         assert other["speedup_text"] == _cell(proc.stdout, point["point"], 2).split(", ", 1)[1]
         assert re.fullmatch(r"\d\.\d\dx slower than the reference \(95% CI [\d.]+-[\d.]+\)", other["speedup_text"])
+
+
+def test_runs_made_with_set_are_left_out_as_in_the_hardware_page(tmp_path: Path) -> None:
+    """A folder may hold runs of the same points made with ``--set``: compare, as ``hardware.md``,
+    compares the scenario files' own settings, and a --set run never stands in for them."""
+    a, b = _folder(tmp_path, "A", (1.0, 1.0, 1.0)), _folder(tmp_path, "B", (1.0, 1.0, 1.0))
+    for path in list((b / "fx_width").glob("*.json")):
+        data = json.loads(path.read_text())
+        data["spec"]["overrides"] = {"training.epochs": 9}
+        data["spec"]["fingerprint"] = "f" * 64
+        if data["status"] == "ok":
+            data["timing"]["fit_s"] *= 100
+        (path.parent / f"set-{path.name}").write_text(json.dumps(data))
+    proc = suite_cli("compare", a, b)
+    assert proc.returncode == 0, proc.stderr
+    for point in _fit_times(a):
+        assert _cell(proc.stdout, point, 2).startswith(f"{_geomean(_fit_times(a)[point]):.2f}, 1.00x"), proc.stdout
+
+
+def test_a_folder_of_several_machines_is_refused_naming_them(tmp_path: Path) -> None:
+    """Each folder is one machine's: a folder holding several would mix their runs into one column."""
+    a = _folder(tmp_path, "A", (1.0, 1.0, 1.0))
+    both = tmp_path / "both"
+    for machine in ("box1", "box2"):
+        shutil.copytree(a, both / machine)
+        for path in (both / machine).rglob("*.json"):
+            data = json.loads(path.read_text())
+            data["run"]["machine"] = machine
+            path.write_text(json.dumps(data))
+    proc = suite_cli("compare", a, both)
+    assert proc.returncode == 2 and "2 machines (box1, box2)" in proc.stderr, proc.stdout + proc.stderr

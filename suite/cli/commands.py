@@ -212,9 +212,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for folder in args.folders:
         if not folder.is_dir():
             raise UsageError(f"{folder}: not a folder of result files")
-        loaded = load_views(folder)
-        if not loaded:
+        every = load_views(folder)
+        if not every:
             raise UsageError(f"{folder}: holds no result files")
+        # The scenario files' own settings, as hardware.md compares them: a --set run stands in for none.
+        loaded = [v for v in every if not v.overrides]
+        if not loaded:
+            raise UsageError(f"{folder}: holds only runs made with --set; compare takes the scenario files' settings")
+        machines = sorted({v.machine for v in loaded})
+        if len(machines) > 1:  # one column per folder: several machines' runs would be mixed in it
+            raise UsageError(
+                f"{folder}: holds the results of {len(machines)} machines ({', '.join(machines)}); give the "
+                "folder of one machine's results"
+            )
         views += [dataclasses.replace(v, machine=str(folder)) for v in loaded]
     if args.json:
         print(json.dumps(compare.collect(views, reference=str(args.folders[0])), indent=1, allow_nan=False))
