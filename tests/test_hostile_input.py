@@ -332,3 +332,13 @@ def test_reproduce_reads_no_lock_file_outside_the_project(tmp_path: Path) -> Non
     path.write_text(json.dumps(record))
     proc = _limited("reproduce", path.parent, "--backend", "local", "--results", tmp_path / "again")
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_variant_name_with_a_pipe_keeps_the_check_table_s_columns(tmp_path: Path) -> None:
+    text = SMALL_SCENARIO.format(name="piped", widths="[16]").replace("repeats: 1\n", "repeats: 1\nvariants:\n")
+    text = text.replace("variants:\n", 'variants:\n  - name: "a | b"\n  - name: plain\n    set: {training.epochs: 3}\n')
+    proc = suite_cli("check", write_scenario(tmp_path, "piped", text), "--backend", "local")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(table) >= 4 and any("a \\| b" in row for row in table), proc.stdout
+    assert len({len(re.findall(r"(?<!\\)\|", row)) for row in table}) == 1, proc.stdout

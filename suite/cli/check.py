@@ -134,7 +134,9 @@ def _print_table(rows: list[list[Any]], skip_reasons: dict[str, None]) -> None:
     from tabulate import tabulate
 
     headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
-    print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
+    # Each cell on one line, its "|" escaped: a variant's name may hold either and split the row.
+    cells = [[one_line(c).replace("|", "\\|") for c in row] for row in rows]
+    print(tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True))
     for reason in (r for r in skip_reasons if verdicts.short_reason(r) != r):
         print(f"skipped, in full: {one_line(reason)}")
 

@@ -162,7 +162,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     # A cut with -k goes to a folder of its own: it never replaces the full report's pages or index.
     out = args.out if args.select is None else pages.selected_dir(args.out)
     if out.is_symlink():
-        raise UsageError(f"{out}: a link; report -k writes only into a folder of its own there")
+        where = "report -k writes only into a folder of its own there" if args.select else "give the folder it leads to"
+        raise UsageError(f"{out}: a link; {where}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
