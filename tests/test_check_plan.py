@@ -96,6 +96,20 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
     assert fresh["width=8, device=cpu"][3:] == ["will run", "~1 min 0 s (3 x 20 s, median of 3 earlier)"]
 
 
+@pytest.mark.parametrize("seconds", [-63_072_000.0, 1e9], ids=["ends-before-it-starts", "thirty-years"])
+def test_times_no_run_could_take_are_not_an_estimate(tmp_path: Path, seconds: float) -> None:
+    """A result may come from anyone: a run that ends before it starts, or lasts longer than its
+    timeout allows, gives no estimate; the point is estimated by its timeout, as with none on file."""
+    path = write_scenario(tmp_path, "tiny_plan", TINY)
+    res = _on_file(tmp_path, path, walls={(16, 0): seconds})
+    proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
+    assert proc.returncode == 0, proc.stderr
+    assert _rows(proc.stdout)["width=16, device=cpu"][3:] == [
+        "will run 2 of 3 (1 of 3 ok on file)",
+        "<= 6 min 40 s (2 x timeout_s; no earlier result)",
+    ], proc.stdout
+
+
 def test_a_point_done_on_file_gives_no_skip_reason_under_the_table(tmp_path: Path) -> None:
     """A point this machine cannot run, whose runs are all ok on file (run elsewhere, copied here): done."""
     path = write_scenario(tmp_path, "tiny_plan", TINY)

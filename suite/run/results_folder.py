@@ -87,7 +87,10 @@ def _holder(path: Path) -> str:
 
 def wall_times(on_file: list[results.RunResult]) -> dict[str, list[float]]:
     """Fingerprint -> wall seconds (start to end, as the host saw them) of every ok run on file: what
-    ``suite check`` estimates a point's runs from, and what a run's ETA starts from."""
+    ``suite check`` estimates a point's runs from, and what a run's ETA starts from. Times no run
+    could have taken are passed over: one that ends before it starts, or lasts longer than its
+    timeout allows (twice ``timeout_s`` and an hour for the setup around it; a record may come from
+    anyone, with any times)."""
     out: dict[str, list[float]] = {}
     for r in on_file:
         started, finished = r.run.get("started_at"), r.run.get(results.FINISHED_AT.key)
@@ -95,10 +98,15 @@ def wall_times(on_file: list[results.RunResult]) -> dict[str, list[float]]:
             continue
         try:
             seconds = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
-        except (TypeError, ValueError):
+            timeout = float(r.spec.get("config", {}).get("timeout_s", 0))
+        except (TypeError, ValueError, AttributeError):
             continue
-        out.setdefault(r.fingerprint, []).append(seconds)
+        if 0 <= seconds <= (2 * timeout + 3600 if timeout > 0 else MAX_WALL_S):
+            out.setdefault(r.fingerprint, []).append(seconds)
     return out
+
+
+MAX_WALL_S = 7 * 86400  # a run whose record names no timeout: a week is beyond any
 
 
 def pool_previous_runs(
