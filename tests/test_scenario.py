@@ -74,6 +74,15 @@ BAD = {
     "bad list item": (_replace("[64, 32]", "[64, 0]"), "'model.hidden.1'", "line 4", "an integer in [1, 65536]"),
     "unknown optimizer": (_replace("optimizer: nadam", "optimizer: lion"), "'training.optimizer'", "line 6", "rmsprop"),
     "unknown loss": (_replace("  epochs: 2", "  epochs: 2\n  loss: mse"), "'training.loss'", "line 8", "categorical"),
+    "two variants of the same settings": (
+        _replace(
+            "smoke:",
+            "variants:\n  - name: a\n    set: {training.epochs: 3}\n  - name: b\n    set: {training.epochs: 3}\nsmoke:",
+        ),
+        "'variants.1.set'",
+        "line 15",
+        "the same settings as variant 'a'",
+    ),
     "unknown device in matrix": (
         _replace("[cpu, gpu]", "[cpu, tpu]"),
         "'matrix.device'",

@@ -346,7 +346,11 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
         if name in names:
             ck.fail(f"{key}.name", f"variant {name!r} is named twice")
         names.add(name)
-        out.append((name, _load_overrides(ck, item.get("set") or {}, config, f"{key}.set")))
+        settings = _load_overrides(ck, item.get("set") or {}, config, f"{key}.set")
+        same = next((other for other, theirs in out if theirs == settings), None)
+        if same is not None:  # one fingerprint: the second would only find the first's runs done
+            ck.fail(f"{key}.set", f"the same settings as variant {same!r}; allowed: settings of its own")
+        out.append((name, settings))
     return out
 
 
