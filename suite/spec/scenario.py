@@ -331,7 +331,8 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
     if not isinstance(raw, list):
         ck.fail("variants", f"must be a list of {{name, set}} mappings, got {type_name(raw)}")
         return []
-    out, names = [], set()
+    out: list[tuple[str, dict[str, Any]]] = []
+    names: set[str] = set()
     for i, item in enumerate(raw):
         key = f"variants.{i}"
         if not ck.closed(item, ("name", "set"), key):
