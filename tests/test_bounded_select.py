@@ -30,7 +30,9 @@ timeout_s: 300
 variants:
   - name: {LONG}
   - name: {LONG}b
+    set: {{training.epochs: 2}}
   - name: plain
+    set: {{training.epochs: 3}}
 """
 
 
