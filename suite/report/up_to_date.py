@@ -33,7 +33,7 @@ from suite import paths
 from suite.record.results import ReadFile
 from suite.report.writing import Wrote
 from suite.safe import bounded, whole_file
-from suite.spec.scenario import MAX_YAML_BYTES
+from suite.spec.yaml_file import MAX_YAML_BYTES
 
 KEPT_REPORTS = 1000  # entries kept, one per report folder; the least recently used go first
 MAX_ENTRY_BYTES = 16 * bounded.MiB  # a report folder holds a few files per scenario

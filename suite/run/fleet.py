@@ -29,8 +29,9 @@ from typing import Any
 from suite.record import code_identity, results, saving
 from suite.run.results_folder import previous_runs
 from suite.spec import names
-from suite.spec.scenario import ScenarioError, read_yaml
+from suite.spec.scenario import ScenarioError
 from suite.spec.settings import Checker, brief, plain_text
+from suite.spec.yaml_file import read_yaml
 
 SCHEMES = ("unix://", "ssh://", "tcp://", "npipe://")
 HOST_KEYS = ("docker", "gpus")
