@@ -1,5 +1,6 @@
 """The commands the docs show: the command reference names exactly the parser's flags, and the
-README's quick start and worked scenario run as shown (smoke size, local backend).
+README's quick start and the worked scenario of docs/scenarios.md run as shown (smoke size, local
+backend).
 
 The quick start's second command, ``./run_tests.sh``, is what CI runs; it is not run from inside
 itself here.
@@ -19,6 +20,7 @@ from suite import cli
 
 COMMANDS_PAGE = REPO / "docs" / "commands.md"
 README = REPO / "README.md"
+SCENARIOS_PAGE = REPO / "docs" / "scenarios.md"
 FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 
@@ -76,9 +78,10 @@ def _section(text: str, heading: str) -> str:
 
 @pytest.mark.slow
 def test_the_readmes_worked_scenario_checks_and_runs(tmp_path: Path) -> None:
-    """The YAML of "Adding a scenario", saved as the README says, passes the `check` it shows and
-    runs at smoke size on the local backend (its CPU points: this machine may have no GPU)."""
-    section = _section(README.read_text(encoding="utf-8"), "## Adding a scenario")
+    """The YAML of "Adding a scenario" (docs/scenarios.md), saved as the page says, passes the
+    `check` it shows and runs at smoke size on the local backend (its CPU points: this machine may
+    have no GPU)."""
+    section = _section(SCENARIOS_PAGE.read_text(encoding="utf-8"), "## Adding a scenario")
     yaml_text = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     shown = re.search(r"`(python -m suite check scenarios/your_file\.yaml)`", section)
     assert shown, "the section shows the check command"

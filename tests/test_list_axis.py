@@ -1,5 +1,5 @@
-"""A matrix axis whose values are lists (``model.hidden: [[512, 512], [512, 512, 512]]``, as the README's
-own example has it) goes through the verdict and the plot like any other axis."""
+"""A matrix axis whose values are lists (``model.hidden: [[512, 512], [512, 512, 512]]``, as the
+worked scenario of docs/scenarios.md has it) goes through the verdict and the plot like any other axis."""
 
 from __future__ import annotations
 

@@ -293,9 +293,10 @@ def _examples(text: str) -> list[str]:
 
 
 def test_the_documented_examples_match_shipped_points() -> None:
-    """Every -k example in the README, the -k help and this module's docstring takes some shipped point."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### Run some points", 1)[1].split("```", 1)[0]
+    """Every -k example in docs/scenarios.md, the -k help and this module's docstring takes some
+    shipped point."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "scenarios.md").read_text()
+    section = page.split("### Run some points", 1)[1].split("```", 1)[0]
     commands = next(a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
     help_text = next(a.help for a in commands.choices["check"]._actions if a.dest == "select") or ""
     specs = [s for path in sorted(SCENARIOS.glob("*.yaml")) for s in plan.expand(scenario.load(path), repeats=1)]
