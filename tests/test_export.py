@@ -397,7 +397,19 @@ def test_compare_json_holds_the_numbers_the_text_shows() -> None:
     assert compared == 2
     facts_a, facts_b = doc["facts"][str(a)], doc["facts"][str(b)]
     unrecorded = [f for f in facts_a if "not recorded" in (facts_a[f], facts_b[f])]
-    assert doc["facts_unrecorded"] == unrecorded == ["suite revision", "suite code", "environment lock", "image recipe"]
+    # Neither fixture ran a GPU point, so neither records GPU facts; nor do these older results record provenance.
+    assert (
+        doc["facts_unrecorded"]
+        == unrecorded
+        == [
+            "GPU model",
+            "GPU driver",
+            "suite revision",
+            "suite code",
+            "environment lock",
+            "image recipe",
+        ]
+    )
     assert doc["facts_differ"] == [f for f in facts_a if facts_a[f] != facts_b[f] and f not in unrecorded]
 
 

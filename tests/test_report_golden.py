@@ -56,27 +56,26 @@ def test_plots_are_linked(rendered: Path) -> None:
 
 
 def test_hardware_comparison_names_what_differs(tmp_path: Path) -> None:
-    # Two machines from one real folder: the copy's GPU facts are edited, to exercise the facts section.
+    """Two machines from one real folder, each given a GPU: its GPU points' runs are edited to have
+    reached the worker there (a CPU run's environment, with the machine's GPU), as GPU facts come
+    from runs of GPU points alone."""
     src = FIXTURES / "fixture-local"
-    for name in ("box-a", "box-b"):
+    for name, gpu in (("box-a", "Fixture GPU"), ("box-b", "Other GPU")):
         shutil.copytree(src, tmp_path / name)
-    for path in (tmp_path / "box-b").rglob("*.json"):
-        data = json.loads(path.read_text())
-        data["run"]["machine"] = "box-b"
-        if data["environment"]:  # runs that reached the worker
-            data["environment"]["gpus_driver"] = [
-                {"index": 0, "uuid": "GPU-x", "name": "Other GPU", "memory_mib": 1, "driver": "999.1"}
-            ]
-        path.write_text(json.dumps(data))
-    for path in (tmp_path / "box-a").rglob("*.json"):
-        data = json.loads(path.read_text())
-        data["run"]["machine"] = "box-a"
-        path.write_text(json.dumps(data))
+        records = {path: json.loads(path.read_text()) for path in (tmp_path / name).rglob("*.json")}
+        seen = next(d["environment"] for d in records.values() if d["environment"])
+        for path, data in records.items():
+            data["run"]["machine"] = name
+            if data["spec"]["config"]["device"].startswith("gpu"):
+                driver = "999.1" if name == "box-b" else "550.1"
+                card = {"index": 0, "uuid": "GPU-x", "name": gpu, "memory_mib": 1, "driver": driver}
+                data["environment"] = {**seen, "gpus_driver": [card]}
+            path.write_text(json.dumps(data))
     pages.write_reports(tmp_path, tmp_path / "out", reference="box-a")
     text = (tmp_path / "out" / "hardware.md").read_text()
     assert "Reference: `box-a`" in text
     assert "Differ: GPU model, GPU driver." in text
-    assert re.search(r"^\| GPU model +\| none", text, re.M) and "Other GPU" in text
+    assert re.search(r"^\| GPU model +\| Fixture GPU +\| Other GPU +\|$", text, re.M), text
     assert "(95% CI" in text, "ratios against the reference carry intervals"
 
 
@@ -162,7 +161,7 @@ def test_hardware_says_when_two_machines_ran_different_code_or_environments(tmp_
     pages.write_reports(tmp_path, tmp_path / "out", reference="box-a")
     text = (tmp_path / "out" / "hardware.md").read_text()
     assert "Differ: suite revision, environment lock." in text
-    assert "Same: GPU model, GPU driver, CPU, CPU cores, backend, image ID, Docker engine" in text
+    assert "Same: CPU, CPU cores, backend, image ID, Docker engine" in text
     assert "`box-a` and `box-b` ran different suite code: `box-a` 1a2b3c4d5e6f, `box-b` 9f8e7d6c5b4a." in text
     assert (
         "`box-a` and `box-b` ran in different environments: environment lock: "

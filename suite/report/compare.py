@@ -111,8 +111,9 @@ ENVIRONMENT_FACTS = ("environment lock", "image recipe")
 
 def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     """Facts of one machine: GPU facts from its newest run of a GPU point (a CPU run, in a container
-    above all, sees no GPU), provenance facts from every run its pages state them for (each value
-    once, "; " between), the rest from its newest run that reached the worker."""
+    above all, sees no GPU: without one they are not recorded), provenance facts from every run its
+    pages state them for (each value once, "; " between), the rest from its newest run that reached
+    the worker."""
     newest = max((v.newest for v in views), key=finished_at)
     gpu_runs = [r for v in views for r in v.gpu_runs]
     newest_gpu = max(gpu_runs, key=finished_at) if gpu_runs else None
@@ -121,9 +122,10 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     for name, get in FACTS:
         if name in PROVENANCE_FACTS:
             facts[name] = "; ".join(sorted({str(get(r)) for r in ran}))
-            continue
-        source = newest_gpu if name in GPU_FACTS and newest_gpu is not None else newest
-        facts[name] = str(get(source))
+        elif name in GPU_FACTS:  # a CPU run, in a container above all, sees no GPU: it cannot say
+            facts[name] = str(get(newest_gpu)) if newest_gpu is not None else NOT_RECORDED
+        else:
+            facts[name] = str(get(newest))
     return facts
 
 
@@ -218,15 +220,21 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
     machines, ref = data["machines"], data["reference"]
     if not machines:
         return f"# {title}\n\nNo results.\n"
-    lines = [
-        f"# {title}",
-        "",
-        f"Machines: {', '.join(code(m) for m in machines)}. Reference: {code(ref)}. Each cell is the "
-        "geometric mean of the total `fit` times in seconds (the mean the ratio divides); beside it, how much "
-        'faster or slower than the reference this machine is, by the ratio of those means ("2.50x slower than '
-        "the reference\": its time is 2.5 times the reference's; a factor is never below 1, the word says which "
-        f"way): the {stats.METHOD}.",
-    ]
+    if len(machines) == 1:  # nothing to compare yet: what a cell holds, and what would add a column
+        head = (
+            f"Machines: {code(ref)}. Each cell is the geometric mean of the total `fit` times in seconds. The "
+            "results of another machine, in a folder of its own beside this one's, add a column that says how "
+            "much faster or slower than the reference it is."
+        )
+    else:
+        head = (
+            f"Machines: {', '.join(code(m) for m in machines)}. Reference: {code(ref)}. Each cell is the "
+            "geometric mean of the total `fit` times in seconds (the mean the ratio divides); beside it, how "
+            'much faster or slower than the reference this machine is, by the ratio of those means ("2.50x '
+            "slower than the reference\": its time is 2.5 times the reference's; a factor is never below 1, the "
+            f"word says which way): the {stats.METHOD}."
+        )
+    lines = [f"# {title}", "", head]
     for s in data["scenarios"]:
         lines += ["", f"## {cell(s['scenario'])}", "", _table(s, machines)]
     alone = [f"{cell(a['scenario'])} (only on {code(a['machine'])})" for a in data["not_compared"]]
@@ -260,8 +268,14 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
 def _facts(data: dict[str, Any]) -> list[str]:
     machines, facts = data["machines"], data["facts"]
     rows = [[name, *[cell(facts[m][name]) for m in machines]] for name, _ in FACTS]
+    table = tabulate(rows, headers=["fact", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
+    if len(machines) == 1:  # nothing differs from, or is the same as, another machine
+        unrecorded = data.get("facts_unrecorded") or []
+        gpu = " (GPU facts come from runs of GPU points that reached the worker)"
+        gpu = gpu if set(GPU_FACTS) & set(unrecorded) else ""
+        return [table, "", f"Not recorded by its results: {', '.join(unrecorded)}{gpu}."] if unrecorded else [table]
     return [
-        tabulate(rows, headers=["fact", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True),
+        table,
         "",
         f"Differ: {', '.join(data['facts_differ']) or 'nothing recorded'}.",
         f"Same: {', '.join(data['facts_same']) or 'nothing recorded'}.",
