@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,12 @@ def test_cpu_points_measured_gpu_points_skipped_with_reason(smoke_run) -> None:
     skips = next(line for line in page.splitlines() if line.startswith("- `skipped`, 6 runs of 6 points"))
     assert skips.count("device=gpu") == 6 and "needs 1 GPU(s); this machine has no GPU" in skips
     assert "No CPU-GPU comparison on this machine" in page
+    # One run a point: a figure with no range to show says so, rather than "1.87 (1.87-1.87)".
+    row = next(line for line in page.splitlines() if line.startswith("| width=100, device=cpu "))
+    assert re.search(r"\| [0-9.]+ \(1 run\) +\| [0-9.]+ \(1 run\) +\|", row), row
+    # The scaling scenario's points need 1, 2 and 4 GPUs: its verdict names every count, not the first.
+    scaling = (out / "mlp4096_gpus.md").read_text()
+    assert "No multi-GPU comparison on this machine: needs 1, 2 or 4 GPU(s); this machine has no GPU" in scaling
 
 
 def test_synthetic_data_is_said_in_the_report(smoke_run) -> None:
@@ -67,6 +74,37 @@ def test_synthetic_data_is_said_in_the_report(smoke_run) -> None:
     if first.quality["data_source"] != "synthetic":
         pytest.skip("MNIST was available on this machine")
     assert "**The data was synthetic**" in (out / "mnist_mlp_width.md").read_text()
+
+
+def test_a_smoke_page_names_the_settings_its_runs_used(smoke_run) -> None:
+    """The CNN scenario's description gives the full size (a dense layer of 128, 10 epochs); its
+    smoke block sets 32 and 2, as the records hold: the page names each smoke setting with the
+    value the runs used."""
+    res, out, _ = smoke_run
+    records = [r for _, r in results.load_folder(res / "testbox" / "mnist_cnn_filters")]
+    assert {r.spec["config"]["model"]["dense"] for r in records} == {32}
+    assert {r.spec["config"]["training"]["epochs"] for r in records} == {2}
+    page = (out / "mnist_cnn_filters.md").read_text()
+    assert "a dense layer of 128" in page and "10 epochs" in page  # the description, of the full size
+    line = next(line for line in page.splitlines() if line.startswith("- **Smoke size**"))
+    for setting in ("model.dense=32", "data.train_samples=2048", "data.test_samples=256", "training.epochs=2"):
+        assert f"`{setting}`" in line, line
+    assert "not at the full size the description above gives" in line, line
+
+
+def test_a_smoke_page_whose_scenario_file_is_gone_names_the_sizes_the_runs_used(smoke_run, tmp_path: Path) -> None:
+    res, _, _ = smoke_run
+    copy = tmp_path / "results" / "testbox" / "mnist_mlp_width"
+    shutil.copytree(res / "testbox" / "mnist_mlp_width", copy)
+    for path in copy.glob("*.json"):
+        record = json.loads(path.read_text())
+        record["spec"]["scenario_file"] = "scenarios/gone.yaml"
+        path.write_text(json.dumps(record))
+    rep = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    page = (tmp_path / "out" / "mnist_mlp_width.md").read_text()
+    line = next(line for line in page.splitlines() if line.startswith("- **Smoke size**"))
+    assert "fewer samples and epochs (`data.train_samples=2048`, `data.test_samples=512`, `training.epochs=2`)" in line
 
 
 def test_rerun_skips_done_runs_and_report_is_byte_identical(smoke_run, tmp_path: Path) -> None:

@@ -92,6 +92,22 @@ def test_gpu_facts_come_from_the_gpu_points() -> None:
     assert facts["GPU model"] == "NVIDIA H100" and facts["GPU driver"] == "550.1"
 
 
+def test_without_a_gpu_run_the_gpu_facts_are_not_recorded_not_none() -> None:
+    """A CPU run sees no GPU (in a container above all): a machine whose GPU points did not run
+    does not say it has none."""
+    from suite.report import compare
+
+    cpu_run = _env_run("cpu", "2026-01-02T00:00:00", [])
+    view = ScenarioView("m", "s", False, [Point("device=cpu", {"device": "cpu"}, [cpu_run])])
+    facts = compare.machine_facts([view])
+    assert facts["GPU model"] == compare.NOT_RECORDED and facts["GPU driver"] == compare.NOT_RECORDED
+    page = compare.render([view])
+    assert "Not recorded by its results: GPU model, GPU driver" in page  # and what this bare record lacks
+    assert "(GPU facts come from runs of GPU points that reached the worker)." in page
+    assert "Differ:" not in page and "Same:" not in page, "one machine: nothing to tell apart"
+    assert "Welch" not in page, "no ratio is shown, so none is explained"
+
+
 def test_crossover_plot_places_points_by_value() -> None:
     import matplotlib.pyplot as plt
 
@@ -126,7 +142,7 @@ def test_crossover_plot_places_points_by_value() -> None:
         assert plots.crossover(ScenarioView("m", "s", False, points), ax)
         xs = {c.get_label(): list(c.lines[0].get_xdata()) for c in ax.containers}
         assert xs == {"cpu": [100, 750, 2000], "gpu": [750, 2000]}, "the GPU curve starts at 750, not at 100"
-        assert ax.get_xscale() == "log"
+        assert ax.get_xscale() == "log" and ax.get_xlabel().endswith("(log scale)"), "the label says how it is placed"
     finally:
         plt.close(fig)
 

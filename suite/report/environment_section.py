@@ -21,13 +21,16 @@ from suite.record.results import (
 )
 from suite.report import provenance_text, verdicts
 from suite.report.points import ScenarioView
+from suite.report.up_to_date import ScenarioFiles
 from suite.safe.markdown import cell, code
 from suite.spec.plan import override_flag
 
 T = TypeVar("T")
 
 
-def environment_lines(view: ScenarioView) -> list[str]:
+def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) -> list[str]:
+    """The Environment section's lines; ``files``: the scenario files as this report reads them
+    (report/up_to_date; default: read for this page), where a smoke run's settings are named."""
     r = view.newest
     env, run = r.environment, r.run
     host, versions = env.get(ENV_HOST.key, {}), env.get(ENV_VERSIONS.key, {})
@@ -57,9 +60,7 @@ def environment_lines(view: ScenarioView) -> list[str]:
         detail = next(p.ok_runs[0].quality.get(DATA_DETAIL.key, "") for p in view.points if p.ok_runs)
         lines.append(f"- **The data was synthetic** (MNIST's shapes, not its digits): {cell(detail)}")
     if view.smoke:
-        lines.append(
-            "- **Smoke size**: fewer samples and epochs than the scenario; a check that it runs, not a measurement"
-        )
+        lines.append(_smoke_line(view, files or ScenarioFiles()))
     counted = sorted(
         {str(x.work[FLOPS_COUNTED.key]) for p in view.points for x in p.ok_runs if FLOPS_COUNTED.key in x.work}
     )
@@ -69,6 +70,43 @@ def environment_lines(view: ScenarioView) -> list[str]:
         lines.append(f"- Changed from the scenario file (every point): {set_flags(view.overrides)}")
     lines += [f"- Also on file: {cell(o)}" for o in view.other_sizes]
     return lines
+
+
+# What a smoke block sets at the least, where the scenario file cannot say which settings it has.
+SIZE_SETTINGS = ("data.train_samples", "data.test_samples", "training.epochs")
+
+
+def _smoke_line(view: ScenarioView, files: ScenarioFiles) -> str:
+    """What a smoke run changed: each setting of the scenario file's ``smoke`` block, with the value
+    the runs record (a description of the scenario speaks of the full size)."""
+    found = files.scenario(view.spec)
+    keys = list(found.smoke) if found is not None and found.smoke else list(SIZE_SETTINGS)
+    configs = [p.runs[0].spec.get("config") for p in view.points if p.runs]
+    settings = ", ".join(_setting_text(configs, key) for key in keys)
+    named = "the scenario's `smoke` settings" if found is not None and found.smoke else "fewer samples and epochs"
+    described = view.spec.get("report", {}).get("description")
+    full = ", not at the full size the description above gives" if described else ""
+    return f"- **Smoke size**: {named} ({settings}){full}; a check that it runs, not a measurement"
+
+
+def _setting_text(configs: list[Any], path: str) -> str:
+    """The value the runs' configs hold at ``path`` (``model.dense``, ``model.hidden.0``), as
+    ``--set`` takes it; or that they differ, or that none holds it."""
+    texts: list[str] = []
+    for config in configs:
+        value: Any = config
+        for part in path.split("."):
+            if isinstance(value, dict):
+                value = value.get(part)
+            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+                value = value[int(part)]
+            else:
+                value = None
+        if value is not None and (text := override_flag(path, value)) not in texts:
+            texts.append(text)
+    if len(texts) == 1:
+        return code(texts[0])
+    return f"{code(path)} {'varies by point' if texts else 'not recorded'}"
 
 
 def _provenance_lines(view: ScenarioView) -> list[str]:

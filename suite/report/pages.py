@@ -52,8 +52,11 @@ def _num(value: float | None, fmt: str = ".2f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _span(mid: float | None, low: float | None, high: float | None, fmt: str) -> str:
-    return "-" if mid is None else f"{mid:{fmt}} ({low:{fmt}}-{high:{fmt}})"
+def _span(mid: float | None, low: float | None, high: float | None, fmt: str, runs: int) -> str:
+    """The figure with the range of its ``runs``; one run has no range to show."""
+    if mid is None:
+        return "-"
+    return f"{mid:{fmt}} (1 run)" if runs == 1 else f"{mid:{fmt}} ({low:{fmt}}-{high:{fmt}})"
 
 
 def point_row(view: ScenarioView, p: Point) -> dict[str, str]:
@@ -73,8 +76,8 @@ def _answer_cells(f: figures.PointFigures) -> list[str]:
     return [
         f.point,
         f"{f.runs_ok}/{f.runs_total}",
-        _span(f.fit_s_geomean, f.fit_s_min, f.fit_s_max, ".2f"),
-        _span(f.steady_epoch_s_median, f.steady_epoch_s_min, f.steady_epoch_s_max, ".3f"),
+        _span(f.fit_s_geomean, f.fit_s_min, f.fit_s_max, ".2f", f.runs_ok),
+        _span(f.steady_epoch_s_median, f.steady_epoch_s_min, f.steady_epoch_s_max, ".3f", f.runs_ok),
         speed,
         _num(f.test_accuracy_min, ".3f"),
     ]
@@ -171,7 +174,8 @@ def _points_text(labels: list[str], limit: int = 8) -> str:
 
 
 def _not_compared(verdict: verdicts.Verdict) -> list[str]:
-    return [f"- {cell(', '.join(names))}: {cell(why)}" for why, names in verdict.not_compared_by_reason()]
+    # "; " between points: a point's label has ", " between its coordinates.
+    return [f"- {cell('; '.join(names))}: {cell(why)}" for why, names in verdict.not_compared_by_reason()]
 
 
 def _left_out(view: ScenarioView, results_dir: Path | None) -> list[str]:
@@ -227,6 +231,7 @@ def render_scenario(
     """The scenario page; ``plotted`` names the PNG files written beside it, to link;
     ``method_link``: where the column definitions are, as a link from the page; ``scenario_files``:
     the scenario files as this report reads them (default: read for this page)."""
+    files = scenario_files or ScenarioFiles()
     first = views[0]
     spec = first.spec
     judged = [verdicts.judge(view) for view in views]
@@ -277,8 +282,8 @@ def render_scenario(
                 "",
                 *left_out,
             ]
-        lines += ["", "### Environment", "", *environment_section.environment_lines(view)]
-        lines += ["", "### Reproduce", "", code(rerun.run_commands(view, results_dir, scenario_files))]
+        lines += ["", "### Environment", "", *environment_section.environment_lines(view, files)]
+        lines += ["", "### Reproduce", "", code(rerun.run_commands(view, results_dir, files))]
         lines += ["", f"To check these numbers: {code(rerun.check_command(view, results_dir))}"]
     return "\n".join(lines) + "\n"
 

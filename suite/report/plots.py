@@ -95,14 +95,15 @@ def _along(ax: Drawing, view: ScenarioView, axis: str | None, series: Callable[[
         errors = [[max(0.0, g - lo) for g, lo, _ in sums], [max(0.0, hi - g) for g, _, hi in sums]]
         ax.errorbar(xs, [g for g, _, _ in sums], yerr=errors, marker="o", capsize=3, label=plot_text(name) or None)
         drawn = True
+    logarithmic = numeric and max(values) / min(values) >= 10
     if numeric:
-        if max(values) / min(values) >= 10:
+        if logarithmic:
             ax.set_xscale("log")
         ax.set_xticks(values, [plot_text(v) for v in values])
         ax.minorticks_off()
     else:
         ax.set_xticks(range(len(values)), [plot_text(v) for v in values])
-    ax.set_xlabel(plot_text(axis_name(axis) if axis else "point"))
+    ax.set_xlabel(plot_text(axis_name(axis) if axis else "point") + (" (log scale)" if logarithmic else ""))
     ax.set_ylabel("fit time (s), geometric mean, min-max")
     ax.set_ylim(bottom=0)
     return drawn

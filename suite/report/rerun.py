@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
 
 from suite import paths
 from suite.record.results import RUN_BACKEND
@@ -41,29 +40,20 @@ def _repeats(view: ScenarioView) -> int | str:
     return max((int(r.spec.get("repetition", 0)) + 1 for p in view.points for r in p.runs), default=1)
 
 
-def scenario_path(spec: dict[str, Any]) -> Path | None:
-    """The scenario file a result names, where a page looks for it (``_takes_every_point``): besides
-    the results, the one file a report reads (report/up_to_date keeps its bytes' sha256)."""
-    name = spec.get("scenario_file")
-    return paths.project_root() / name if isinstance(name, str) and name else None
-
-
 def _takes_every_point(view: ScenarioView, files: ScenarioFiles) -> bool:
     """Whether the page's points are every point its scenario file has at this size: then ``run``
     needs no ``-k``. False when the file cannot be read or has other points (the runs were chosen
     with ``run -k``, which the results do not record, or the file changed since). Only the points'
     labels count: the data is not looked for (what this machine holds would change the page)."""
-    from suite.spec import plan, scenario
+    from suite.spec import plan
 
-    path = scenario_path(view.spec)
-    text = None if path is None else files.text(path)  # with a scenario's bounds: a FIFO is not read
-    if path is None or text is None:
+    found = files.scenario(view.spec)
+    if found is None:
         return False
     unlooked: plan.DataResolver = lambda _: {"source": "not looked for"}  # noqa: E731
-    try:  # a result names the file: a huge matrix is refused as a scenario's
-        found = scenario.load(path, repeats=1, resolve_data=unlooked, text=text)
+    try:
         specs = plan.expand(found, smoke=view.smoke, repeats=1, data=unlooked)
-    except Exception:  # noqa: BLE001 - any unreadable or invalid file: name the points instead
+    except Exception:  # noqa: BLE001 - any point the file cannot make: name the points instead
         return False
     return {s.point_label for s in specs} == {p.label for p in view.points}
 

@@ -27,13 +27,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite import paths
 from suite.record.results import ReadFile
 from suite.report.writing import Wrote
 from suite.safe import bounded, whole_file
 from suite.spec.yaml_file import MAX_YAML_BYTES
+
+if TYPE_CHECKING:
+    from suite.spec.settings import Scenario
 
 KEPT_REPORTS = 1000  # entries kept, one per report folder; the least recently used go first
 MAX_ENTRY_BYTES = 16 * bounded.MiB  # a report folder holds a few files per scenario
@@ -134,6 +137,7 @@ class ScenarioFiles:
 
     def __init__(self) -> None:
         self._read: dict[str, tuple[str | None, str | None]] = {}
+        self._loaded: dict[str, Scenario | None] = {}
 
     def text(self, path: Path) -> str | None:
         """The file's text; None where it cannot be read whole within a scenario file's bound (a
@@ -147,9 +151,37 @@ class ScenarioFiles:
             self._read[key] = (text, None if raw is None else hashlib.sha256(raw).hexdigest())
         return self._read[key][0]
 
+    def scenario(self, spec: dict[str, Any]) -> Scenario | None:
+        """The scenario file a result's ``spec`` names (``scenario_path``), read as above and
+        checked without looking for its data; None where there is none, or it cannot be read or is
+        not a valid scenario (a page then says only what the results record)."""
+        from suite.spec import scenario
+
+        path = scenario_path(spec)
+        if path is None:
+            return None
+        key = os.fsdecode(path)
+        if key not in self._loaded:
+            text, found = self.text(path), None
+            if text is not None:
+                unlooked: Any = lambda _: {"source": "not looked for"}  # noqa: E731
+                # A result names the file: a huge matrix is refused as a scenario's. Any invalid file
+                # is one the page cannot use.
+                with contextlib.suppress(Exception):
+                    found = scenario.load(path, repeats=1, resolve_data=unlooked, text=text)
+            self._loaded[key] = found
+        return self._loaded[key]
+
     def digests(self) -> dict[str, str | None]:
         """Each file read, by its path: the sha256 of the bytes read, None where none could be."""
         return {key: sha for key, (_, sha) in self._read.items()}
+
+
+def scenario_path(spec: dict[str, Any]) -> Path | None:
+    """The scenario file a result names, where a page looks for it: besides the results, the one
+    file a report reads (its bytes' sha256 is kept with the report's entry)."""
+    name = spec.get("scenario_file")
+    return paths.project_root() / name if isinstance(name, str) and name else None
 
 
 def _pairs(value: object) -> list[tuple[str, str | None]] | None:

@@ -161,12 +161,21 @@ def not_comparable(p: Point, base: Point) -> str:
 
 
 def _skip_reason(points: list[Point]) -> str:
-    """The short recorded reason of the first skipped point, to say why a whole device kind is missing."""
-    for p in points:
-        for r in p.runs:
-            if r.status == STATUS_SKIPPED and r.message:
-                return short_reason(r.message)
-    return ""
+    """The short recorded reason of the first skipped point, to say why a whole device kind is
+    missing. Where it is a GPU count this machine lacks, every count the skipped points need with
+    the same rest is said: "needs 1, 2 or 4 GPU(s); this machine has no GPU"."""
+    reasons = [short_reason(r.message) for p in points for r in p.runs if r.status == STATUS_SKIPPED and r.message]
+    if not reasons:
+        return ""
+    first = GPU_NEED.fullmatch(reasons[0])
+    if first is None:
+        return reasons[0]
+    counts = sorted({int(m[1]) for m in map(GPU_NEED.fullmatch, reasons) if m and m[2] == first[2]})
+    said = ", ".join(map(str, counts[:-1])) + f" or {counts[-1]}" if len(counts) > 1 else str(counts[0])
+    return f"needs {said} GPU(s){first[2]}"
+
+
+GPU_NEED = re.compile(r"needs (\d+) GPU\(s\)(.*)", re.S)  # backends/gpu_pool's reason for a point it cannot place
 
 
 def _name(axis: str | None, value: object) -> str:
@@ -288,7 +297,8 @@ def scaling(view: ScenarioView) -> Verdict:
         one = next((p for p in same_mode if p.device == base_device), None)
         if not usable(one):
             why = why_unusable(one)
-            missing += [(p.label, why if p is one else f"baseline {why}") for p in same_mode]
+            # A point that cannot be used itself says so; one that could says its baseline could not.
+            missing += [(p.label, why_unusable(p) if not usable(p) else f"baseline {why}") for p in same_mode]
             continue
         items, compared = [], []
         for p in same_mode:
@@ -354,6 +364,8 @@ def knobs(view: ScenarioView) -> Verdict:
     for p in view.points:
         base = view.baseline_for(p)
         if p is base:
+            if not usable(p):  # a default no setting can be compared with: a point not compared
+                missing.append((p.label, why_unusable(p)))
             continue
         if usable(p) and usable(base) and (differs := not_comparable(p, base)):
             missing.append((p.label, f"{differs} (its default)"))
