@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import SCENARIOS, QuickStart, suite_cli
 
 from suite.record import results
@@ -73,7 +74,10 @@ def test_synthetic_data_is_said_in_the_report(smoke_run) -> None:
     first = next(r for _, r in results.load_folder(res / "testbox") if r.ok)
     if first.quality["data_source"] != "synthetic":
         pytest.skip("MNIST was available on this machine")
-    assert "**The data was synthetic**" in (out / "mnist_mlp_width.md").read_text()
+    page = (out / "mnist_mlp_width.md").read_text()
+    assert "**The data was synthetic**" in page
+    # Said above the numbers too, where a reader starts: the first line under the machine's heading.
+    assert "## On `testbox`\n\n**Smoke size, on synthetic digits**: a check that the scenario runs" in page
 
 
 def test_a_smoke_page_names_the_settings_its_runs_used(smoke_run) -> None:
@@ -104,7 +108,70 @@ def test_a_smoke_page_whose_scenario_file_is_gone_names_the_sizes_the_runs_used(
     assert rep.returncode == 0, rep.stdout + rep.stderr
     page = (tmp_path / "out" / "mnist_mlp_width.md").read_text()
     line = next(line for line in page.splitlines() if line.startswith("- **Smoke size**"))
-    assert "fewer samples and epochs (`data.train_samples=2048`, `data.test_samples=512`, `training.epochs=2`)" in line
+    assert "the runs used `data.train_samples=2048`, `data.test_samples=512`, `training.epochs=2`" in line
+    assert "(the scenario file they name, which lists every `smoke` setting, cannot be read" in line
+
+
+def _smoke_line_after(smoke_run, tmp_path: Path, edit_file, edit_record=None) -> str:
+    """The CNN scenario's smoke line, its results naming a copy of its file that ``edit_file``
+    changed (a path a result names is taken as given), each record changed by ``edit_record``."""
+    res, _, _ = smoke_run
+    scenario = yaml.safe_load((SCENARIOS / "mnist_cnn_filters.yaml").read_text())
+    edit_file(scenario)
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    copy = tmp_path / "results" / "testbox" / "mnist_cnn_filters"
+    shutil.copytree(res / "testbox" / "mnist_cnn_filters", copy)
+    for path in copy.glob("*.json"):
+        record = json.loads(path.read_text())
+        record["spec"]["scenario_file"] = str(tmp_path / "scenario.yaml")
+        if edit_record:
+            edit_record(record)
+        path.write_text(json.dumps(record))
+    rep = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    page = (tmp_path / "out" / "mnist_cnn_filters.md").read_text()
+    return next(line for line in page.splitlines() if line.startswith("- **Smoke size**"))
+
+
+def _set_in(section: str, key: str, value: object):
+    return lambda d: d.setdefault(section, {}).__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    "edit_file, edit_record, said",
+    [
+        (lambda s: s.pop("smoke"), None, "one run of each point; the scenario has no `smoke` settings"),
+        (
+            _set_in("smoke", "training.batch_size", 64),
+            None,
+            "`training.batch_size=128` (the file, edited since, now says `training.batch_size=64`)",
+        ),
+        (
+            _set_in("smoke", "training.learning_rate", None),
+            lambda r: r["spec"]["config"]["training"].__setitem__("learning_rate", None),
+            "`training.learning_rate=null`",
+        ),
+        (
+            lambda s: s.__setitem__("name", "another"),
+            None,
+            "the runs used `data.train_samples=2048`, `data.test_samples=256`, `training.epochs=2`",
+        ),
+    ],
+    ids=["no-smoke-block", "edited-since", "null-value", "another-scenario"],
+)
+def test_a_smoke_line_says_only_what_the_runs_used(smoke_run, tmp_path: Path, edit_file, edit_record, said) -> None:
+    line = _smoke_line_after(smoke_run, tmp_path, edit_file, edit_record)
+    assert said in line, line
+
+
+def test_a_smoke_setting_changed_with_set_is_not_called_a_smoke_setting(smoke_run, tmp_path: Path) -> None:
+    """``--set`` wins over the smoke block; the page says it on the line of its own."""
+
+    def overridden(record: dict) -> None:
+        record["spec"]["overrides"] = {"training.epochs": 2}
+
+    line = _smoke_line_after(smoke_run, tmp_path, lambda s: None, overridden)
+    assert "`model.dense=32`" in line and "training.epochs" not in line, line
 
 
 def test_rerun_skips_done_runs_and_report_is_byte_identical(smoke_run, tmp_path: Path) -> None:

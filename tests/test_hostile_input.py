@@ -264,6 +264,16 @@ def _set(where: list, value: object):
     return change
 
 
+def _skipped_needing(gpus: str):
+    """The record as a GPU point skipped for want of ``gpus`` GPUs: the verdict reads the count."""
+
+    def change(record: dict) -> None:
+        record["spec"]["config"]["device"] = "gpu"
+        record["status"], record["message"] = "skipped", f"needs {gpus} GPU(s); this machine has no GPU"
+
+    return change
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -273,8 +283,17 @@ def _set(where: list, value: object):
         _set(["spec", "overrides"], {"model.name": "[" * 3000 + "]" * 3000}),
         _set(["spec", "overrides"], {"x|y": "a|b"}),
         _set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)),
+        _skipped_needing("9" * 5000),
     ],
-    ids=["count-null", "coordinate-self", "surrogate-and-escape", "override-nested-3000", "pipes", "config-600-deep"],
+    ids=[
+        "count-null",
+        "coordinate-self",
+        "surrogate-and-escape",
+        "override-nested-3000",
+        "pipes",
+        "config-600-deep",
+        "gpu-count-5000-digits",
+    ],
 )
 def test_odd_records_the_checks_let_through_are_reported_and_shown(tmp_path: Path, change) -> None:
     """What the record's shape allows, every page, export and ``show`` takes: no traceback, and a

@@ -106,6 +106,8 @@ def test_without_a_gpu_run_the_gpu_facts_are_not_recorded_not_none() -> None:
     assert "(GPU facts come from runs of GPU points that reached the worker)." in page
     assert "Differ:" not in page and "Same:" not in page, "one machine: nothing to tell apart"
     assert "Welch" not in page, "no ratio is shown, so none is explained"
+    data = compare.collect([view])  # compare --json says the same
+    assert data["facts_same"] == [] == data["facts_differ"], data
 
 
 def test_crossover_plot_places_points_by_value() -> None:

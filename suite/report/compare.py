@@ -162,7 +162,7 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
     recorded = {name: [m for m in machines if facts[m][name] != NOT_RECORDED] for name, _ in FACTS}
     unrecorded = [name for name, _ in FACTS if len(recorded[name]) < len(machines)]
     differ = [name for name, _ in FACTS if len({facts[m][name] for m in recorded[name]}) > 1]
-    same = [name for name, _ in FACTS if name not in differ and len(recorded[name]) >= min(2, len(machines))]
+    same = [name for name, _ in FACTS if name not in differ and len(recorded[name]) >= 2]  # one machine: none
     return {
         "format": FORMAT,
         "version": VERSION,

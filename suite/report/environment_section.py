@@ -76,37 +76,74 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
 SIZE_SETTINGS = ("data.train_samples", "data.test_samples", "training.epochs")
 
 
+def caveat(view: ScenarioView) -> str:
+    """A sentence that belongs above a view's numbers, or "": smoke size and synthetic data, which
+    the Environment lines detail, said where a reader starts."""
+    smoke = view.smoke
+    synthetic = any(r.quality.get(DATA_SOURCE.key) == "synthetic" for p in view.points for r in p.ok_runs)
+    if smoke and synthetic:
+        return (
+            "**Smoke size, on synthetic digits**: a check that the scenario runs, not a measurement (see Environment)."
+        )
+    if smoke:
+        return "**Smoke size**: a check that the scenario runs, not a measurement (see Environment)."
+    if synthetic:
+        return (
+            "**Trained on synthetic digits** (MNIST's shapes, not its digits): the times are of the same "
+            "shapes and work; the test accuracy says nothing of MNIST (see Environment)."
+        )
+    return ""
+
+
 def _smoke_line(view: ScenarioView, files: ScenarioFiles) -> str:
-    """What a smoke run changed: each setting of the scenario file's ``smoke`` block, with the value
-    the runs record (a description of the scenario speaks of the full size)."""
+    """What a smoke run changed: each setting of the scenario file's ``smoke`` block (as the file is
+    now), with the value the runs record; a setting ``--set`` changed is on its own line. Where the
+    file cannot be read, or is another scenario's, the sizes the runs record."""
     found = files.scenario(view.spec)
-    keys = list(found.smoke) if found is not None and found.smoke else list(SIZE_SETTINGS)
     configs = [p.runs[0].spec.get("config") for p in view.points if p.runs]
-    settings = ", ".join(_setting_text(configs, key) for key in keys)
-    named = "the scenario's `smoke` settings" if found is not None and found.smoke else "fewer samples and epochs"
     described = view.spec.get("report", {}).get("description")
     full = ", not at the full size the description above gives" if described else ""
-    return f"- **Smoke size**: {named} ({settings}){full}; a check that it runs, not a measurement"
+    end = "; a check that it runs, not a measurement"
+    if found is None or found.name != view.scenario:
+        settings = ", ".join(_setting_text(configs, key) for key in SIZE_SETTINGS)
+        return (
+            f"- **Smoke size**: the runs used {settings}{full} (the scenario file they name, which lists every "
+            f"`smoke` setting, cannot be read or is another scenario's){end}"
+        )
+    if not found.smoke:
+        return f"- **Smoke size**: one run of each point; the scenario has no `smoke` settings{end}"
+    keys = [key for key in found.smoke if key not in view.overrides]
+    if not keys:
+        return f"- **Smoke size**: every `smoke` setting of the scenario was changed with `--set` (below){end}"
+    settings = ", ".join(_setting_text(configs, key, found.smoke[key]) for key in keys)
+    return f"- **Smoke size**: the scenario's `smoke` settings ({settings}){full}{end}"
 
 
-def _setting_text(configs: list[Any], path: str) -> str:
+_MISSING = object()  # a setting a config does not hold (null is a value)
+
+
+def _setting_text(configs: list[Any], path: str, expected: Any = _MISSING) -> str:
     """The value the runs' configs hold at ``path`` (``model.dense``, ``model.hidden.0``), as
-    ``--set`` takes it; or that they differ, or that none holds it."""
+    ``--set`` takes it; or that they differ, or that none holds it. ``expected``: the value the
+    scenario file sets there now, said beside where the runs used another."""
     texts: list[str] = []
     for config in configs:
         value: Any = config
         for part in path.split("."):
-            if isinstance(value, dict):
-                value = value.get(part)
+            if isinstance(value, dict) and part in value:
+                value = value[part]
             elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
                 value = value[int(part)]
             else:
-                value = None
-        if value is not None and (text := override_flag(path, value)) not in texts:
+                value = _MISSING
+                break
+        if value is not _MISSING and (text := override_flag(path, value)) not in texts:
             texts.append(text)
-    if len(texts) == 1:
-        return code(texts[0])
-    return f"{code(path)} {'varies by point' if texts else 'not recorded'}"
+    if len(texts) != 1:
+        return f"{code(path)} {'varies by point' if texts else 'not recorded'}"
+    if expected is not _MISSING and (now := override_flag(path, expected)) != texts[0]:
+        return f"{code(texts[0])} (the file, edited since, now says {code(now)})"
+    return code(texts[0])
 
 
 def _provenance_lines(view: ScenarioView) -> list[str]:

@@ -246,6 +246,8 @@ def render_scenario(
         figs = [figures.point_figures(view, p) for p in view.points]
         ran = [f for f in figs if f.runs_ok]
         lines += ["", f"## {view_title(view)}", ""]
+        if said := environment_section.caveat(view):
+            lines += [said, ""]
         if view.overrides:
             lines += [
                 f"These runs changed the scenario file's settings with {set_flags(view.overrides)}: "

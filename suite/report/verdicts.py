@@ -175,7 +175,9 @@ def _skip_reason(points: list[Point]) -> str:
     return f"needs {said} GPU(s){first[2]}"
 
 
-GPU_NEED = re.compile(r"needs (\d+) GPU\(s\)(.*)", re.S)  # backends/gpu_pool's reason for a point it cannot place
+# backends/gpu_pool's reason for a point it cannot place; a count of more digits is no machine's
+# (and beyond 4,300 digits Python refuses to read it as a number).
+GPU_NEED = re.compile(r"needs (\d{1,6}) GPU\(s\)(.*)", re.S)
 
 
 def _name(axis: str | None, value: object) -> str:
