@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from suite.record.results import RunResult
@@ -108,6 +109,29 @@ def test_without_a_gpu_run_the_gpu_facts_are_not_recorded_not_none() -> None:
     assert "Welch" not in page, "no ratio is shown, so none is explained"
     data = compare.collect([view])  # compare --json says the same
     assert data["facts_same"] == [] == data["facts_differ"], data
+
+
+def test_a_machine_s_provenance_facts_are_those_of_the_runs_that_measured() -> None:
+    """A scenario whose points were all skipped (no GPU) started no container: its runs have no
+    image, and the machine's image recipe is the one its measured runs used, not "...; none"."""
+    from suite.report import compare
+
+    measured = dataclasses.replace(
+        _env_run("cpu", "2026-01-01T00:00:00", []),
+        provenance={"image": {"recipe_hash": "5feb46549234" + "0" * 52}},
+    )
+    skipped = dataclasses.replace(
+        _env_run("gpu", "2026-01-02T00:00:00", []),
+        status="skipped",
+        environment={},
+        provenance={"suite": {"git_revision": "a" * 40}},
+    )
+    views = [
+        ScenarioView("m", "measured", False, [Point("device=cpu", {"device": "cpu"}, [measured])]),
+        ScenarioView("m", "skips", False, [Point("device=gpu", {"device": "gpu"}, [skipped])]),
+    ]
+    assert compare.machine_facts(views)["image recipe"] == "5feb46549234"
+    assert compare.machine_facts(views[1:])["image recipe"] == "none", "a machine of skips only: its skips' facts"
 
 
 def test_crossover_plot_places_points_by_value() -> None:

@@ -111,13 +111,16 @@ ENVIRONMENT_FACTS = ("environment lock", "image recipe")
 
 def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     """Facts of one machine: GPU facts from its newest run of a GPU point (a CPU run, in a container
-    above all, sees no GPU: without one they are not recorded), provenance facts from every run its
-    pages state them for (each value once, "; " between), the rest from its newest run that reached
-    the worker."""
+    above all, sees no GPU: without one they are not recorded), provenance facts from every run that
+    reached the worker (each value once, "; " between; every run where none did), the rest from its
+    newest run that reached the worker."""
     newest = max((v.newest for v in views), key=finished_at)
     gpu_runs = [r for v in views for r in v.gpu_runs]
     newest_gpu = max(gpu_runs, key=finished_at) if gpu_runs else None
-    ran = [r for v in views for r in v.provenance_runs]
+    # The runs that made its figures: a page of skips only states its skips' provenance, but those
+    # runs started nothing (no image) and measured nothing, so the machine's facts are of the others.
+    reached = [r for v in views for p in v.points for r in p.runs if r.environment]
+    ran = reached or [r for v in views for r in v.provenance_runs]
     facts = {}
     for name, get in FACTS:
         if name in PROVENANCE_FACTS:
