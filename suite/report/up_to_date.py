@@ -5,7 +5,8 @@ read them.
 What a report writes is made from its inputs alone: the result files' paths and bytes, the command's
 options and folders, where the project lies, the suite's code, the versions of Python and of the
 packages that shape its bytes, and the scenario files the results name (a page says whether its
-points are all of its file's, by their labels: report/rerun; no data is looked for). The sha256 of
+points are all of its file's, by their labels, report/rerun, and names a smoke run's settings from
+its ``smoke`` block, report/environment_section; no data is looked for). The sha256 of
 all but the last (``inputs_digest``) is kept with the sha256 of each scenario file as read and of
 the bytes written into each file (not of what lies there as the report ends, which a report into the
 same folder at the same time may have replaced), in this user's cache folder (``paths.cache_dir``,
