@@ -174,8 +174,9 @@ def _points_text(labels: list[str], limit: int = 8) -> str:
 
 
 def _not_compared(verdict: verdicts.Verdict) -> list[str]:
-    # "; " between points: a point's label has ", " between its coordinates.
-    return [f"- {cell('; '.join(names))}: {cell(why)}" for why, names in verdict.not_compared_by_reason()]
+    """A line per reason, its points named as Skips and failures names them (the first few, and how
+    many more); the JSON export lists every one."""
+    return [f"- {cell(_points_text(names))}: {cell(why)}" for why, names in verdict.not_compared_by_reason()]
 
 
 def _left_out(view: ScenarioView, results_dir: Path | None) -> list[str]:
@@ -286,7 +287,8 @@ def render_scenario(
             ]
         lines += ["", "### Environment", "", *environment_section.environment_lines(view, files)]
         lines += ["", "### Reproduce", "", code(rerun.run_commands(view, results_dir, files))]
-        lines += ["", f"To check these numbers: {code(rerun.check_command(view, results_dir))}"]
+        if ran:  # a page of skips and failures only has no number to check
+            lines += ["", f"To check these numbers: {code(rerun.check_command(view, results_dir))}"]
     return "\n".join(lines) + "\n"
 
 
