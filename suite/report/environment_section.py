@@ -24,6 +24,7 @@ from suite.report.points import ScenarioView
 from suite.report.up_to_date import ScenarioFiles
 from suite.safe.markdown import cell, code
 from suite.spec.plan import override_flag
+from suite.spec.setting_paths import value_at
 
 T = TypeVar("T")
 
@@ -128,15 +129,7 @@ def _setting_text(configs: list[Any], path: str, expected: Any = _MISSING) -> st
     scenario file sets there now, said beside where the runs used another."""
     texts: list[str] = []
     for config in configs:
-        value: Any = config
-        for part in path.split("."):
-            if isinstance(value, dict) and part in value:
-                value = value[part]
-            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-                value = value[int(part)]
-            else:
-                value = _MISSING
-                break
+        value = value_at(config, path, _MISSING)
         if value is not _MISSING and (text := override_flag(path, value)) not in texts:
             texts.append(text)
     if len(texts) != 1:

@@ -9,7 +9,7 @@ from pathlib import Path
 from suite import paths
 from suite.record.results import RUN_BACKEND
 from suite.report.points import ScenarioView
-from suite.report.up_to_date import ScenarioFiles
+from suite.report.up_to_date import ScenarioFiles, not_looked_for
 from suite.spec.plan import override_flag
 from suite.spec.select import expression_for
 from suite.spec.settings import AUTO
@@ -50,9 +50,8 @@ def _takes_every_point(view: ScenarioView, files: ScenarioFiles) -> bool:
     found = files.scenario(view.spec)
     if found is None:
         return False
-    unlooked: plan.DataResolver = lambda _: {"source": "not looked for"}  # noqa: E731
     try:
-        specs = plan.expand(found, smoke=view.smoke, repeats=1, data=unlooked)
+        specs = plan.expand(found, smoke=view.smoke, repeats=1, data=not_looked_for)
     except Exception:  # noqa: BLE001 - any point the file cannot make: name the points instead
         return False
     return {s.point_label for s in specs} == {p.label for p in view.points}

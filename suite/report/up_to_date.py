@@ -165,17 +165,22 @@ class ScenarioFiles:
         if key not in self._loaded:
             text, found = self.text(path), None
             if text is not None:
-                unlooked: Any = lambda _: {"source": "not looked for"}  # noqa: E731
                 # A result names the file: a huge matrix is refused as a scenario's. Any invalid file
                 # is one the page cannot use.
                 with contextlib.suppress(Exception):
-                    found = scenario.load(path, repeats=1, resolve_data=unlooked, text=text)
+                    found = scenario.load(path, repeats=1, resolve_data=not_looked_for, text=text)
             self._loaded[key] = found
         return self._loaded[key]
 
     def digests(self) -> dict[str, str | None]:
         """Each file read, by its path: the sha256 of the bytes read, None where none could be."""
         return {key: sha for key, (_, sha) in self._read.items()}
+
+
+def not_looked_for(_: Any) -> dict[str, str]:
+    """The data a page's scenario file names, as the page takes it: not looked for (what this
+    machine holds would change the page)."""
+    return {"source": "not looked for"}
 
 
 def scenario_path(spec: dict[str, Any]) -> Path | None:

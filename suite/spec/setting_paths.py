@@ -34,16 +34,25 @@ def _non_canonical(path: str) -> str | None:
     return ".".join(fixed) if fixed != parts else None
 
 
-def path_exists(tree: Any, path: str) -> bool:
+def value_at(tree: Any, path: str, absent: Any = None) -> Any:
+    """The value ``path`` names in ``tree``, of any shape (a recorded config too); ``absent`` where
+    it names none (null is a value)."""
     node = tree
     for part in path.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and _index(part) is not None and int(part) < len(node):
-            node = node[int(part)]
+        elif isinstance(node, list) and (index := _index(part)) is not None and index < len(node):
+            node = node[index]
         else:
-            return False
-    return True
+            return absent
+    return node
+
+
+_ABSENT = object()
+
+
+def path_exists(tree: Any, path: str) -> bool:
+    return value_at(tree, path, _ABSENT) is not _ABSENT
 
 
 def _set(tree: Any, path: str, value: Any) -> None:
