@@ -219,3 +219,24 @@ def test_every_number_word_keeps_its_bounds() -> None:
             record.setdefault(section, {})[key] = value
             assert shape.valid(record) is expected, (key, value)
             assert (shape.problem(record) is None) is expected, (key, value)
+
+
+def test_a_list_of_numbers_is_checked_item_by_item_whatever_its_length() -> None:
+    """A series of hundreds of numbers is checked in one pass, as each number is: one item out of
+    bounds, NaN, a boolean or a text anywhere in it refuses the record; null only where allowed."""
+    base = _records()[0]
+    cases = [
+        (("telemetry", "load", "loadavg_start"), [[], [0, 1e18], [0.0] * 500 + [7]], [[-1e-9], [1.1e18], [None]]),
+        (("telemetry", "windows", "steady"), [[None] * 3 + [1.5], [-1e18, 1e18], [10**18]], [[10**19], [-(10**19)]]),
+    ]
+    for bad_item in (float("nan"), float("inf"), True, "1", [1], {}):
+        cases[1][2].append([0.5] * 300 + [bad_item] + [0.5] * 300)
+    for place, good, bad in cases:
+        for value, expected in [(v, True) for v in good] + [(v, False) for v in bad]:
+            record = copy.deepcopy(base)
+            parent = record
+            for step in place[:-1]:
+                parent = parent.setdefault(step, {})
+            parent[place[-1]] = value
+            assert shape.valid(record) is expected, (place, value[:3], len(value))
+            assert (shape.problem(record) is None) is expected, (place, value[:3], len(value))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import pytest
 from suite.record import results, saving
 from suite.record.results import SCHEMA_VERSION, ResultError, RunResult
 
+FIXTURES = Path(__file__).parent / "fixtures"
 SPEC = {"scenario": "s", "point_label": "p", "repetition": 0, "fingerprint": "ab" * 32, "config": {"device": "cpu"}}
 
 
@@ -111,3 +115,99 @@ def test_version_1_record_is_recounted_on_load() -> None:
     assert "recounted" in r.work["flops_counted"]
     assert "peak" not in r.work and r.work["peak_schema1"] == raw["work"]["peak"], "moved, not lost"
     assert "step_floor_s" not in r.timing and r.timing["step_floor_s_schema1"] == raw["timing"]["step_floor_s"]
+
+
+def _strict_reference(raw: bytes) -> object:
+    """What the record format allows, read by Python's own json module: UTF-8, no NaN or Infinity,
+    every float finite, every integer within 64 bits (signed or unsigned)."""
+
+    def refuse(word: str) -> float:
+        raise ValueError(word)
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(text)
+        return value
+
+    def integer(text: str) -> int:
+        value = int(text)  # past 4,300 digits, int() itself refuses
+        if not -(2**63) <= value < 2**64:
+            raise ValueError(text)
+        return value
+
+    return json.loads(raw.decode("utf-8"), parse_constant=refuse, parse_float=finite, parse_int=integer)
+
+
+def _outcome(read: Callable[[bytes], object], raw: bytes) -> tuple[str, object]:
+    try:
+        return "read", read(raw)
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and orjson's are ValueErrors
+        return "refused", None
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, and of the same types all the way down (1 is not 1.0, -0.0 is not 0.0); a loop, not
+    recursion, as documents nest deeper than Python's stack."""
+    pairs = [(a, b)]
+    while pairs:
+        x, y = pairs.pop()
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, dict) and isinstance(y, dict):
+            if list(x) != list(y):
+                return False
+            pairs += [(x[k], y[k]) for k in x]
+        elif isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                return False
+            pairs += zip(x, y, strict=True)
+        elif repr(x) != repr(y):
+            return False
+    return True
+
+
+MANGLES = [b"", b"0", b"9" * 19, b"-", b".", b"e", b"[", b"{", b'"', b",", b"\\", b"\xff", b"1e999"]
+
+
+def _number(rng: random.Random) -> str:
+    digits = "".join(rng.choice("0123456789") for _ in range(rng.choice([1, 2, 17, 18, 19, 20, 21, 25])))
+    token = rng.choice(["", "-"]) + (digits.lstrip("0") or "0")
+    if rng.random() < 0.5:
+        token += "." + "".join(rng.choice("0123456789") for _ in range(rng.choice([1, 3, 17, 19, 20, 22, 30])))
+    if rng.random() < 0.3:
+        token += rng.choice("eE") + rng.choice(["", "+", "-"]) + str(rng.choice([0, 5, 300, 308, 309, 400, 10**20]))
+    return token
+
+
+def test_results_are_read_as_pythons_json_reads_them() -> None:
+    """Result files are decoded by orjson where it gives what Python's json gives, and by json where
+    it might not (an integer beyond 64 bits, deep nesting, a lone surrogate): across numbers of
+    every length and exponent, in every place, deep nesting and mangled records, each document is
+    read into the same objects, of the same types, or refused, as json with the format's checks."""
+    rng = random.Random(20261206)
+    record = (FIXTURES / "rich" / "box" / "mnist_mlp_width" / "763c6bd727d3-r0.json").read_bytes()
+    docs = [p.read_bytes() for p in sorted(FIXTURES.rglob("*.json"))]
+    for _ in range(3000):
+        n = _number(rng)
+        docs += [f'{{"a": {n}}}'.encode(), f"[{n}]".encode(), f'{{"s": "x{n}", "f": [0.5,{n}, 1]}}'.encode()]
+        docs.append(f"[0.{n.lstrip('-').replace('.', '')}, {n}]".encode())
+    for depth in (10, 500, 599, 600, 601, 900, 990, 1000, 1024, 1025, 2000):
+        docs.append(b"[" * depth + b"]" * depth)
+        docs.append(b'{"a":' * depth + b"1" + b"}" * depth)
+    escapes = (b"\\ud800", b"\\udc00x", b"\\ud83d\\ude00", b"\\u0000", b"\x01", b"\xff", b"\xed\xa0\x80", b"\xc3\xa9")
+    for escape in escapes:
+        docs.append(b'{"s": "a' + escape + b'"}')
+    for _ in range(1500):
+        mangled = bytearray(record)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(mangled))
+            what = rng.choice(MANGLES)
+            mangled[at : at + rng.randint(0, 2)] = what
+        docs.append(bytes(mangled))
+    read = refused = 0
+    for raw in docs:
+        ours, reference = _outcome(results._decoded, raw), _outcome(_strict_reference, raw)
+        assert ours[0] == reference[0] and _same(ours[1], reference[1]), raw[:200]
+        read, refused = read + (ours[0] == "read"), refused + (ours[0] == "refused")
+    assert read > 5000 and refused > 1000, (read, refused)  # both kinds of document were met

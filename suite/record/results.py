@@ -223,11 +223,10 @@ def _load(
     path: Path, in_folder: bool = False, known: CheckedFiles | None = None, taken: tuple[bytes, str] | None = None
 ) -> RunResult:
     """``load``. With ``known``: bytes found to be a result before (record/checked_files, by their
-    sha256) are decoded without the field checks, by orjson, three times faster than json. For such
-    bytes it reads the same objects: they passed the checks below (UTF-8, finite floats, integers of
-    64 bits), and what orjson refuses that json took (an escaped lone surrogate, nesting 1,024 deep)
-    is checked as any other file. ``taken``: the file's bytes and their sha256, as ``read_folder``
-    took them (the bytes decoded are the bytes hashed)."""
+    sha256) are decoded by orjson without the checks (``_decoded``'s and the record's shape). For
+    such bytes it reads the same objects: they passed those checks, and what orjson refuses that
+    json took (an escaped lone surrogate) is checked as any other file. ``taken``: the file's bytes
+    and their sha256, as ``read_folder`` took them (the bytes decoded are the bytes hashed)."""
     advice = IN_FOLDER if in_folder else ""
     try:
         if taken is None:
@@ -238,8 +237,7 @@ def _load(
         if known is not None and known.checked(digest):
             with contextlib.suppress(Exception):  # refused by orjson alone: checked as any other file
                 return _known(orjson.loads(raw))
-        text = raw.decode("utf-8")
-        data = json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
+        data = _decoded(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, NaN; nesting
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ResultError(f"{path}: not a readable result file ({why}){advice}") from None
@@ -270,6 +268,54 @@ def _load(
     if known is not None:
         known.add(digest)
     return result
+
+
+def _decoded(raw: bytes) -> Any:
+    """The JSON document ``raw``, read as ``json`` reads it with the checks below (UTF-8, finite
+    floats, integers of 64 bits, nesting that ``json`` can follow), and refused where they refuse
+    it; by orjson, ten times faster, wherever orjson is sure to give the same objects.
+
+    orjson refuses all that ``json`` refuses here (NaN and Infinity, a number beyond a float's
+    range, bytes that are not UTF-8, control characters in a string, any syntax error), and where
+    it takes a document it reads the same objects, with two exceptions that go to ``json``: an
+    integer beyond 64 bits, which orjson would read as a float (``_may_hold_long_integer``), and
+    nesting deeper than ``json`` can follow (a document of fewer than _ORJSON_OPENERS brackets and
+    braces nests less deep than that). What orjson refuses and ``json`` takes (an escaped lone
+    surrogate) goes to ``json`` as well.
+    """
+    shown = raw.translate(_SHOWN)
+    if shown.count(b"[") < _ORJSON_OPENERS and not _may_hold_long_integer(shown):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(raw)
+    text = raw.decode("utf-8")
+    return json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float, parse_int=_bounded_int)
+
+
+def _may_hold_long_integer(shown: bytes) -> bool:
+    """Whether ``shown`` (a document through _SHOWN) has a run of 19 digits or more that does not
+    follow a point: every integer beyond 64 bits is one. So are some runs in a string or an
+    exponent, which send the document to ``json`` for nothing; a fraction's digits do not."""
+    at = shown.find(_RUN)
+    while at != -1:
+        if at == 0 or shown[at - 1] != ord("."):
+            return True
+        after = shown.find(b" ", at)  # the run ends before the next byte that is not a digit
+        if after == -1:
+            return False
+        at = shown.find(_RUN, after)
+    return False
+
+
+# Every digit as 0, a point as itself, a bracket or a brace as [, any other byte as a space. A
+# run found (the leftmost of 19 zeros) starts where its digits start.
+_SHOWN = bytes.maketrans(
+    bytes(range(256)),
+    bytes(48 if chr(b).isdigit() and b < 128 else b if b in b".[" else 91 if b == ord("{") else 32 for b in range(256)),
+)
+_RUN = b"0" * 19
+# json follows nesting as deep as the recursion limit (1,000) less its caller's depth (some tens of
+# frames); a record of eight GPUs' telemetry has about 500 brackets and braces.
+_ORJSON_OPENERS = 600
 
 
 def _read(path: Path, advice: str) -> bytes:
