@@ -273,7 +273,8 @@ def _load(
 def _decoded(raw: bytes) -> Any:
     """The JSON document ``raw``, read as ``json`` reads it with the checks below (UTF-8, finite
     floats, integers of 64 bits, nesting that ``json`` can follow), and refused where they refuse
-    it; by orjson, ten times faster, wherever orjson is sure to give the same objects.
+    it; by orjson, four times faster (a record of 15 KB: 45 against 190 microseconds), wherever orjson is
+    sure to give the same objects.
 
     orjson refuses all that ``json`` refuses here (NaN and Infinity, a number beyond a float's
     range, bytes that are not UTF-8, control characters in a string, any syntax error), and where
@@ -299,22 +300,23 @@ def _may_hold_long_integer(shown: bytes) -> bool:
     while at != -1:
         if at == 0 or shown[at - 1] != ord("."):
             return True
-        after = shown.find(b" ", at)  # the run ends before the next byte that is not a digit
+        after = shown.find(b" ", at)  # past the run (a point or an opening bracket after it too: a string's)
         if after == -1:
             return False
         at = shown.find(_RUN, after)
     return False
 
 
-# Every digit as 0, a point as itself, a bracket or a brace as [, any other byte as a space. A
-# run found (the leftmost of 19 zeros) starts where its digits start.
+# Every digit as 0, a point as itself, an opening bracket or brace as [, any other byte as a space.
+# A run found (the leftmost of 19 zeros) starts where its digits start.
 _SHOWN = bytes.maketrans(
     bytes(range(256)),
     bytes(48 if chr(b).isdigit() and b < 128 else b if b in b".[" else 91 if b == ord("{") else 32 for b in range(256)),
 )
 _RUN = b"0" * 19
-# json follows nesting as deep as the recursion limit (1,000) less its caller's depth (some tens of
-# frames); a record of eight GPUs' telemetry has about 500 brackets and braces.
+# json follows nesting as deep as the recursion limit (1,000) less its caller's depth: 600 levels
+# while that is under about 390 frames (a command's is about 40). A record of eight GPUs' telemetry
+# has about 500 brackets and braces.
 _ORJSON_OPENERS = 600
 
 
