@@ -104,7 +104,7 @@ def backend_factory(test_image: str, tmp_path: Path):
 
 
 def assert_no_container_left(client: Any, label: str) -> None:
-    left = client.containers.list(all=True, filters={"label": label})
+    left = client.containers.list(ignore_removed=True, all=True, filters={"label": label})
     assert left == [], f"containers left behind with {label}: {[c.name for c in left]}"
 
 
@@ -121,7 +121,7 @@ def with_config(spec: RunSpec, **changes: Any) -> RunSpec:
 
 
 def session_containers(client: Any, session: str) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": f"suite.session={session}"})
+    return client.containers.list(ignore_removed=True, all=True, filters={"label": f"suite.session={session}"})
 
 
 def sigkill_once_running(client: Any, label: str, proc: Any, seconds: float = 120) -> str:
@@ -131,7 +131,7 @@ def sigkill_once_running(client: Any, label: str, proc: Any, seconds: float = 12
     deadline = time.monotonic() + seconds
     running: list[Any] = []
     while time.monotonic() < deadline and not running and proc.poll() is None:
-        running = client.containers.list(filters={"label": label, "status": "running"})
+        running = client.containers.list(ignore_removed=True, filters={"label": label, "status": "running"})
         time.sleep(0.2)
     assert running, "the run's container never ran"
     proc.kill()  # SIGKILL: no cleanup of any kind on the orchestrator's side

@@ -248,7 +248,7 @@ def test_ctrl_c_during_a_run_removes_the_container(backend, client: Any, tmp_pat
     def interrupt_once_running() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if client.containers.list(filters={"label": label, "status": "running"}):
+            if client.containers.list(ignore_removed=True, filters={"label": label, "status": "running"}):
                 sent.set()
                 os.kill(os.getpid(), signal.SIGINT)
                 return
@@ -308,7 +308,7 @@ def test_smoke_scenarios_end_to_end_in_containers(test_image: str, client: Any, 
     # Only this run's: other sessions may have containers on the same engine meanwhile.
     mine = [
         c.name
-        for c in client.containers.list(all=True, filters={"label": "suite.scenario"})
+        for c in client.containers.list(ignore_removed=True, all=True, filters={"label": "suite.scenario"})
         if c.labels.get("suite.orchestrator", "").split(":")[1:2] == [str(proc.pid)]
     ]
     assert mine == [], f"containers left behind by the run: {mine}"
@@ -348,7 +348,7 @@ def test_signal_to_suite_run_leaves_no_container_and_keeps_results(
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             done = list((out / "m").rglob("*.json")) if out.exists() else []
-            if done and client.containers.list(filters={"label": label, "status": "running"}):
+            if done and client.containers.list(ignore_removed=True, filters={"label": label, "status": "running"}):
                 break  # one result on file, the next run in flight
             time.sleep(0.3)
         else:

@@ -214,6 +214,6 @@ def test_sigkilled_orchestrator_leaves_nothing_after_the_next_session(
     finally:
         if proc.poll() is None:
             proc.kill()
-        for c in client.containers.list(all=True, filters={"label": label}):
+        for c in client.containers.list(ignore_removed=True, all=True, filters={"label": label}):
             c.remove(force=True)
         live_container.remove(force=True)

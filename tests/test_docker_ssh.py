@@ -184,7 +184,7 @@ def test_sshd_stopped_mid_run_is_a_failure_with_its_cause_and_leaves_no_containe
     def stop_once_running() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if client.containers.list(filters={"label": label, "status": "running"}):
+            if client.containers.list(ignore_removed=True, filters={"label": label, "status": "running"}):
                 time.sleep(1)
                 stopped.set()  # first: the run may end the moment sshd is gone
                 sshd.stop()
@@ -275,5 +275,5 @@ def test_sigkilled_orchestrator_over_ssh_leaves_nothing_after_the_next_session(
     finally:
         if proc.poll() is None:
             proc.kill()
-        for c in client.containers.list(all=True, filters={"label": label}):
+        for c in client.containers.list(ignore_removed=True, all=True, filters={"label": label}):
             c.remove(force=True)

@@ -70,7 +70,7 @@ def test_two_hosts_and_a_dead_one_in_one_command(
     assert all(r.run["daemon"].startswith("ssh://") for r in by_host["viassh"])
     assert all(r.status == "error" and "tcp://127.0.0.1:9" in r.message for r in by_host["gone"])
     assert "[here]" in log and "[viassh]" in log
-    assert client.containers.list(all=True, filters={"label": "suite.scenario=fleet_small"}) == []
+    assert client.containers.list(ignore_removed=True, all=True, filters={"label": "suite.scenario=fleet_small"}) == []
 
     # A rerun resumes each host: nothing left to do on the two that ran, the dead one tried again.
     again = subprocess.run(
@@ -119,10 +119,12 @@ def test_sigterm_stops_every_host_and_leaves_no_container(
     )
     label = {"label": "suite.scenario=fleet_slow", "status": "running"}
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(client.containers.list(filters=label)) < 2:
+    while time.monotonic() < deadline and len(client.containers.list(ignore_removed=True, filters=label)) < 2:
         time.sleep(0.5)
-    assert len(client.containers.list(filters=label)) == 2, "a container on each host"
+    assert len(client.containers.list(ignore_removed=True, filters=label)) == 2, "a container on each host"
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out
-    assert client.containers.list(all=True, filters={"label": "suite.scenario=fleet_slow"}) == [], out.decode()
+    assert (
+        client.containers.list(ignore_removed=True, all=True, filters={"label": "suite.scenario=fleet_slow"}) == []
+    ), out.decode()

@@ -90,7 +90,9 @@ def _remove_test_containers(client: Any) -> None:
     """Containers of these tests' own scenarios that a killed node left behind (a crash cleans nothing
     up), found by their ``suite.spec.scenario`` label: only names in OURS, made by ``unique_name``."""
     for name in sorted(OURS):
-        for container in client.containers.list(all=True, filters={"label": f"suite.scenario={name}"}):
+        for container in client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"suite.scenario={name}"}
+        ):
             container.remove(force=True)
 
 
@@ -215,13 +217,15 @@ def wait_for(what: str, check: Any, seconds: float, proc: subprocess.Popen | Non
 
 def running_containers(nodes: Nodes, scenario_name: str) -> list[Any]:
     filters = {"label": f"suite.scenario={scenario_name}", "status": "running"}
-    return nodes.client.containers.list(filters=filters)
+    return nodes.client.containers.list(ignore_removed=True, filters=filters)
 
 
 def session_containers(nodes: Nodes, sessions: set[str]) -> list[Any]:
     found = []
     for session in sessions:
-        found += nodes.client.containers.list(all=True, filters={"label": f"suite.session={session}"})
+        found += nodes.client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"suite.session={session}"}
+        )
     return found
 
 
@@ -540,7 +544,14 @@ def _running_past_their_deadline(nodes: Nodes, name: str, started: list[Any]) ->
     whoever is left to watch it. Its removal is not guaranteed then (the task that would remove it may
     be gone with its node): a later session on the engine reaps it past its ``suite.deadline_unix``."""
     seen = {c.id: c for c in started}
-    seen.update({c.id: c for c in nodes.client.containers.list(all=True, filters={"label": f"suite.scenario={name}"})})
+    seen.update(
+        {
+            c.id: c
+            for c in nodes.client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"suite.scenario={name}"}
+            )
+        }
+    )
     starts = [t for t in (_started_unix(c) for c in seen.values()) if t is not None]
     limit = max(starts) + SLOW_LIMIT_S + WORKER_DEADLINE_GRACE_S + HARD_STOP_S + 5 if starts else time.time()
     while (running := running_containers(nodes, name)) and time.time() < limit:
@@ -623,7 +634,7 @@ def test_a_sweep_reaches_every_node_and_removes_the_plans_containers(
         # The three nodes share this machine's engine: the first sweep to look removes it.
         assert sorted(c for f in found for c in f["containers"]) == [left.short_id], found
         assert said == [f"removed after the forced stop: {left.short_id}"], said
-        assert left.id not in {c.id for c in nodes.client.containers.list(all=True)}
+        assert left.id not in {c.id for c in nodes.client.containers.list(ignore_removed=True, all=True)}
     finally:
         pool.close()
         try:

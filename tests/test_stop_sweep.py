@@ -92,11 +92,13 @@ def test_sweep_removes_the_tagged_containers_of_an_attempt_then_of_the_plan(clie
     try:
         found = leftovers.sweep(plan, f"{plan}-1", settle_s=0)
         assert found["containers"] == [made["attempt"].short_id], found
-        left = {c.id for c in client.containers.list(all=True)}
+        left = {c.id for c in client.containers.list(ignore_removed=True, all=True)}
         assert made["attempt"].id not in left and {made["sibling"].id, made["stranger"].id} <= left
         found = leftovers.sweep(plan, settle_s=0)
         assert found["containers"] == [made["sibling"].short_id], found
-        assert made["stranger"].id in {c.id for c in client.containers.list(all=True)}, "another plan's stays"
+        assert made["stranger"].id in {c.id for c in client.containers.list(ignore_removed=True, all=True)}, (
+            "another plan's stays"
+        )
     finally:
         for container in made.values():
             try:
@@ -139,3 +141,61 @@ def test_sweep_kills_the_tagged_local_workers_and_no_other_process() -> None:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+@pytest.mark.docker
+def test_a_container_removed_by_another_session_while_listed_does_not_stop_a_sweep_or_a_reap(
+    client: Any, test_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes may share an engine, and every new session reaps dead ones: a container listed by one
+    may be gone before it is inspected. The others are still removed, and nothing raises."""
+    import docker
+
+    from suite.backends import docker_parts as parts
+
+    plan, dead_session = f"p{uuid.uuid4().hex[:8]}", f"test-race-{uuid.uuid4().hex[:8]}"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = {
+        parts.LABEL_SESSION: dead_session,
+        parts.LABEL_ORCHESTRATOR: f"{parts.orchestrator_label().split(':')[0]}:{gone.pid}:",
+    }
+
+    def sleeper(labels: dict[str, str]) -> Any:
+        return client.containers.run(
+            test_image, ["300"], entrypoint=["sleep"], detach=True, network_mode="none", labels=labels
+        )
+
+    made = [sleeper(tag_labels({leftovers.TAG_PLAN: plan})) for _ in range(2)]
+    made += [sleeper(dead) for _ in range(2)]
+    taken_away: list[str] = []
+    real_listing = docker.api.client.APIClient.containers
+
+    def listing_then_one_goes(api: Any, *args: Any, **kwargs: Any) -> Any:
+        listed = real_listing(api, *args, **kwargs)
+        for entry in listed:  # another session removes the first of the test's containers it lists
+            if entry["Id"] in {c.id for c in made} and entry["Id"] not in taken_away:
+                client.api.remove_container(entry["Id"], force=True)
+                taken_away.append(entry["Id"])
+                break
+        return listed
+
+    try:
+        monkeypatch.setattr(docker.api.client.APIClient, "containers", listing_then_one_goes)
+        found = leftovers.sweep(plan, settle_s=0)
+        assert "engine" not in found, found
+        reaped = parts.reap_dead_sessions(client, own_session="test-race-the-reaper")
+        monkeypatch.undo()
+        left = {c.id for c in client.containers.list(ignore_removed=True, all=True)}
+        assert len(taken_away) == 2 and not {c.id for c in made} & left, (found, reaped, taken_away)
+        assert len(found["containers"]) == 1 and len([r for r in reaped if dead_session in str(r)]) == 1, (
+            found,
+            reaped,
+        )
+    finally:
+        monkeypatch.undo()
+        for container in made:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - removed by the sweep, the reap or the race
+                pass

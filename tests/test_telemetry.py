@@ -234,7 +234,7 @@ def test_gpu_poller_refused_is_recorded_and_its_helper_removed(client: Any, base
     assert source["samples"] == 0 and section["metrics"] == []
     assert "nvidia-smi" in (source["error"] or ""), source
     assert "helper container" in source["method"]
-    left = client.containers.list(all=True, filters={"label": f"suite.session={session}"})
+    left = client.containers.list(ignore_removed=True, all=True, filters={"label": f"suite.session={session}"})
     assert left == [], "the helper container was not removed"
 
 

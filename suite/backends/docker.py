@@ -195,9 +195,9 @@ class DockerBackend(RunSkeleton):
         clients = [self._client]
         for attempt in range(3):
             try:
-                for container in clients[-1].containers.list(all=True, filters=mine):
+                for container in clients[-1].containers.list(all=True, filters=mine, ignore_removed=True):
                     remove_container(container)
-                if not clients[-1].containers.list(all=True, filters=mine):  # checked, not assumed
+                if not clients[-1].containers.list(all=True, filters=mine, ignore_removed=True):  # checked, not assumed
                     break
             except Exception:  # noqa: BLE001 - this link is broken: a fresh connection below
                 pass

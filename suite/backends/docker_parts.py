@@ -243,7 +243,7 @@ def session_dead(labels: dict[str, str], now: float | None = None) -> tuple[bool
 def reap_dead_sessions(client: Any, own_session: str) -> list[dict[str, str]]:
     """Remove, running or exited, every suite container whose session is over; never a live one's."""
     removed = []
-    for container in client.containers.list(all=True, filters={"label": LABEL_SESSION}):
+    for container in client.containers.list(all=True, filters={"label": LABEL_SESSION}, ignore_removed=True):
         labels = container.labels or {}
         if labels.get(LABEL_SESSION) == own_session:
             continue

@@ -35,7 +35,7 @@ def sweep(session: str, attempt: str | None = None, settle_s: float = SWEEP_SETT
         client, _ = connect(None, timeout=SWEEP_ENGINE_S)
         try:
             filters = {"label": [f"{k}={v}" for k, v in tag_labels(wanted).items()]}
-            for container in client.containers.list(all=True, filters=filters):
+            for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
                 try:
                     container.remove(force=True, v=True)
                 except docker.errors.APIError:  # gone, or going: removed by someone else (nodes may share an engine)
