@@ -112,7 +112,10 @@ def _smoke_line(view: ScenarioView, files: ScenarioFiles) -> str:
             f"`smoke` setting, cannot be read or is another scenario's){end}"
         )
     if not found.smoke:
-        return f"- **Smoke size**: one run of each point; the scenario has no `smoke` settings{end}"
+        # Smoke runs each point once unless --repeats asked for more: say what the runs on file did.
+        counts = {len({r.spec.get("repetition") for r in p.runs}) for p in view.points if p.runs}
+        runs = "one run of each point" if counts == {1} else "the runs --repeats asked for"
+        return f"- **Smoke size**: {runs}; the scenario has no `smoke` settings{end}"
     keys = [key for key in found.smoke if key not in view.overrides]
     if not keys:
         return f"- **Smoke size**: every `smoke` setting of the scenario was changed with `--set` (below){end}"
