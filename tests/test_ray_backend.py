@@ -375,6 +375,44 @@ def test_a_model_no_node_offers_is_skipped_naming_it(cluster: RayLocalCluster, t
     assert skipped.status == "skipped" and "gpu_model:C" in skipped.message, skipped.message
 
 
+def test_repeats_auto_runs_its_first_stage_on_the_pool_then_what_its_spread_asks(
+    cluster: RayLocalCluster, tmp_path: Path
+) -> None:
+    # A precision no spread meets: the point takes its first 4 runs, then one more, to its cap of 5.
+    changes = {"repeats": "auto", "precision": 0.001, "max_repeats": 5, "matrix": None}
+    path = scenario(tmp_path, "ray_model_b", "ray_auto", changes)
+    res = tmp_path / "results"
+    proc = run_suite(cluster, res, path, "--repeats", "auto")
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    assert "repeats: auto: the first stage's spreads ask for 1 run more" in proc.stdout, log
+    # The two B nodes keep a folder each: the count is the pool's, each folder's report sees a share.
+    assert f"the nodes that take {path.stem} save to 2 folders ({', '.join(B_NODES)})" in proc.stderr, log
+    runs = [r for m in B_NODES for r in by_machine(res).get(m, [])]
+    assert sorted(r.spec["repetition"] for r in runs) == [0, 1, 2, 3, 4], log
+    assert all(r.ok and r.spec["report"]["repeats"]["auto"]["max_repeats"] == 5 for r in runs), log
+
+    before = sorted(res.rglob("*.json"))
+    again = run_suite(cluster, res, path, "--repeats", "auto", timeout=120)
+    assert again.returncode == 0 and "runs: 5 already done" in again.stdout, again.stdout + again.stderr
+    assert sorted(res.rglob("*.json")) == before
+    check = subprocess.run(
+        suite_cmd(cluster, res, path, "--repeats", "auto", "--results", res, command="check"),
+        cwd=REPO, env=suite_env(cluster), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    row = next((line for line in check.stdout.splitlines() if path.stem in line), "")
+    assert check.returncode == 0 and "| 5 (auto) " in row and "done" in row, check.stdout + check.stderr
+    out = tmp_path / "rep"
+    report = subprocess.run(
+        [sys.executable, "-m", "suite", "report", "--results", str(res), "--out", str(out)],
+        cwd=REPO, env=suite_env(cluster), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    page = (out / f"{path.stem}.md").read_text() if report.returncode == 0 else report.stderr
+    # Smoke size without smoke settings: a folder with more than one run of the point does not say
+    # "one run of each point" (5 runs over 2 folders: one has 3 or more).
+    assert "**Smoke size**: the runs --repeats asked for;" in page, page
+
+
 def test_a_run_past_its_timeout_is_recorded_as_timeout(cluster: RayLocalCluster, tmp_path: Path) -> None:
     changes = {"gpu_model": None, "timeout_s": 3, "training.epochs": 500, "data.train_samples": 4096}
     path = scenario(tmp_path, "ray_model_a", "ray_timeout", changes)

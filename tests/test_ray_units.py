@@ -320,6 +320,34 @@ def test_demand_takes_the_gpu_model_of_the_scenario_else_the_command_line(tmp_pa
     assert wins["GPU"] == 2.0
 
 
+# --- repeats: auto's folders ------------------------------------------------------------------------
+
+
+def test_auto_points_whose_nodes_keep_separate_folders_are_named_once_per_set_of_folders(tmp_path: Path) -> None:
+    from suite.backends.ray_cluster.placement import node_folder, split_auto_points
+    from suite.environment import host_facts
+
+    fixed = specs_of(tmp_path, "fixed")
+    path = write_scenario(tmp_path, "adaptive", SCENARIO.format(name="adaptive").replace("repeats: 1", "repeats: auto"))
+    adaptive = plan.expand(scenario.load(path), data=lambda _data: {"source": "synthetic", "note": "test"})
+    assert split_auto_points(fixed, cluster()) == [], "a fixed count is not counted over nodes"
+    # The cpu point may land on all three nodes, the gpu:2 point on the two B nodes: two sets.
+    lines = split_auto_points(adaptive, cluster())
+    assert len(lines) == 2 and all("the nodes that take adaptive save to" in line for line in lines), lines
+    assert "3 folders (node-a, node-b1, node-b2)" in lines[0] and "2 folders (node-b1, node-b2)" in lines[1]
+    shared = [dict(n, Labels={"suite-machine": "b"}) for n in cluster()]
+    assert split_auto_points(adaptive, shared) == []
+    # A node without the label saves under its hostname, made safe for a path, as its task does; a
+    # label is shown on one line, its control characters escaped.
+    bare = [dict(n, Labels={}, NodeManagerHostname=f"gpu {i}/x") for i, n in enumerate(cluster())]
+    assert [node_folder(n) for n in bare] == ["gpu-0-x", "gpu-1-x", "gpu-2-x"]
+    assert node_folder({"NodeManagerHostname": socket.gethostname()}) == host_facts.machine_name()
+    odd = [dict(n, Labels={"suite-machine": f"b\x1b[2J{i}"}) for i, n in enumerate(cluster())]
+    assert (
+        "\x1b" not in "".join(split_auto_points(adaptive, odd)) and "b\\x1b[2J1" in split_auto_points(adaptive, odd)[1]
+    )
+
+
 # --- placement_problem -----------------------------------------------------------------------------
 
 WHERE = "the Ray cluster at 10.0.0.1:6379"

@@ -17,7 +17,7 @@ from suite.cli.common import (
     check_ray_args,
     display_path,
     make_plan,
-    refuse_on_pool,
+    refuse_budget_on_pool,
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts
@@ -41,7 +41,7 @@ def _refused(
     """What ``run`` would refuse before anything runs, if anything; the rows then say "run refuses"
     where they said "will run"."""
     try:
-        refuse_on_pool(specs, args)
+        refuse_budget_on_pool(args)
         refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
         refused = saving.unwritable_here(folder)
     except UsageError as exc:
@@ -76,7 +76,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     backend, chosen = _check_backend(args)
     try:
         folders, on_file = _on_file(backend, args.results, folder)
-        done = {} if args.fresh else results.latest_by_run(on_file)
+        # As run resumes: a pool's run is done once a node made it ok, whatever else is on file.
+        latest = results_folder.ok_first_by_run if is_pool(backend) else results.latest_by_run
+        done = {} if args.fresh else latest(on_file)
         walls = results_folder.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
         # repeats: auto: a point whose first stage is on file has its count; the others show its range.

@@ -17,7 +17,7 @@ from suite.cli.common import (
     display_path,
     make_backend,
     make_plan,
-    refuse_on_pool,
+    refuse_budget_on_pool,
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts, mnist_fetch
@@ -38,7 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in made.lines(args.select):
             say(line)
     check_ray_args(args)
-    refuse_on_pool(specs, args)
+    refuse_budget_on_pool(args)
     if args.hosts is not None:
         refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
@@ -58,6 +58,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             backend.close()
             raise
         pooled = is_pool(backend)  # a pool of nodes: results in each node's machine folder
+        if pooled:
+            from suite.backends.ray_cluster.placement import split_auto_points
+
+            for line in split_auto_points(specs, backend.nodes(), backend.gpu_model):
+                print(f"warning: {line}", file=sys.stderr)
         where = f" ({backend.where})" if pooled else ""
         say(
             f"{runs_text(len(specs))} on backend {backend.name}{where}, results in {args.results if pooled else folder}"

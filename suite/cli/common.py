@@ -55,18 +55,13 @@ class Plan:
         return out
 
 
-def refuse_on_pool(specs: list[plan.RunSpec], args: argparse.Namespace) -> None:
-    """UsageError for ``repeats: auto`` or ``--budget`` on a pool of nodes, whose runs all go at once:
-    auto's second stage is not built there, and no run is started late that a budget could hold back."""
+def refuse_budget_on_pool(args: argparse.Namespace) -> None:
+    """UsageError for ``--budget`` on a pool of nodes, whose runs all go at once: no run is started
+    late that a budget could hold back."""
     if args.backend == "ray" and getattr(args, "budget", None) is not None:
         raise UsageError(
             "--budget holds back runs that have not started; a pool of nodes (--backend ray) starts "
             "them all at once: leave --budget out, or run on one machine's backend"
-        )
-    if args.backend == "ray" and any(AUTO in (s.report.get("repeats") or {}) for s in specs):
-        raise UsageError(
-            f"repeats: {AUTO} runs on one machine's backend or on --hosts, not yet on a pool of nodes (--backend "
-            "ray): give the pool a fixed count (--repeats N)"
         )
 
 

@@ -96,6 +96,8 @@ def _nvidia_smi() -> tuple[list[dict[str, Any]], str]:
     return gpus, problem or "nvidia-smi"
 
 
-def machine_name() -> str:
-    """The results folder name for this host: its hostname, made safe for a path."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", socket.gethostname()).strip("-") or "machine"
+def machine_name(hostname: str | None = None) -> str:
+    """The results folder name for this host (or for ``hostname``): the hostname, made safe for a path."""
+    return (
+        re.sub(r"[^A-Za-z0-9_.-]+", "-", socket.gethostname() if hostname is None else hostname).strip("-") or "machine"
+    )

@@ -119,9 +119,12 @@ def pool_previous_runs(
     machines come from different clocks (a node's, the orchestrator's for a lost run), so "newest"
     cannot order a lost attempt against its retry. ``counts`` says which results are the pool's (a
     Ray node's, on the GPU model asked for); the others are not looked at."""
-    found = pool_on_file(results_dir, counts)
-    newest = results.latest_by_run(found)
-    return newest | results.latest_by_run([r for r in found if r.ok])
+    return ok_first_by_run(pool_on_file(results_dir, counts))
+
+
+def ok_first_by_run(found: list[results.RunResult]) -> dict[tuple[str, int], results.RunResult]:
+    """(fingerprint, repetition) -> the newest ``ok`` result of ``found`` where there is one, else the newest."""
+    return results.latest_by_run(found) | results.latest_by_run([r for r in found if r.ok])
 
 
 def result_folders(results_dir: Path) -> list[Path]:
