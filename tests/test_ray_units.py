@@ -572,6 +572,37 @@ def test_a_rerun_says_a_skip_was_recorded_before_instead_of_writing_it_again(
     assert summary.counts["skipped"] == 1 and not fake.submissions
 
 
+def test_a_head_gone_after_the_first_stage_of_repeats_auto_ends_the_plan_without_a_second(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    """Through run_plan with a real RayPool: every first-stage run comes back ok, then the head goes.
+    The plan ends with what was saved; nothing is submitted to the cluster that went away."""
+    text = SCENARIO.format(name="gone").replace("repeats: 1", "repeats: auto\nprecision: 0.001\nmax_repeats: 5")
+    text = text.replace("  device: [cpu, 'gpu:2']", "  device: [cpu]")
+    specs = plan.expand(
+        scenario.load(write_scenario(tmp_path, "gone", text)), data=lambda _data: {"source": "synthetic", "note": "t"}
+    )
+    pool, fake, _ = make_pool(head)
+    real_collect, calls = pool.collect, []
+
+    def collect(timeout: float = 0) -> list[Finished]:
+        calls.append(timeout)
+        assert len(calls) < 100, f"the plan waits on a gone cluster: {pool.pending} pending, {pool.gone=}"
+        if len(calls) == 1:
+            for i, sub in enumerate(fake.submissions):  # each a different time: a spread no precision meets
+                spec = next(s for s in specs if s.repetition == sub.spec["repetition"])
+                r = replace(ok_result(spec, "node-a"), timing={"fit_s": 1.0 + 0.3 * i})
+                fake.finish(sub.ref, {"machine": "node-a", "node_id": "n1", "result": r.to_dict()})
+            head.close()
+        return real_collect(timeout=0)
+
+    pool.collect = collect  # type: ignore[method-assign]
+    summary = runner.run_plan(specs, pool, tmp_path / "res", "orchestrator", auto=True, say=lambda _line: None)
+    assert summary.stopped and "stopped answering" in summary.stopped, summary.stopped
+    assert len(fake.submissions) == 4 and summary.counts["ok"] == 4 and not summary.added
+    assert sorted(r.spec["repetition"] for _, r in results.load_folder(tmp_path / "res" / "node-a")) == [0, 1, 2, 3]
+
+
 def test_an_ok_result_comes_back_under_the_nodes_machine(
     tmp_path: Path, head: socket.socket, no_real_ray: None
 ) -> None:

@@ -242,6 +242,7 @@ def run_plan(
         by_run.update({(s.spec.fingerprint, s.spec.repetition): s for s in steps})
         with Ticker(progress):
             _walk_and_collect(steps, runs, summary, progress, save, spent)
+            summary.stopped = summary.stopped or runs.gone  # a pool's cluster gone: no second stage
             on_file = runs.on_file(results_dir, False)[0] if auto and not summary.stopped else {}
             more = second_stage(specs, on_file)
             summary.added = more
