@@ -52,17 +52,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in foreign_worker_lines(folder):  # said at every level: it slows every run of this plan
             print(f"warning: {line}", file=sys.stderr)
         backend = make_backend(args.backend, args, say)
+        pooled = is_pool(backend)  # a pool of nodes: results in each node's machine folder
         try:  # runs this backend skips (a GPU point without a GPU) need no data
             refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
-        except UsageError:
+            if pooled:
+                from suite.backends.ray_cluster.placement import split_auto_points
+
+                for line in split_auto_points(specs, backend.nodes(), backend.gpu_model):
+                    print(f"warning: {line}", file=sys.stderr)
+        except BaseException:  # a refusal, a cluster that stopped answering, Ctrl-C: run_plan never closes it
             backend.close()
             raise
-        pooled = is_pool(backend)  # a pool of nodes: results in each node's machine folder
-        if pooled:
-            from suite.backends.ray_cluster.placement import split_auto_points
-
-            for line in split_auto_points(specs, backend.nodes(), backend.gpu_model):
-                print(f"warning: {line}", file=sys.stderr)
         where = f" ({backend.where})" if pooled else ""
         say(
             f"{runs_text(len(specs))} on backend {backend.name}{where}, results in {args.results if pooled else folder}"
