@@ -169,6 +169,33 @@ def test_a_smoke_line_says_only_what_the_runs_used(smoke_run, tmp_path: Path, ed
     assert said in line, line
 
 
+def test_a_smoke_line_says_more_than_one_run_where_repeats_asked_for_more(smoke_run, tmp_path: Path) -> None:
+    """``--smoke --repeats 2`` (each record copied as a second repetition), and ``--repeats auto``
+    (its rule in the records): not "one run of each point"."""
+    res, _, _ = smoke_run
+    src = res / "testbox" / "mnist_cnn_filters"
+    without_smoke = yaml.safe_load((SCENARIOS / "mnist_cnn_filters.yaml").read_text())
+    without_smoke.pop("smoke")
+    for case, rule in (("fixed", None), ("auto", {"first": 4, "precision": 0.03, "max_repeats": 10})):
+        copy = tmp_path / case / "testbox" / "mnist_cnn_filters"
+        copy.mkdir(parents=True)
+        (tmp_path / case / "scenario.yaml").write_text(yaml.safe_dump(without_smoke))
+        for path in src.glob("*.json"):
+            record = json.loads(path.read_text())
+            record["spec"]["scenario_file"] = str(tmp_path / case / "scenario.yaml")
+            if rule:
+                record["spec"]["report"]["repeats"] = {"auto": rule}
+            for repetition in (0,) if rule else (0, 1):
+                record["spec"]["repetition"] = repetition
+                (copy / f"{path.stem}-r{repetition}.json").write_text(json.dumps(record))
+        rep = suite_cli("report", "--results", tmp_path / case, "--out", tmp_path / case / "out")
+        assert rep.returncode == 0, rep.stdout + rep.stderr
+        page = (tmp_path / case / "out" / "mnist_cnn_filters.md").read_text()
+        line = next(line for line in page.splitlines() if line.startswith("- **Smoke size**"))
+        said = "the runs `--repeats auto` asked for" if rule else "the runs `--repeats` asked for"
+        assert f"**Smoke size**: {said}; the scenario has no `smoke` settings" in line, (case, line)
+
+
 def test_a_smoke_setting_changed_with_set_is_not_called_a_smoke_setting(smoke_run, tmp_path: Path) -> None:
     """``--set`` wins over the smoke block; the page says it on the line of its own."""
 

@@ -113,8 +113,12 @@ def _smoke_line(view: ScenarioView, files: ScenarioFiles) -> str:
         )
     if not found.smoke:
         # Smoke runs each point once unless --repeats asked for more: say what the runs on file did.
+        # (Under repeats: auto on a pool, a folder may hold one run of a point whose others are elsewhere.)
         counts = {len({r.spec.get("repetition") for r in p.runs}) for p in view.points if p.runs}
-        runs = "one run of each point" if counts == {1} else "the runs --repeats asked for"
+        if any(p.auto for p in view.points):
+            runs = "the runs `--repeats auto` asked for"
+        else:
+            runs = "one run of each point" if counts == {1} else "the runs `--repeats` asked for"
         return f"- **Smoke size**: {runs}; the scenario has no `smoke` settings{end}"
     keys = [key for key in found.smoke if key not in view.overrides]
     if not keys:
