@@ -80,16 +80,6 @@ def test_check_shows_the_range_of_runs_before_the_first_stage(tmp_path: Path) ->
     assert proc.returncode == 2 and "--repeats: got 'some'; allowed: an integer in [1, 1000], or auto" in proc.stderr
 
 
-def test_a_budget_on_a_pool_of_nodes_is_refused_before_any_node_is_reached(tmp_path: Path) -> None:
-    # A pool starts every run at once: there is no run left to hold back. (repeats: auto on a pool:
-    # tests/test_ray_backend.py.)
-    path = write_scenario(tmp_path, "tiny_auto", TINY)
-    args = ["--backend", "ray", "--ray-address", "127.0.0.1:1", "--results", tmp_path / "r", "--budget", "1h"]
-    proc = suite_cli("run", path, *args)
-    assert proc.returncode == 2 and "a pool of nodes (--backend ray) starts them all at once" in proc.stderr
-    assert "leave --budget out" in proc.stderr and not (tmp_path / "r").exists(), proc.stderr
-
-
 def test_the_plan_counts_auto_points_at_their_own_cap_against_max_runs(tmp_path: Path) -> None:
     capped = write_scenario(tmp_path, "capped", TINY.replace("repeats: auto\n", "repeats: auto\nmax_repeats: 5\n"))
     ok = suite_cli(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -402,6 +403,7 @@ def test_repeats_auto_runs_its_first_stage_on_the_pool_then_what_its_spread_asks
     )  # fmt: skip
     row = next((line for line in check.stdout.splitlines() if path.stem in line), "")
     assert check.returncode == 0 and "| 5 (auto) " in row and "done" in row, check.stdout + check.stderr
+    assert "warning: repeats: auto counts each point's runs over all the nodes that take it" in check.stdout
     out = tmp_path / "rep"
     report = subprocess.run(
         [sys.executable, "-m", "suite", "report", "--results", str(res), "--out", str(out)],
@@ -410,6 +412,33 @@ def test_repeats_auto_runs_its_first_stage_on_the_pool_then_what_its_spread_asks
     page = (out / f"{path.stem}.md").read_text() if report.returncode == 0 else report.stderr
     # Smoke size without smoke settings: not "one run of each point", in either folder's section.
     assert page.count("**Smoke size**: the runs `--repeats auto` asked for;") == 2, page
+
+
+def test_a_budget_spent_leaves_the_queued_runs_unstarted_and_unrecorded_for_the_next_run(
+    cluster: RayLocalCluster, tmp_path: Path
+) -> None:
+    # 3 runs, 2 nodes of model B taking one at a time: the third waits in Ray's queue past the budget.
+    path = scenario(tmp_path, "ray_model_b", "ray_budget", {"repeats": 3, "matrix": None})
+    res = tmp_path / "results"
+    proc = run_suite(cluster, res, path, "--repeats", "3", "--budget", "1s")
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    said = re.search(r"--budget 1s spent: (\d) runs? not started; run the same command again to go on", proc.stdout)
+    assert said and 1 <= int(said.group(1)) <= 3, log
+    runs = [r for rs in by_machine(res).values() for r in rs]
+    assert all(r.ok for r in runs) and len(runs) == 3 - int(said.group(1)), [(r.status, r.message) for r in runs]
+    again = run_suite(cluster, res, path, "--repeats", "3")
+    counted = f"runs: {3 - len(runs)} ok" + (f", {len(runs)} already done" if runs else "")
+    assert again.returncode == 0 and counted in again.stdout, again.stdout + again.stderr
+    runs = [r for rs in by_machine(res).values() for r in rs]
+    assert sorted(r.spec["repetition"] for r in runs) == [0, 1, 2] and all(r.ok for r in runs)
+    check = subprocess.run(
+        suite_cmd(cluster, res, path, "--repeats", "3", "--budget", "1s", command="check"),
+        cwd=REPO, env=suite_env(cluster), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert check.returncode == 0 and "--budget 1s: no run starts on a node once it has passed" in check.stdout, (
+        check.stdout + check.stderr
+    )
 
 
 def test_a_run_past_its_timeout_is_recorded_as_timeout(cluster: RayLocalCluster, tmp_path: Path) -> None:

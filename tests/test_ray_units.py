@@ -114,6 +114,7 @@ class StandInRay:
     submissions: list[Submission] = field(default_factory=list)
     cancels: list[tuple[Ref, bool]] = field(default_factory=list)
     stops: list[list[str] | None] = field(default_factory=list)  # what the board was asked to stop
+    budgets: list[float] = field(default_factory=list)  # the seconds the board was given (--budget)
     board_answers: bool = True  # False: the board's calls time out
     snapshot_answers: bool = True  # False: the board's snapshot times out
     board_calls: list[str] = field(default_factory=list)  # "stop" and "snapshot", in the order asked
@@ -238,7 +239,12 @@ class _RemoteClass:
 
     def remote(self) -> Any:
         snapshot = SimpleNamespace(remote=lambda: self.ray._snapshot)
-        return SimpleNamespace(snapshot=snapshot, stop=SimpleNamespace(remote=self._stop))
+        budget = SimpleNamespace(remote=self._close_starts_in)
+        return SimpleNamespace(snapshot=snapshot, stop=SimpleNamespace(remote=self._stop), close_starts_in=budget)
+
+    def _close_starts_in(self, seconds: float) -> Ref:
+        self.ray.budgets.append(seconds)
+        return self.ray._stop  # answered as a stop is: True, or a timeout when the board does not answer
 
     def _stop(self, keys: list[str] | None) -> Ref:
         self.ray.stops.append(keys)
@@ -601,6 +607,49 @@ def test_a_head_gone_after_the_first_stage_of_repeats_auto_ends_the_plan_without
     assert summary.stopped and "stopped answering" in summary.stopped, summary.stopped
     assert len(fake.submissions) == 4 and summary.counts["ok"] == 4 and not summary.added
     assert sorted(r.spec["repetition"] for _, r in results.load_folder(tmp_path / "res" / "node-a")) == [0, 1, 2, 3]
+
+
+def test_a_budget_on_a_pool_leaves_the_runs_a_node_takes_after_it_unrecorded_for_the_next_run(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    """Through run_plan with a real RayPool: every run is submitted at once, the board is given the
+    budget, and the tasks that start after it come back with nothing run (ray_board.NOT_STARTED)."""
+    path = write_scenario(tmp_path, "budget", SCENARIO.format(name="budget").replace("repeats: 1", "repeats: 3"))
+    specs = [s for s in plan.expand(scenario.load(path), data=lambda _d: {"source": "synthetic", "note": "t"})]
+    specs = [s for s in specs if s.device == "cpu"]
+    pool, fake, _ = make_pool(head)
+    real_collect = pool.collect
+
+    def collect(timeout: float = 0) -> list[Finished]:
+        first, *later = fake.submissions
+        fake.finish(
+            first.ref, {"machine": "node-a", "node_id": "n1", "result": ok_result(specs[0], "node-a").to_dict()}
+        )
+        for sub in later:
+            fake.finish(sub.ref, {"machine": "node-a", "node_id": "n1", "stopped": ray_board.NOT_STARTED})
+        return real_collect(timeout=0)
+
+    pool.collect = collect  # type: ignore[method-assign]
+    lines: list[str] = []
+    res = tmp_path / "res"
+    summary = runner.run_plan(specs, pool, res, "orchestrator", say=lines.append, budget=("1h", 3600.0))
+    assert len(fake.budgets) == 1 and 3590 < fake.budgets[0] <= 3600, fake.budgets
+    assert len(fake.submissions) == 3 and summary.counts["ok"] == 1 and summary.unstarted == 2
+    assert not summary.failed and "--budget 1h spent: 2 runs not started; run the same command again to go on" in (
+        summary.lines()
+    )
+    assert [r.spec["repetition"] for _, r in results.load_folder(res)] == [0], "nothing recorded for the others"
+
+
+def test_a_pool_whose_board_does_not_take_the_budget_runs_nothing(
+    tmp_path: Path, head: socket.socket, no_real_ray: None
+) -> None:
+    cpu, _ = specs_of(tmp_path)
+    pool, fake, _ = make_pool(head)
+    fake.board_answers = False
+    with pytest.raises(base.BackendUnavailable, match="--budget: the plan's board on .* did not take it"):
+        runner.run_plan([cpu], pool, tmp_path / "res", "orchestrator", say=lambda _l: None, budget=("1h", 3600.0))
+    assert not fake.submissions and not (tmp_path / "res").exists()
 
 
 def test_an_ok_result_comes_back_under_the_nodes_machine(
@@ -1412,13 +1461,24 @@ def test_peaks_of_asks_the_board_with_a_time_limit_and_without_it_measures(monke
 
 def test_the_board_answers_a_starting_task_whether_the_plan_is_stopping() -> None:
     board = ray_board.Board()
-    assert board.mark("k1", "started", 0.0, {}) is False
+    assert board.mark("k1", "started", 0.0, {}) == ""
     board.stop(["k1"])
     assert board.stop_asked("k1") and not board.stop_asked("k2"), "a deadline stops one attempt"
-    assert board.mark("k2", "started", 0.0, {}) is False
+    assert board.mark("k2", "started", 0.0, {}) == ""
     board.stop(None)
-    assert board.mark("k3", "started", 0.0, {}) is True, "after a stop of every attempt, a new one is stopped too"
+    assert board.mark("k3", "started", 0.0, {}) == ray_board.ASKED, "after a stop of every attempt, a new one stops"
     assert "started_for_s" in board.snapshot()["k3"], "and it is marked started: the orchestrator waits for it"
+
+
+def test_the_board_tells_a_task_that_starts_after_the_budget_not_to_start_its_run() -> None:
+    board = ray_board.Board()
+    board.close_starts_in(3600)
+    assert board.mark("k1", "started", 0.0, {}) == "", "within the budget"
+    board.close_starts_in(0)
+    assert board.mark("k2", "started", 0.0, {}) == ray_board.NOT_STARTED
+    assert board.mark("k1", "ready", 0.0, {}) == "" and not board.stop_asked("k1"), "a started run goes on"
+    board.stop(None)
+    assert board.mark("k3", "started", 0.0, {}) == ray_board.ASKED, "a stop says so first"
 
 
 def test_a_task_that_starts_after_the_stop_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1516,6 +1576,7 @@ class StandInPool:
     ended_while_cancelling: list[Finished] = field(default_factory=list)  # what cancel_all hands back
     holding: list[Finished] = field(default_factory=list)  # handed out by collect, not yet saved
     cancel_raises: BaseException | None = None  # raised by cancel_all after it took what ended (a second Ctrl-C)
+    unstarted: int = 0  # none: these tests give no budget
 
     def counts_as_done(self, result: RunResult) -> bool:
         return "ray" in result.run

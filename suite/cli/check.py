@@ -17,7 +17,6 @@ from suite.cli.common import (
     check_ray_args,
     display_path,
     make_plan,
-    refuse_budget_on_pool,
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts
@@ -41,7 +40,6 @@ def _refused(
     """What ``run`` would refuse before anything runs, if anything; the rows then say "run refuses"
     where they said "will run"."""
     try:
-        refuse_budget_on_pool(args)
         refuse_without_data([s for s in specs if backend.skip_reason(s) is None], args)
         refused = saving.unwritable_here(folder)
     except UsageError as exc:
@@ -100,9 +98,19 @@ def cmd_check(args: argparse.Namespace) -> int:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
         refused = _refused(specs, args, backend, folder, rows, total)
         pool_note = _pool_note(backend) if is_pool(backend) else None
-        budget = (
-            _budget_line(args.budget, specs + extra, skips, done, walls) if args.budget and not is_pool(backend) else ""
-        )
+        split: list[str] = []
+        if is_pool(backend):
+            from suite.backends.ray_cluster.placement import split_auto_points
+
+            split = split_auto_points(specs, backend.nodes(), backend.gpu_model)
+        budget = ""
+        if args.budget and is_pool(backend):  # how many start depends on how many nodes take runs at once
+            budget = (
+                f"--budget {args.budget[0]}: no run starts on a node once it has passed; the runs still "
+                "queued then wait for the next run"
+            )
+        elif args.budget:
+            budget = _budget_line(args.budget, specs + extra, skips, done, walls)
     finally:
         backend.close()
     _print_table(rows, total.skip_reasons)
@@ -123,6 +131,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     if pool_note:
         print(pool_note)
+    for line in split:
+        print(f"warning: {line}")
     for line in _data_lines(whole.specs):
         print(line)
     if refused:

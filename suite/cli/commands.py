@@ -17,7 +17,6 @@ from suite.cli.common import (
     display_path,
     make_backend,
     make_plan,
-    refuse_budget_on_pool,
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts, mnist_fetch
@@ -38,7 +37,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in made.lines(args.select):
             say(line)
     check_ray_args(args)
-    refuse_budget_on_pool(args)
     if args.hosts is not None:
         refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)

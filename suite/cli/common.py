@@ -55,16 +55,6 @@ class Plan:
         return out
 
 
-def refuse_budget_on_pool(args: argparse.Namespace) -> None:
-    """UsageError for ``--budget`` on a pool of nodes, whose runs all go at once: no run is started
-    late that a budget could hold back."""
-    if args.backend == "ray" and getattr(args, "budget", None) is not None:
-        raise UsageError(
-            "--budget holds back runs that have not started; a pool of nodes (--backend ray) starts "
-            "them all at once: leave --budget out, or run on one machine's backend"
-        )
-
-
 def _most_runs(sc: Scenario, args: argparse.Namespace, auto: bool) -> int:
     """Runs a point of ``sc`` may take in this plan: ``--repeats N``; under ``--repeats auto`` or the
     file's ``repeats: auto`` (not at smoke size without the flag) its cap; else the fixed count."""

@@ -49,6 +49,13 @@ class Runs(Protocol):
 
     def skip_reason(self, spec: RunSpec) -> str | None: ...
     def skipped(self, spec: RunSpec, reason: str) -> results.RunResult: ...
+    def close_starts_in(self, seconds: float) -> None:
+        """``--budget``: none of the runs submitted starts once ``seconds`` have passed (a pool's
+        queue; in order here, the plan checks the budget before each run itself)."""
+        ...
+
+    @property
+    def unstarted(self) -> int: ...  # runs that reached a node after the budget and ran nothing
     def submit(self, spec: RunSpec, head: str, progress: Progress) -> None: ...
     def ready(self) -> list[Made]: ...
     def collect(self) -> list[Made]: ...
@@ -65,6 +72,7 @@ class InOrder:
 
     names_machine = False
     gone: str | None = None
+    unstarted = 0  # the plan starts no run once the budget is spent (``runner._walk``)
 
     def __init__(self, backend: Backend, machine: str):
         self.backend, self.machine = backend, machine
@@ -82,6 +90,9 @@ class InOrder:
 
     def skip_reason(self, spec: RunSpec) -> str | None:
         return self.backend.skip_reason(spec)
+
+    def close_starts_in(self, seconds: float) -> None:
+        pass  # each run starts when the plan reaches it, which checks the budget first
 
     def skipped(self, spec: RunSpec, reason: str) -> results.RunResult:
         return self.backend.skipped(spec, reason)
@@ -136,8 +147,15 @@ class Pooled:
         # Every node's folder is read only to resume; the runs go at once: no ETA.
         return {} if fresh else pool_previous_runs(results_dir, self.pool.counts_as_done), None
 
+    @property
+    def unstarted(self) -> int:
+        return int(self.pool.unstarted)
+
     def skip_reason(self, spec: RunSpec) -> str | None:
         return self.pool.skip_reason(spec)
+
+    def close_starts_in(self, seconds: float) -> None:
+        self.pool.close_starts_in(seconds)  # every run is submitted at once: Ray's queue holds them
 
     def skipped(self, spec: RunSpec, reason: str) -> results.RunResult:
         return self.pool.skipped(spec, reason)

@@ -218,7 +218,8 @@ def run_plan(
     auto: points of ``repeats: auto`` take their second stage once the plan's first is on file
         (``second_stage``); without it the plan is the specs given (reproduce reruns them as recorded).
     budget: (as given, seconds): no run starts once that long has passed since the plan began; the
-        runs left are not recorded, so the next ``run`` takes them up (one machine's backend only).
+        runs left are not recorded, so the next ``run`` takes them up. A pool's board refuses a task
+        that Ray starts later, by the board's clock (``Runs.close_starts_in``).
     """
     summary = Summary(budget=budget[0] if budget else None)
     deadline = clock() + budget[1] if budget else None
@@ -235,6 +236,8 @@ def run_plan(
         return deadline is not None and clock() >= deadline
 
     try:
+        if deadline is not None:
+            runs.close_starts_in(max(0.0, deadline - clock()))
         previous, earlier = runs.on_file(results_dir, fresh)
         steps = _steps(specs, runs, previous)
         staged = auto and any((s.report.get("repeats") or {}).get(AUTO) for s in specs)
@@ -256,6 +259,7 @@ def run_plan(
                 for made in runs.stop(progress.line):
                     save(made)
         summary.stopped = summary.stopped or runs.gone
+        summary.unstarted += runs.unstarted
     except BaseException:  # noqa: BLE001 - Ctrl-C, SIGTERM, a lost cluster: nothing may outlive the plan
         try:
             runs.stop(progress.line)

@@ -10,6 +10,7 @@ GCS_CALL_S = 5.0  # the longest a call that needs the head may take before the l
 ALL = "*"  # the board's stop for every attempt of the plan
 ASKED = "asked"  # why a task stopped its run: the board asked it to
 BOARD_GONE = "board gone"  # why a task did not run: the plan's board actor died
+NOT_STARTED = "budget spent"  # why a task did not start its run: the plan's --budget had passed
 
 
 class Board:
@@ -26,6 +27,7 @@ class Board:
         self.marks: dict[str, dict[str, Any]] = {}
         self.peaks: dict[str, list] = {}  # node id -> [[peak key, peak]]: the node's calibrations so far
         self.stops: set[str] = set()  # attempt keys asked to stop; ALL: every one
+        self.starts_until: float | None = None  # by the board's clock: no run starts after it (--budget)
 
     def peaks_of(self, node_id: str) -> list:
         return list(self.peaks.get(node_id, []))
@@ -33,13 +35,25 @@ class Board:
     def add_peaks(self, node_id: str, measured: list) -> None:
         self.peaks.setdefault(node_id, []).extend(measured)
 
-    def mark(self, key: str, what: str, at: float, facts: dict[str, Any]) -> bool:
-        """Record the mark; whether the attempt is asked to stop (the answer a starting task needs)."""
+    def mark(self, key: str, what: str, at: float, facts: dict[str, Any]) -> str:
+        """Record the mark; why the attempt is not to go on (the answer a starting task needs): ASKED
+        (a stop), NOT_STARTED (it starts once the plan's budget has passed), or "" (go on)."""
         del at  # the node's clock: kept out
+        now = time.monotonic()
         entry = self.marks.setdefault(key, {})
-        entry[what] = time.monotonic()
+        entry[what] = now
         entry.update(facts)
-        return self.stop_asked(key)
+        if self.stop_asked(key):
+            return ASKED
+        if what == "started" and self.starts_until is not None and now >= self.starts_until:
+            return NOT_STARTED
+        return ""
+
+    def close_starts_in(self, seconds: float) -> bool:
+        """No run starts once ``seconds`` have passed (``run --budget``): a task that starts later
+        runs nothing and says so; the runs that started go on."""
+        self.starts_until = time.monotonic() + seconds
+        return True
 
     def stop(self, keys: list[str] | None) -> bool:
         """Ask the attempts ``keys`` (None: every one, also those not started yet) to stop."""
@@ -85,14 +99,18 @@ def stop_asked(ray: Any, board: Any, key: str) -> str | None:
 
 
 def _board_says_stop(ray: Any, call: Callable[[], Any]) -> str | None:
-    """ASKED when the board says stop; BOARD_GONE when the board is dead (it lives with the
-    orchestrator's job: without it no result could go back); None otherwise. A board that is slow,
-    or unavailable for a while (ActorUnavailableError, say while the head recovers), stops nothing."""
+    """ASKED when the board says stop; NOT_STARTED when a task starts after the plan's budget;
+    BOARD_GONE when the board is dead (it lives with the orchestrator's job: without it no result
+    could go back); None otherwise. A board that is slow, or unavailable for a while
+    (ActorUnavailableError, say while the head recovers), stops nothing."""
     try:
-        return ASKED if ray.get(call(), timeout=GCS_CALL_S) else None
+        answer = ray.get(call(), timeout=GCS_CALL_S)  # mark: a reason or ""; stop_asked: whether
     except Exception as exc:  # noqa: BLE001
         died = getattr(getattr(ray, "exceptions", None), "ActorDiedError", None)
         return BOARD_GONE if died is not None and isinstance(exc, died) else None
+    if isinstance(answer, str):
+        return answer or None
+    return ASKED if answer else None
 
 
 def mark(board: Any, key: str, what: str, **facts: Any) -> None:

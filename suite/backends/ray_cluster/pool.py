@@ -13,11 +13,12 @@ from typing import Any
 from suite.backends.base import BackendUnavailable, Inventory, now_iso
 from suite.backends.ray_cluster import head, stopping
 from suite.backends.ray_cluster.attempts import Attempt, Finished, Suspect, first_line, iso_time, result_of
-from suite.backends.ray_cluster.board import BOARD_GONE
+from suite.backends.ray_cluster.board import BOARD_GONE, GCS_CALL_S, NOT_STARTED
 from suite.backends.ray_cluster.head import HEAD_SILENT_S, LOCAL
 from suite.backends.ray_cluster.placement import MODEL_SHARE, demand, gpu_model_of, placement_problem
 from suite.backends.ray_cluster.stopping import CANCEL_GRACE_S
 from suite.backends.ray_cluster.task import Job
+from suite.backends.ray_cluster.threads import within
 from suite.record import code_identity, provenance
 from suite.record.results import RunResult
 from suite.spec.plan import RunSpec
@@ -72,6 +73,7 @@ class RayPool:
         self._counter = 0
         self._nodes_cache: tuple[float, list[dict[str, Any]]] | None = None
         self.gone: str | None = None  # set when the cluster stopped answering: why the plan ended
+        self.unstarted = 0  # tasks that started once the plan's budget had passed, and ran nothing
         self._last_marks: dict[str, dict[str, Any]] = {}
         self._silent_since: float | None = None
         self._unplaceable_since: dict[str, float] = {}
@@ -127,6 +129,22 @@ class RayPool:
 
     def skip_reason(self, spec: RunSpec) -> str | None:
         return placement_problem(demand(spec, self.gpu_model), self.nodes(), self.where)
+
+    def close_starts_in(self, seconds: float) -> None:
+        """``run --budget``: no run starts once ``seconds`` have passed, by the board's clock; a task
+        Ray starts later runs nothing and is counted in ``unstarted``. Raises BackendUnavailable when
+        the board does not take it: runs submitted without it would all start."""
+        self.connect()
+        board, ray = self._board, self.ray
+        try:
+            taken = within(GCS_CALL_S, lambda: ray.get(board.close_starts_in.remote(seconds), timeout=GCS_CALL_S))
+        except Exception as exc:  # noqa: BLE001 - said below, whatever Ray raised
+            taken = f"{type(exc).__name__}: {exc}"
+        if taken is not True:
+            raise BackendUnavailable(
+                f"--budget: the plan's board on {self.where} did not take it within {GCS_CALL_S:g} s"
+                + (f" ({taken})" if isinstance(taken, str) else "")
+            )
 
     def run_info(self) -> dict[str, Any]:
         ray = {"address": self.address or "local", "session": self.session}
@@ -269,6 +287,9 @@ class RayPool:
         except ray.exceptions.RayError as exc:
             return [self._recorded(attempt, "error", f"Ray could not run the task: {type(exc).__name__}: {exc}")]
         if value.get("stopped"):  # it stopped its run when the board asked, or found it gone
+            if value["stopped"] == NOT_STARTED:  # --budget: not recorded, so the next run takes it
+                self.unstarted += 1
+                return []
             if attempt.cancelled_for == "timeout":
                 return [self._recorded(attempt, "timeout", self._timeout_text(attempt))]
             if value["stopped"] == BOARD_GONE:

@@ -61,7 +61,7 @@ class Reply(TypedDict, total=False):
     node_id: Required[str]
     result: dict[str, Any]  # RunResult.to_dict()
     peaks: list  # [[peak key, peak]] measured by this run
-    stopped: str  # ASKED or BOARD_GONE: no run, or none to its end
+    stopped: str  # ASKED, NOT_STARTED or BOARD_GONE: no run, or none to its end
 
 
 def _ray_facts(
