@@ -417,23 +417,24 @@ def test_repeats_auto_runs_its_first_stage_on_the_pool_then_what_its_spread_asks
 def test_a_budget_spent_leaves_the_queued_runs_unstarted_and_unrecorded_for_the_next_run(
     cluster: RayLocalCluster, tmp_path: Path
 ) -> None:
-    # 3 runs, 2 nodes of model B taking one at a time: the third waits in Ray's queue past the budget.
-    path = scenario(tmp_path, "ray_model_b", "ray_budget", {"repeats": 3, "matrix": None})
+    # 4 runs, 2 nodes of model B taking one at a time: all are submitted within the budget (about a
+    # second after the plan starts), the last two wait in Ray's queue until a run of 7-10 s ends.
+    path = scenario(tmp_path, "ray_model_b", "ray_budget", {"repeats": 4, "matrix": None})
     res = tmp_path / "results"
-    proc = run_suite(cluster, res, path, "--repeats", "3", "--budget", "1s")
+    proc = run_suite(cluster, res, path, "--repeats", "4", "--budget", "6s")
     log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log
-    said = re.search(r"--budget 1s spent: (\d) runs? not started; run the same command again to go on", proc.stdout)
-    assert said and 1 <= int(said.group(1)) <= 3, log
+    assert proc.returncode == 0 and "4 run(s) submitted" in proc.stdout, log
+    said = re.search(r"--budget 6s spent: (\d) runs? not started; run the same command again to go on", proc.stdout)
+    assert said and 1 <= int(said.group(1)) <= 4, log
     runs = [r for rs in by_machine(res).values() for r in rs]
-    assert all(r.ok for r in runs) and len(runs) == 3 - int(said.group(1)), [(r.status, r.message) for r in runs]
-    again = run_suite(cluster, res, path, "--repeats", "3")
-    counted = f"runs: {3 - len(runs)} ok" + (f", {len(runs)} already done" if runs else "")
+    assert all(r.ok for r in runs) and len(runs) == 4 - int(said.group(1)), [(r.status, r.message) for r in runs]
+    again = run_suite(cluster, res, path, "--repeats", "4")
+    counted = f"runs: {4 - len(runs)} ok" + (f", {len(runs)} already done" if runs else "")
     assert again.returncode == 0 and counted in again.stdout, again.stdout + again.stderr
     runs = [r for rs in by_machine(res).values() for r in rs]
-    assert sorted(r.spec["repetition"] for r in runs) == [0, 1, 2] and all(r.ok for r in runs)
+    assert sorted(r.spec["repetition"] for r in runs) == [0, 1, 2, 3] and all(r.ok for r in runs)
     check = subprocess.run(
-        suite_cmd(cluster, res, path, "--repeats", "3", "--budget", "1s", command="check"),
+        suite_cmd(cluster, res, path, "--repeats", "4", "--budget", "1s", command="check"),
         cwd=REPO, env=suite_env(cluster), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert check.returncode == 0 and "--budget 1s: no run starts on a node once it has passed" in check.stdout, (

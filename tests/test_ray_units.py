@@ -647,7 +647,7 @@ def test_a_pool_whose_board_does_not_take_the_budget_runs_nothing(
     cpu, _ = specs_of(tmp_path)
     pool, fake, _ = make_pool(head)
     fake.board_answers = False
-    with pytest.raises(base.BackendUnavailable, match="--budget: the plan's board on .* did not take it"):
+    with pytest.raises(base.BackendUnavailable, match="--budget: the plan's board on .* did not take it: GetTimeout"):
         runner.run_plan([cpu], pool, tmp_path / "res", "orchestrator", say=lambda _l: None, budget=("1h", 3600.0))
     assert not fake.submissions and not (tmp_path / "res").exists()
 
@@ -1112,8 +1112,9 @@ def test_cancel_all_returns_the_runs_that_ended_with_a_result_meanwhile(
     stopped, ended, running = (s.ref for s in fake.submissions)  # of cpu, gpu, still
     # During the wait: one run ends with its result, one stops, one does not end at all.
     fake.finish(ended, {"machine": "node-b2", "node_id": "n3", "result": ok_result(gpu, "node-b2").to_dict()})
-    fake.finish(stopped, {"machine": "node-b1", "node_id": "n2", "stopped": True})
+    fake.finish(stopped, {"machine": "node-b1", "node_id": "n2", "stopped": ray_board.NOT_STARTED})
     [kept] = pool.cancel_all(say=lambda _line: None)
+    assert pool.unstarted == 1, "it started past the plan's budget and ran nothing: for the next run"
     assert isinstance(kept, Finished) and kept.spec == gpu and kept.machine == "node-b2"
     assert kept.result.status == "ok" and kept.result.run["machine"] == "node-b2"
     assert fake.cancels == [(running, True)], "only the one that did not end is forced"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from suite.backends.ray_cluster.attempts import Attempt, Finished, result_of
-from suite.backends.ray_cluster.board import GCS_CALL_S
+from suite.backends.ray_cluster.board import GCS_CALL_S, NOT_STARTED
 from suite.backends.ray_cluster.task import Reply
 
 if TYPE_CHECKING:
@@ -96,6 +96,9 @@ def take_ended(pool: RayPool, done: list[Any], running: list[Any]) -> None:
             continue
         if isinstance(value, dict) and "result" in value:
             pool._hold([result_of(attempt, cast(Reply, value))])
+            del pool._pending[ref]
+        elif isinstance(value, dict) and value.get("stopped") == NOT_STARTED:  # --budget: for the next run
+            pool.unstarted += 1
             del pool._pending[ref]
         running.remove(ref)
 
