@@ -241,7 +241,7 @@ def test_a_first_stage_not_whole_on_file_is_read_as_a_fixed_count(auto_run, tmp_
     proc = suite_cli("report", "--results", copy, "--out", tmp_path / "out", "--format", "md,json")
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "out" / "tiny_auto.md").read_text()
-    assert "repeats: auto: 4 runs; its first stage (runs 1-4) is not all ok on file" in page
+    assert "repeats: auto: 4 runs; its first stage (runs 1-4) is not all ok in this machine's folder" in page
     fits: dict[str, list[float]] = {}
     for _, r in sorted(results.load_folder(copy / "box"), key=lambda pr: pr[1].spec["repetition"]):
         fits.setdefault(r.spec["point_label"], []).append(r.timing["fit_s"])

@@ -223,8 +223,8 @@ def stopping_note(p: Point) -> str | None:
     fits, first = p.values(FIT_S), int(rule["first"])
     if p.first_stage is None:
         return (
-            f"repeats: auto: {len(fits)} runs; its first stage (runs 1-{first}) is not all ok on file, so the "
-            "interval is over every run, as for a fixed count"
+            f"repeats: auto: {len(fits)} runs; its first stage (runs 1-{first}) is not all ok in this machine's "
+            "folder, so the interval is over every run, as for a fixed count"
         )
     if any((a := TEST_ACCURACY.of(r)) is not None and a < ACCURACY_GATE for r in p.runs[:first]):
         return f"repeats: auto: {len(fits)} runs; below the accuracy gate in its first stage, which asks for no more"
