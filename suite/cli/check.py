@@ -72,10 +72,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     machine = args.machine or host_facts.machine_name()
     folder = results_folder.machine_dir(args.results, machine)
     backend, chosen = _check_backend(args)
+    pooled = is_pool(backend)
     try:
         folders, on_file = _on_file(backend, args.results, folder)
         # As run resumes: a pool's run is done once a node made it ok, whatever else is on file.
-        latest = results_folder.ok_first_by_run if is_pool(backend) else results.latest_by_run
+        latest = results_folder.ok_first_by_run if pooled else results.latest_by_run
         done = {} if args.fresh else latest(on_file)
         walls = results_folder.wall_times(on_file)
         points: dict[tuple[str, str], list[plan.RunSpec]] = {}
@@ -97,14 +98,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             if rule and first.fingerprint not in counts and skip is None:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
         refused = _refused(specs, args, backend, folder, rows, total)
-        pool_note = _pool_note(backend) if is_pool(backend) else None
-        split: list[str] = []
-        if is_pool(backend):
+        pool_note, split, budget = None, [], ""
+        if pooled:
             from suite.backends.ray_cluster.placement import split_auto_points
 
+            pool_note = _pool_note(backend)
             split = split_auto_points(specs, backend.nodes(), backend.gpu_model)
-        budget = ""
-        if args.budget and is_pool(backend):  # how many start depends on how many nodes take runs at once
+        if args.budget and pooled:  # how many start depends on how many nodes take runs at once
             budget = (
                 f"--budget {args.budget[0]}: no run starts on a node once it has passed; the runs still "
                 "queued then wait for the next run"
