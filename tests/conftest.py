@@ -83,14 +83,17 @@ def suite_cli(
 
 
 def copy_of_checkout(into: Path) -> Path:
-    """This checkout's files as a clone would have them (tracked and new, not ignored: no .venv, no
-    results), in a folder of its own; ``into``."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
+    """This checkout's files as a clone would have them (tracked and new, not ignored: no .venv), in a
+    folder of its own; ``into``. New files under reports/ (a smoke run's results and pages) are
+    output, not code: left out."""
+    from suite.record.code_identity import CODE_PATHSPEC, PATHSPEC_ENV
+
+    def ls_files(*args: str) -> str:
+        cmd = ["git", "ls-files", "-z", *args]
+        env = {**os.environ, **PATHSPEC_ENV}
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, check=True, env=env).stdout.decode()
+
+    listed = ls_files("--cached") + ls_files("--others", "--exclude-standard", "--", *CODE_PATHSPEC)
     for rel in filter(None, listed.split("\0")):
         src = REPO / rel
         if src.is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import tomllib
@@ -54,9 +55,17 @@ def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
 
 
+def _code_status() -> str:
+    """``git status`` of the code: reports/ is output (a published page is not a code change)."""
+    from suite.record.code_identity import CODE_PATHSPEC, PATHSPEC_ENV
+
+    args = ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHSPEC]
+    return subprocess.run(args, capture_output=True, text=True, env={**os.environ, **PATHSPEC_ENV}).stdout
+
+
 def test_version_names_the_release_and_the_revision() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    before = _git("status", "--porcelain", "--untracked-files=no").stdout
+    before = _code_status()
     proc = suite_cli("--version")
     assert proc.returncode == 0, proc.stderr
     line = proc.stdout.strip()
@@ -64,7 +73,7 @@ def test_version_names_the_release_and_the_revision() -> None:
     if head.returncode != 0:
         assert line == f"keras-speed-suite {version} (no git revision: not a git checkout, or git is missing)"
         return
-    if _git("status", "--porcelain", "--untracked-files=no").stdout != before:
+    if _code_status() != before:
         pytest.skip("the checkout changed while --version ran")
     match = re.fullmatch(
         rf"keras-speed-suite {re.escape(version)} \(git ([0-9a-f]{{12}})"
