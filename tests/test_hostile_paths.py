@@ -188,3 +188,27 @@ def test_pages_are_as_readable_as_any_file_made_here(tmp_path: Path) -> None:
     umask = os.umask(0o022)
     os.umask(umask)
     assert (tmp_path / "out" / "README.md").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_report_lists_results_without_following_links_to_folders_or_reading_temp_and_cache_files(
+    tmp_path: Path,
+) -> None:
+    """A link back up the results folder would make a walk that follows it endless; temp files
+    (``.name``) and folders of caches (``_name``) hold no result. The report counts the results
+    alone, as ``--format json`` lists them, and a folder or link so named as a result is refused."""
+    res = _copy_results(tmp_path)
+    results = sorted(res.rglob("*.json"))
+    machine = res / "fixture-local"
+    os.symlink(res, machine / "loop")  # a link to a folder above
+    (machine / "_cache").mkdir()
+    shutil.copy(results[0], machine / "_cache" / "copy.json")
+    shutil.copy(results[0], machine / "fx_knobs" / ".partial.json")
+    out = tmp_path / "out"
+    proc = suite_cli("report", "--results", res, "--out", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    listed = [r["file"] for r in json.loads((out / "report.json").read_text())["runs"]]
+    assert listed == [p.relative_to(res).as_posix() for p in results], listed
+    (machine / "folder.json").mkdir()
+    proc = suite_cli("report", "--results", res, "--out", out, "--format", "json")
+    assert proc.returncode == 2 and f"{machine / 'folder.json'}: not a readable result file" in proc.stderr
+    assert "not a regular file (a folder)" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
