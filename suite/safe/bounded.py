@@ -28,10 +28,12 @@ def read_bytes(path: Path | str, limit: int) -> bytes:
         if info.st_size > limit:
             raise OSError(errno.EFBIG, f"{info.st_size:,} bytes, more than the {_size(limit)} allowed", str(path))
         os.set_blocking(fd, True)
-        chunks, total = [], 0
-        while chunk := os.read(fd, min(limit + 1 - total, MiB)):
+        # The size fstat gave and a byte more, so that most files take one read and the check for
+        # the end; a buffer of a megabyte for each of thousands of small files costs more than the read.
+        chunks, total, want = [], 0, info.st_size + 1
+        while chunk := os.read(fd, min(limit + 1 - total, want)):
             chunks.append(chunk)
-            total += len(chunk)
+            total, want = total + len(chunk), MiB
             if total > limit:  # it grew while read
                 raise OSError(errno.EFBIG, f"more than the {_size(limit)} allowed", str(path))
         return b"".join(chunks)
