@@ -160,7 +160,9 @@ def _provenance_lines(view: ScenarioView) -> list[str]:
     changed = [t for t in _each(sections, lambda s: provenance_text.changed_during_run_text(s, markdown=True)) if t]
     if changed:
         lines.append(_changed_line(changed, len(sections)))
-    images = [_image_md(s["image"], r.run) for s, r in zip(sections, runs, strict=True) if s.get("image")]
+    # What an image's text reads of its run: whether the run recorded the registry digests.
+    pairs = [(s["image"], "repo_digests" in r.run) for s, r in zip(sections, runs, strict=True) if s.get("image")]
+    images = _each(pairs, lambda pair: _image_md(*pair))
     if images:
         lines.append(_provenance_line("Image", "images", images))
     return lines
@@ -217,13 +219,13 @@ def _lock_md(environment: dict[str, Any] | None) -> str:
     return text
 
 
-def _image_md(image: dict[str, Any], run: dict[str, Any]) -> str:
+def _image_md(image: dict[str, Any], digests_recorded: bool) -> str:
     """ID, digest, recipe hash and base. An image the engine knows no registry digest of (RepoDigests
     empty: built on the engine, never pushed or pulled) says so; a record made before runs recorded
-    the digests says that instead. The base: one recipe built on another base is another image
-    (other OS libraries, another Python build)."""
+    the digests (``digests_recorded`` False) says that instead. The base: one recipe built on another
+    base is another image (other OS libraries, another Python build)."""
     recipe, digest = image.get("recipe_hash"), image.get("digest")
-    digest_text = code(digest) if digest else provenance_text.digest_text(image, run)
+    digest_text = code(digest) if digest else provenance_text.digest_text(image, digests_recorded)
     return (
         f"ID {code(provenance_text.short(image.get('id')))}, digest {digest_text}, recipe "
         + (code(provenance_text.short(recipe)) if recipe else "not recorded (built before images carried one)")

@@ -254,13 +254,15 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
     view without overrides first). Full size is preferred over smoke, and the other size is named.
     """
     grouped: dict[tuple[str, str, bool, str], list[tuple[Path, RunResult]]] = defaultdict(list)
+    checked: set[str] = set()  # machine names found safe: thousands of runs name a few
     for path, result in loaded:
-        relative = path.relative_to(results_dir)
-        machine = RUN_MACHINE.of(result) or relative.parts[0]
-        if not names.is_safe(machine):  # a folder's name, where the record names no machine
-            raise results.ResultError(f"{path}: machine folder {machine!r}; allowed: {names.ALLOWED}")
+        machine = RUN_MACHINE.of(result) or path.relative_to(results_dir).parts[0]
+        if not (isinstance(machine, str) and machine in checked):
+            if not names.is_safe(machine):  # a folder's name, where the record names no machine
+                raise results.ResultError(f"{path}: machine folder {machine!r}; allowed: {names.ALLOWED}")
+            checked.add(machine)
         key = (machine, result.spec["scenario"], bool(result.spec.get("smoke")), _overrides_key(result))
-        grouped[key].append((relative, result))
+        grouped[key].append((path, result))
     views = []
     # The runs as the scenario file says first, then each set of overrides.
     for machine, scenario, overrides in sorted(
@@ -271,7 +273,7 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
             grouped.get((machine, scenario, True, overrides)),
         )
         chosen, is_smoke = (full, False) if full else (smoke, True)
-        points, left_out = _points(chosen or [])
+        points, left_out = _points(chosen or [], results_dir)
         as_recorded = dict((chosen or [])[0][1].spec.get("overrides") or {}) if chosen else {}  # the order --set gave
         view = ScenarioView(machine, scenario, is_smoke, points, overrides=as_recorded, left_out=left_out)
         if full and smoke:
@@ -285,8 +287,8 @@ def _overrides_key(result: RunResult) -> str:
     return json.dumps(dict(overrides), sort_keys=True) if overrides else "{}"  # most runs have none
 
 
-def _points(runs: list[tuple[Path, RunResult]]) -> tuple[list[Point], list[LeftOut]]:
-    """One point per label, and the runs left out of it.
+def _points(runs: list[tuple[Path, RunResult]], results_dir: Path) -> tuple[list[Point], list[LeftOut]]:
+    """One point per label, and the runs left out of it (``runs``' files lie in ``results_dir``).
 
     A label whose runs have several fingerprints (the scenario file, the image or the data changed
     between them) shows the newest fingerprint's runs, the point as it is measured now; the runs of
@@ -309,7 +311,7 @@ def _points(runs: list[tuple[Path, RunResult]]) -> tuple[list[Point], list[LeftO
         for group in sorted(others.values(), key=lambda g: max(finished_at(r) for _, r in g), reverse=True):
             newest_path, newest = max(group, key=lambda pr: finished_at(pr[1]))
             words = config_differences(newest.spec, shown.spec) or "another fingerprint"
-            left_out.append(LeftOut(label, len(group), words, str(newest_path)))
+            left_out.append(LeftOut(label, len(group), words, str(newest_path.relative_to(results_dir))))
     # The plan's own order (matrix order in the YAML), label as tie-break.
     points.sort(key=lambda p: (min(int(r.spec.get("order", 0)) for r in p.runs), p.label))
     return points, left_out

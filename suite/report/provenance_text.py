@@ -184,12 +184,13 @@ def base_text(image: dict[str, Any] | None, *, markdown: bool = False) -> str:
     return lead + as_code(ref) + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def digest_text(image: dict[str, Any], run: dict[str, Any]) -> str:
+def digest_text(image: dict[str, Any], digests_recorded: bool) -> str:
     """The image's registry digest, "none (built locally, not pushed)" when the engine knew none
-    (RepoDigests empty), "not recorded" for a record made before runs recorded the digests."""
+    (RepoDigests empty), "not recorded" for a record made before runs recorded the digests (its
+    ``run`` section has no ``repo_digests``: ``digests_recorded`` False)."""
     if image.get("digest"):
         return str(image["digest"])
-    return "none (built locally, not pushed)" if "repo_digests" in run else "not recorded"
+    return "none (built locally, not pushed)" if digests_recorded else "not recorded"
 
 
 def _image_text(image: dict[str, Any] | None) -> str:

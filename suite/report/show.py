@@ -117,7 +117,9 @@ def _provenance(result: RunResult) -> list[str]:
         lines += [f"    {line}" for line in environment.get("lock_differences") or []]
     if image:
         named = _pairs({k: image.get(k) for k in ("name", "id")})
-        lines.append(f"  image:        {named}, digest {provenance_text.digest_text(image, result.run)}")
+        lines.append(
+            f"  image:        {named}, digest {provenance_text.digest_text(image, 'repo_digests' in result.run)}"
+        )
         lines.append("    " + _pairs({k: image.get(k) for k in ("recipe_hash", "context_hash")}))
         lines.append("    base: " + provenance_text.base_text(image))
         if provenance_text.base_text(image) != "not recorded":

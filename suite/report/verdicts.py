@@ -164,7 +164,9 @@ def _skip_reason(points: list[Point]) -> str:
     """The short recorded reason of the first skipped point, to say why a whole device kind is
     missing. Where it is a GPU count this machine lacks, every count the skipped points need with
     the same rest is said: "needs 1, 2 or 4 GPU(s); this machine has no GPU"."""
-    reasons = [short_reason(r.message) for p in points for r in p.runs if r.status == STATUS_SKIPPED and r.message]
+    # Each message once: thousands of skipped runs hold a few messages.
+    messages = dict.fromkeys(r.message for p in points for r in p.runs if r.status == STATUS_SKIPPED and r.message)
+    reasons = [short_reason(message) for message in messages]
     if not reasons:
         return ""
     first = GPU_NEED.fullmatch(reasons[0])
