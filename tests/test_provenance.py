@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, SCENARIOS
+from conftest import REPO, SCENARIOS, suite_cli
 from docker_fixtures import backend_factory, engine_client, image_fixture, small_specs  # noqa: F401 - fixtures
 
 from suite.backends.base import Exit, RunSkeleton
@@ -857,3 +857,35 @@ def test_the_output_folders_are_not_code(repo: Path) -> None:
     moved = code_identity.suite_identity(repo)
     assert moved["code_tree"] != before["code_tree"]
     assert provenance_text.describe_differences(recorded, {**recorded, "suite": moved})[0].startswith("suite revision")
+
+
+def test_runs_that_got_no_image_have_their_lock_not_recorded_not_missing(tmp_path: Path) -> None:
+    """GPU points in containers on a machine without a GPU are skipped before any image is
+    started: their environment is an image's whose lock nobody looked at. Their page, ``show`` and
+    the hardware comparison say it is not recorded; "not from a lock" would say the image had none."""
+    res, out = tmp_path / "results", tmp_path / "out"
+    ran = suite_cli("run", SCENARIOS / "mlp4096_gpus.yaml", "--backend", "docker", "--smoke", "--results", res)
+    files = sorted(res.rglob("*.json"))
+    records = [json.loads(f.read_text()) for f in files]
+    assert ran.returncode in (0, 1) and records, ran.stdout + ran.stderr
+    for record in records:
+        assert record["status"] != "ok" and record["provenance"]["image"] is None, record["message"]
+        assert provenance.got_no_image(record["provenance"]["environment"]), record["provenance"]
+    assert suite_cli("report", "--results", res, "--out", out).returncode == 0
+    page = (out / "mlp4096_gpus.md").read_text()
+    assert "- Environment lock: not recorded (no image was started)\n" in page and "from a lock" not in page
+    hardware = (out / "hardware.md").read_text()
+    assert "| environment lock | not recorded" in hardware and "| image recipe     | not recorded" in hardware
+    said = suite_cli("show", files[0]).stdout
+    assert "  environment:  not recorded (no image was started)\n" in said and "from a lock" not in said, said
+
+
+def test_an_image_or_a_venv_without_a_lock_is_not_taken_for_a_run_that_got_no_image() -> None:
+    image_env, image = provenance.image_provenance({"image_id": "sha256:" + "a" * 64})  # no lock labels
+    assert image is not None and not provenance.got_no_image(image_env)
+    assert provenance_text.lock_text(image_env) == "not from a lock"
+    venv = {"kind": "venv", "lock_file": None, "lock_sha256": None, "matches_lock": None, "lock_differences": []}
+    assert not provenance.got_no_image(venv) and provenance_text.lock_text(venv) == "not from a lock"
+    skipped, none = provenance.image_provenance({})
+    assert none is None and provenance.got_no_image(skipped)
+    assert provenance_text.lock_text(skipped) == provenance_text.NO_IMAGE

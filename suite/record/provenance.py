@@ -142,6 +142,18 @@ def _environment(
     }
 
 
+def got_no_image(environment: dict[str, Any] | None) -> bool:
+    """Whether ``environment`` is that of a run meant for an image that never got one (skipped, no
+    engine, no such image: ``image_provenance``): its lock is not known, not absent. An image run
+    without a lock says why in its differences."""
+    return bool(
+        environment
+        and environment.get("kind") == "image"
+        and not (environment.get("lock_file") or environment.get("lock_sha256"))
+        and not environment.get("lock_differences")
+    )
+
+
 def no_lock_reason(differences: list[str]) -> str:
     """Why an environment has no lock, without the words "not installed from a lock" a report's
     "not from a lock" already says: "no .suite-lock.json in /x/.venv"."""

@@ -79,6 +79,8 @@ def _suite_code(r: RunResult) -> str:
 
 def _environment_lock(r: RunResult) -> str:
     environment = _section(r).get("environment")
+    if provenance.got_no_image(environment):  # skipped before it got one: unknown, not another lock
+        return NOT_RECORDED
     text = provenance_text.lock_text(environment)
     if environment and environment.get("matches_lock") is False:
         text += " (installed packages differ from it)"
@@ -90,7 +92,11 @@ def _image_recipe(r: RunResult) -> str:
     if image:
         recipe = image.get("recipe_hash")
         return provenance_text.short(recipe) if recipe else NOT_RECORDED
-    return "none (local)" if RUN_BACKEND.of(r) == "local" else ("none" if r.provenance else NOT_RECORDED)
+    if RUN_BACKEND.of(r) == "local":
+        return "none (local)"
+    if provenance.got_no_image(_section(r).get("environment")):  # skipped before it got one
+        return NOT_RECORDED
+    return "none" if r.provenance else NOT_RECORDED
 
 
 FACTS += [

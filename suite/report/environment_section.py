@@ -209,6 +209,8 @@ def _lock_md(environment: dict[str, Any] | None) -> str:
     differences = environment.get("lock_differences") or []
     lock_file, sha = environment.get("lock_file"), environment.get("lock_sha256")
     if not (lock_file and sha):
+        if provenance.got_no_image(environment):
+            return provenance_text.NO_IMAGE
         why = provenance.no_lock_reason(differences)
         return "not from a lock" + (f" ({cell(why)})" if why else "")
     text = f"{code(lock_file)} (sha256 {code(provenance_text.short(sha))})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from suite.record import provenance
 from suite.record.code_identity import MAX_DIRTY_PATHS, UNTRACKED
 from suite.record.provenance import CHANGED_DURING_RUN, SHORT
 from suite.safe.markdown import code as markdown_code
@@ -61,13 +62,16 @@ def changed_during_run_text(section: dict[str, Any], *, markdown: bool = False) 
     return suite_text(at_end, markdown=markdown, paths=5) if at_end else None
 
 
+NO_IMAGE = "not recorded (no image was started)"  # the lock of a run that got no image
+
+
 def lock_text(environment: dict[str, Any] | None) -> str:
     """ "requirements/locks/run-py3.11.txt ab12cd34ef56", or why there is no lock."""
     if not environment:
         return "not recorded"
     if environment.get("lock_file") and environment.get("lock_sha256"):
         return f"{environment['lock_file']} {short(environment['lock_sha256'])}"
-    return "not from a lock"
+    return NO_IMAGE if provenance.got_no_image(environment) else "not from a lock"
 
 
 def _tree_text(suite: dict[str, Any]) -> str:
