@@ -7,9 +7,10 @@ on them ``--rounds`` times, the checkouts alternating within each round so that 
 noise falls on all alike, each with a cache folder of its own (``SUITE_CACHE_DIR``) whose first
 report, cache empty, is timed apart. Each round times two reports per checkout: one into a new
 folder (every page written: the results changed since the last report) and one more into the same
-folder from the same files (unchanged: nothing to rewrite). Prints each checkout's medians and
-ranges in seconds, the ratio of the written reports' median against the first checkout, its first
-report's time, and whether each checkout wrote the same bytes as the last one given.
+folder from the same files (unchanged: nothing to rewrite). Prints each checkout's median and
+range of wall time and median CPU time (user and system) in seconds, its first report's wall time,
+each later checkout's wall times against the first one's (the ratio of geometric means with the 95%
+Welch interval every report prints), and whether each checkout wrote the same bytes as the last one.
 
     python benchmarks/report_scale.py [--files 10200] [--rounds 3] [--from DIR] [--suite DIR ...]
 
@@ -23,6 +24,7 @@ import argparse
 import filecmp
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,6 +33,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from suite.report import stats  # noqa: E402  (the interval every report prints)
+
 FIXTURE = REPO / "tests" / "fixtures" / "results" / "fixture-local" / "fx_width"
 
 
@@ -54,7 +60,9 @@ def make_results(source: Path, files: int, out: Path) -> int:
     return made
 
 
-def timed_report(suite: Path, results: Path, out: Path, cache: Path) -> float:
+def timed_report(suite: Path, results: Path, out: Path, cache: Path) -> tuple[float, float]:
+    """The wall time and the CPU time (user and system, of the report's process) of one report."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "suite", "report", "--results", str(results), "--out", str(out)],
@@ -66,7 +74,14 @@ def timed_report(suite: Path, results: Path, out: Path, cache: Path) -> float:
         check=True,
         capture_output=True,
     )
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - used.ru_utime) + (after.ru_stime - used.ru_stime)
+
+
+def _times(times: list[tuple[float, float]]) -> str:
+    walls, cpus = [w for w, _ in times], [c for _, c in times]
+    return f"{statistics.median(walls):.2f} s ({min(walls):.2f}-{max(walls):.2f}), CPU {statistics.median(cpus):.2f} s"
 
 
 def same_pages(a: Path, b: Path) -> bool:
@@ -92,8 +107,8 @@ def main() -> int:
         }
         # Each round, each checkout: a report into a folder of its own that is new (every page
         # written), then one more into the folder it wrote before from the same files (unchanged).
-        written: dict[Path, list[float]] = {s: [] for s in suites}
-        unchanged: dict[Path, list[float]] = {s: [] for s in suites}
+        written: dict[Path, list[tuple[float, float]]] = {s: [] for s in suites}
+        unchanged: dict[Path, list[tuple[float, float]]] = {s: [] for s in suites}
         for n in range(args.rounds):
             for i, suite in enumerate(suites):
                 out, cache = Path(tmp) / f"out{i}-{n}", Path(tmp) / f"cache{i}"
@@ -103,16 +118,18 @@ def main() -> int:
         # design; a faster one that is meant to write the same bytes must.
         last = Path(tmp) / f"out{len(suites) - 1}"
         same = {s: same_pages(Path(tmp) / f"out{i}", last) for i, s in enumerate(suites[:-1])}
-    first = statistics.median(written[suites[0]])
     print(f"suite report over {made:,} result files, {args.rounds} rounds after a first one with an empty cache")
+    print("  wall time: median (range); CPU time of the report's process: median")
     for suite in suites:
-        t, u = written[suite], unchanged[suite]
-        ratio = statistics.median(t) / first
         print(
-            f"  {suite}: pages written: median {statistics.median(t):.2f} s (range {min(t):.2f}-{max(t):.2f}), "
-            f"x{ratio:.2f}; results unchanged since: median {statistics.median(u):.2f} s "
-            f"(range {min(u):.2f}-{max(u):.2f}); first, cache empty: {cold[suite]:.2f} s"
+            f"  {suite}: pages written: {_times(written[suite])}; results unchanged since: "
+            f"{_times(unchanged[suite])}; first, cache empty: {cold[suite][0]:.2f} s"
         )
+        if suite != suites[0]:
+            for what, times in (("pages written", written), ("unchanged", unchanged)):
+                r = stats.ratio([w for w, _ in times[suite]], [w for w, _ in times[suites[0]]])
+                interval = f" ({stats.LEVEL:.0%} interval {r.low:.2f}-{r.high:.2f})" if r.low is not None else ""
+                print(f"    {what}: wall time x{r.value:.2f} of {suites[0]}'s{interval}")
     for suite, equal in same.items():
         print(f"  {suite}: pages the same as {suites[-1]}'s: {'yes' if equal else 'no'}")
     return 0
