@@ -397,7 +397,7 @@ def result_paths(folder: Path) -> list[Path]:
     every entry, ten times slower over thousands of files, and what it passes over differs between
     Python versions."""
     found: list[tuple[str, ...]] = []
-    stack: list[tuple[str, ...]] = [()]
+    stack: list[tuple[str, ...]] = [()] if folder.is_dir() else []  # none in a folder that is not there
     while stack:
         parts = stack.pop()
         try:
