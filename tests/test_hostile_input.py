@@ -361,3 +361,19 @@ def test_a_variant_name_with_a_pipe_keeps_the_check_table_s_columns(tmp_path: Pa
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) >= 4 and any("a \\| b" in row for row in table), proc.stdout
     assert len({len(re.findall(r"(?<!\\)\|", row)) for row in table}) == 1, proc.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/sys/kernel/pid_max").is_file(), reason="needs Linux's /proc/sys")
+def test_a_file_whose_size_is_not_known_before_it_is_read_is_read_whole_and_bounded() -> None:
+    """Files of /proc say 0 bytes; some answer only their first read (a sysctl's number): read
+    whole, as Python's own open() reads them, and refused beyond the limit like any other file."""
+    from suite.safe import bounded
+
+    for name in ("/proc/sys/kernel/pid_max", "/proc/self/status", "/proc/cpuinfo"):
+        with open(name, "rb") as fh:
+            expected = fh.read()
+        got = bounded.read_bytes(name, bounded.MiB)
+        assert got == expected or name == "/proc/self/status", name  # its figures change between reads
+        assert len(got) > 3 and got.endswith(b"\n"), got
+        with pytest.raises(OSError, match="more than the 3 bytes allowed"):
+            bounded.read_bytes(name, 3)

@@ -30,7 +30,8 @@ def read_bytes(path: Path | str, limit: int) -> bytes:
         os.set_blocking(fd, True)
         # The size fstat gave and a byte more, so that most files take one read and the check for
         # the end; a buffer of a megabyte for each of thousands of small files costs more than the read.
-        chunks, total, want = [], 0, info.st_size + 1
+        # A size of 0 may be a file of /proc whose bytes come in one read only (/proc/sys/kernel/pid_max).
+        chunks, total, want = [], 0, info.st_size + 1 if info.st_size else MiB
         while chunk := os.read(fd, min(limit + 1 - total, want)):
             chunks.append(chunk)
             total, want = total + len(chunk), MiB
