@@ -870,7 +870,7 @@ def test_runs_that_got_no_image_have_their_lock_not_recorded_not_missing(tmp_pat
     assert ran.returncode in (0, 1) and records, ran.stdout + ran.stderr
     for record in records:
         assert record["status"] != "ok" and record["provenance"]["image"] is None, record["message"]
-        assert provenance.got_no_image(record["provenance"]["environment"]), record["provenance"]
+        assert provenance.got_no_image(record["provenance"]["environment"], None), record["provenance"]
     assert suite_cli("report", "--results", res, "--out", out).returncode == 0
     page = (out / "mlp4096_gpus.md").read_text()
     assert "- Environment lock: not recorded (no image was started)\n" in page and "from a lock" not in page
@@ -878,14 +878,27 @@ def test_runs_that_got_no_image_have_their_lock_not_recorded_not_missing(tmp_pat
     assert "| environment lock | not recorded" in hardware and "| image recipe     | not recorded" in hardware
     said = suite_cli("show", files[0]).stdout
     assert "  environment:  not recorded (no image was started)\n" in said and "from a lock" not in said, said
+    # One more run of the same machine that got an image from a lock and then failed: the machine's
+    # lock and recipe are that run's, not joined with the others' "not recorded".
+    failed = records[0]
+    failed["status"], failed["spec"]["repetition"] = "error", 7
+    failed["provenance"]["environment"].update(lock_file="docker/locks/x.txt", lock_sha256="ab" * 32)
+    failed["provenance"]["image"] = {"name": "suite-bench:x", "id": "sha256:" + "c" * 64, "recipe_hash": "d" * 64}
+    (files[0].parent / "failed-r7.json").write_text(json.dumps(failed))
+    assert suite_cli("report", "--results", res, "--out", out).returncode == 0
+    hardware = (out / "hardware.md").read_text()
+    assert "| environment lock | docker/locks/x.txt abababababab " in hardware, hardware
+    assert "| image recipe     | dddddddddddd " in hardware, hardware
 
 
 def test_an_image_or_a_venv_without_a_lock_is_not_taken_for_a_run_that_got_no_image() -> None:
     image_env, image = provenance.image_provenance({"image_id": "sha256:" + "a" * 64})  # no lock labels
-    assert image is not None and not provenance.got_no_image(image_env)
-    assert provenance_text.lock_text(image_env) == "not from a lock"
+    assert image is not None and not provenance.got_no_image(image_env, image)
+    assert provenance_text.lock_text(image_env, image) == "not from a lock"
     venv = {"kind": "venv", "lock_file": None, "lock_sha256": None, "matches_lock": None, "lock_differences": []}
-    assert not provenance.got_no_image(venv) and provenance_text.lock_text(venv) == "not from a lock"
+    assert not provenance.got_no_image(venv, None) and provenance_text.lock_text(venv, None) == "not from a lock"
     skipped, none = provenance.image_provenance({})
-    assert none is None and provenance.got_no_image(skipped)
-    assert provenance_text.lock_text(skipped) == provenance_text.NO_IMAGE
+    assert none is None and provenance.got_no_image(skipped, none)
+    assert provenance_text.lock_text(skipped, none) == provenance_text.NO_IMAGE
+    # A record from elsewhere whose image block names an image, with no lock and no reason given.
+    assert provenance_text.lock_text(skipped, image) == "not from a lock"

@@ -142,12 +142,13 @@ def _environment(
     }
 
 
-def got_no_image(environment: dict[str, Any] | None) -> bool:
-    """Whether ``environment`` is that of a run meant for an image that never got one (skipped, no
-    engine, no such image: ``image_provenance``): its lock is not known, not absent. An image run
-    without a lock says why in its differences."""
+def got_no_image(environment: dict[str, Any] | None, image: dict[str, Any] | None) -> bool:
+    """Whether ``environment`` and ``image`` (a provenance section's) are those of a run meant for an
+    image that never got one (skipped, no engine, no such image: ``image_provenance``): its lock is
+    not known, not absent. An image run without a lock says why in its differences."""
     return bool(
         environment
+        and not image
         and environment.get("kind") == "image"
         and not (environment.get("lock_file") or environment.get("lock_sha256"))
         and not environment.get("lock_differences")

@@ -78,10 +78,11 @@ def _suite_code(r: RunResult) -> str:
 
 
 def _environment_lock(r: RunResult) -> str:
-    environment = _section(r).get("environment")
-    if provenance.got_no_image(environment):  # skipped before it got one: unknown, not another lock
+    section = _section(r)
+    environment, image = section.get("environment"), section.get("image")
+    if provenance.got_no_image(environment, image):  # skipped before it got one: unknown, not another lock
         return NOT_RECORDED
-    text = provenance_text.lock_text(environment)
+    text = provenance_text.lock_text(environment, image)
     if environment and environment.get("matches_lock") is False:
         text += " (installed packages differ from it)"
     return text
@@ -94,7 +95,7 @@ def _image_recipe(r: RunResult) -> str:
         return provenance_text.short(recipe) if recipe else NOT_RECORDED
     if RUN_BACKEND.of(r) == "local":
         return "none (local)"
-    if provenance.got_no_image(_section(r).get("environment")):  # skipped before it got one
+    if provenance.got_no_image(_section(r).get("environment"), image):  # skipped before it got one
         return NOT_RECORDED
     return "none" if r.provenance else NOT_RECORDED
 
@@ -129,8 +130,9 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     ran = reached or [r for v in views for r in v.provenance_runs]
     facts = {}
     for name, get in FACTS:
-        if name in PROVENANCE_FACTS:
-            facts[name] = "; ".join(sorted({str(get(r)) for r in ran}))
+        if name in PROVENANCE_FACTS:  # what runs did not record is no other value where others did
+            values = {str(get(r)) for r in ran}
+            facts[name] = "; ".join(sorted(values - {NOT_RECORDED} or values))
         elif name in GPU_FACTS:  # a CPU run, in a container above all, sees no GPU: it cannot say
             facts[name] = str(get(newest_gpu)) if newest_gpu is not None else NOT_RECORDED
         else:

@@ -152,7 +152,7 @@ def _provenance_lines(view: ScenarioView) -> list[str]:
     runs = view.provenance_runs
     sections = [provenance.of_result(r.provenance, r.run) for r in runs]
     suites = _each([s.get("suite") for s in sections], lambda v: provenance_text.suite_text(v, markdown=True, paths=5))
-    locks = _each([s.get("environment") for s in sections], _lock_md)
+    locks = _each([(s.get("environment"), s.get("image")) for s in sections], lambda pair: _lock_md(*pair))
     lines = [
         _provenance_line("Suite revision", "suite revisions", suites),
         _provenance_line("Environment lock", "environment locks", locks),
@@ -203,13 +203,14 @@ def _provenance_line(label: str, plural: str, values: list[str]) -> str:
     return f"- {label}: runs on this page came from {len(counts)} {plural}: {listed}"
 
 
-def _lock_md(environment: dict[str, Any] | None) -> str:
+def _lock_md(environment: dict[str, Any] | None, image: dict[str, Any] | None) -> str:
+    """The lock of a section's ``environment`` in words (``image``: the same section's)."""
     if not environment:
         return "not recorded"
     differences = environment.get("lock_differences") or []
     lock_file, sha = environment.get("lock_file"), environment.get("lock_sha256")
     if not (lock_file and sha):
-        if provenance.got_no_image(environment):
+        if provenance.got_no_image(environment, image):
             return provenance_text.NO_IMAGE
         why = provenance.no_lock_reason(differences)
         return "not from a lock" + (f" ({cell(why)})" if why else "")

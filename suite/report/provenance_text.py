@@ -65,13 +65,14 @@ def changed_during_run_text(section: dict[str, Any], *, markdown: bool = False) 
 NO_IMAGE = "not recorded (no image was started)"  # the lock of a run that got no image
 
 
-def lock_text(environment: dict[str, Any] | None) -> str:
-    """ "requirements/locks/run-py3.11.txt ab12cd34ef56", or why there is no lock."""
+def lock_text(environment: dict[str, Any] | None, image: dict[str, Any] | None) -> str:
+    """ "requirements/locks/run-py3.11.txt ab12cd34ef56", or why there is no lock (``image``: the
+    image block of the same section, to tell a run that got no image)."""
     if not environment:
         return "not recorded"
     if environment.get("lock_file") and environment.get("lock_sha256"):
         return f"{environment['lock_file']} {short(environment['lock_sha256'])}"
-    return NO_IMAGE if provenance.got_no_image(environment) else "not from a lock"
+    return NO_IMAGE if provenance.got_no_image(environment, image) else "not from a lock"
 
 
 def _tree_text(suite: dict[str, Any]) -> str:
@@ -111,19 +112,27 @@ def describe_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
                 ct = "other " + ct
             verb = {True: "had ", False: "was ", None: "was "}[rs.get("git_dirty")]
             lines.append(f"suite tree: the result's {verb}{rt}, here {ct}")
-    lines += _environment_differences(recorded.get("environment") or {}, current.get("environment") or {})
+    lines += _environment_differences(
+        (recorded.get("environment") or {}, recorded.get("image")),
+        (current.get("environment") or {}, current.get("image")),
+    )
     lines += _image_differences(recorded.get("image"), current.get("image"))
     return lines
 
 
-def _environment_differences(re_: dict[str, Any], ce: dict[str, Any]) -> list[str]:
+def _environment_differences(
+    recorded: tuple[dict[str, Any], dict[str, Any] | None], current: tuple[dict[str, Any], dict[str, Any] | None]
+) -> list[str]:
+    """What differs between two (environment, image) blocks' environments."""
+    (re_, _), (ce, _) = recorded, current
+    locks = f"environment lock: result {lock_text(*recorded)}, here {lock_text(*current)}"
     if not re_ or not ce:
-        return [] if re_ == ce else [f"environment lock: result {lock_text(re_)}, here {lock_text(ce)}"]
+        return [] if re_ == ce else [locks]
     lines = []
     if re_.get("kind") != ce.get("kind"):
         lines.append(f"environment: result {re_.get('kind')}, here {ce.get('kind')}")
     if (re_.get("lock_file"), re_.get("lock_sha256")) != (ce.get("lock_file"), ce.get("lock_sha256")):
-        lines.append(f"environment lock: result {lock_text(re_)}, here {lock_text(ce)}")
+        lines.append(locks)
     said = {
         "result": "installed packages of the result differed from its lock",
         "here": "installed packages here differ from the lock",

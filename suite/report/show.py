@@ -110,7 +110,9 @@ def _provenance(result: RunResult) -> list[str]:
     changed = provenance_text.changed_during_run_text(section)
     if changed:
         lines.append(f"  changed while it ran: the suite above is the code at launch; at the end: {changed}")
-    lines.append("  environment:  " + (provenance_text.lock_text(environment) if environment else "not recorded"))
+    lines.append(
+        "  environment:  " + (provenance_text.lock_text(environment, image) if environment else "not recorded")
+    )
     if environment:
         keys = ("kind", "lock_file", "lock_sha256", "matches_lock")
         lines.append("    " + _pairs({k: environment.get(k) for k in keys}))

@@ -179,7 +179,7 @@ def lock_covered(recorded: dict[str, Any], here: dict[str, Any], python: str | N
     extra = sorted(name for name in have if name not in pins and name not in locks.INSTALLER)
     also = f"; also installed here: {', '.join(extra)} (nothing the spec runs on)" if extra else ""
     return (
-        f"{COVERED} result {provenance_text.lock_text(recorded)}, here {provenance_text.lock_text(here)}: "
+        f"{COVERED} result {provenance_text.lock_text(recorded, None)}, here {provenance_text.lock_text(here, None)}: "
         f"every one of the {len(pins)} packages {lock_file} pins is installed here at its version{also}"
     )
 
@@ -250,7 +250,7 @@ def mixed_line(groups: list[tuple[dict[str, Any] | None, list[RunResult]]]) -> s
         image = p.get("image") or {}
         return {
             "suite": provenance_text.suite_text(p.get("suite")),
-            "lock": provenance_text.lock_text(p.get("environment"))
+            "lock": provenance_text.lock_text(p.get("environment"), p.get("image"))
             + ("" if (p.get("environment") or {}).get("matches_lock") is not False else ", installed packages differ"),
             "image": f"{image.get('name') or '?'} recipe {provenance_text.short(image.get('recipe_hash'))} "
             f"ID {provenance_text.short(image.get('id'))}"
