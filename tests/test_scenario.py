@@ -83,6 +83,30 @@ BAD = {
         "line 15",
         "the same settings as variant 'a'",
     ),
+    "a variant setting what the matrix sweeps": (
+        GOOD + "variants:\n  - name: a\n  - name: wide\n    set: {model.hidden: [512, 32]}\n",
+        "'variants.1.set.model.hidden'",
+        "line 16",
+        "the matrix sweeps model.hidden.0, whose value would overrule the variant's at every point; allowed: settings",
+    ),
+    "two matrix axes over one setting": (
+        _replace("  device: [cpu, gpu]", "  model.hidden: [[8, 8], [9, 9]]"),
+        "'matrix.model.hidden'",
+        "line 10",
+        "sweeps a value matrix.model.hidden.0 sweeps too; allowed: one axis per setting",
+    ),
+    "a smoke setting the matrix sweeps": (
+        _replace("data.train_samples: 256", "model.hidden.0: 8"),
+        "'smoke.model.hidden.0'",
+        "line 12",
+        "the matrix sweeps model.hidden.0; at smoke size every point would run the smoke value",
+    ),
+    "variants the same at smoke size": (
+        GOOD + "variants:\n  - name: a\n  - name: long\n    set: {data.train_samples: 512}\n",
+        "matrix points [variant=a, width=16, device=cpu] and [variant=long, width=16, device=cpu]",
+        "",
+        "run the same settings at smoke size (its smoke settings overrule what tells them apart); allowed:",
+    ),
     "unknown device in matrix": (
         _replace("[cpu, gpu]", "[cpu, tpu]"),
         "'matrix.device'",

@@ -121,7 +121,9 @@ def load(
 
     matrix = _load_matrix(ck, data.get("matrix", {}), config)
     variants = _load_variants(ck, data.get("variants", []), config)
+    _check_variants_against_matrix(ck, variants, matrix)
     smoke = _load_overrides(ck, data.get("smoke", {}), config, "smoke")
+    _check_smoke_against_matrix(ck, smoke, matrix)
     baseline, verdict = _load_report(ck, data.get("report", {}), matrix, bool(variants))
     if ck.problems:
         raise ScenarioError(ck.problems)
@@ -193,6 +195,9 @@ def _load_matrix(ck: Checker, raw: Any, config: dict[str, Any]) -> dict[str, lis
             continue
         if len({repr(v) for v in values}) != len(values):
             ck.fail(key, "lists a value twice")
+        if other := next((axis for axis in out if overlaps(axis, path)), None):
+            ck.fail(key, f"sweeps a value matrix.{other} sweeps too; allowed: one axis per setting")
+            continue
         for i, value in enumerate(values):
             check_value(ck, path, value, f"{key}.{i}", key)
         out[path] = values
@@ -229,6 +234,34 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
     return out
 
 
+def _check_variants_against_matrix(
+    ck: Checker, variants: list[tuple[str, dict[str, Any]]], matrix: dict[str, list[Any]]
+) -> None:
+    """A variant that sets what the matrix sweeps would be overruled by the matrix's value at every
+    point: its runs would measure the other variants' settings under its name."""
+    for i, (_, settings) in enumerate(variants):
+        for path in settings:
+            if axis := next((a for a in matrix if overlaps(a, path)), None):
+                ck.fail(
+                    f"variants.{i}.set.{path}",
+                    f"the matrix sweeps {axis}, whose value would overrule the variant's at every point; "
+                    "allowed: settings the matrix does not sweep (or sweep it in the matrix alone)",
+                )
+
+
+def _check_smoke_against_matrix(ck: Checker, smoke: dict[str, Any], matrix: dict[str, list[Any]]) -> None:
+    """A smoke setting is applied last, at every point: where the matrix sweeps it, the points it
+    tells apart would all run one value at smoke size. (Where it makes two variants the same, the
+    points' fingerprints tell: ``_point_problems``.)"""
+    for path in smoke:
+        if axis := next((a for a in matrix if overlaps(a, path)), None):
+            ck.fail(
+                f"smoke.{path}",
+                f"the matrix sweeps {axis}; at smoke size every point would run the smoke value; allowed: "
+                "settings the matrix does not sweep",
+            )
+
+
 def _load_report(ck: Checker, raw: Any, matrix: dict[str, list[Any]], has_variants: bool) -> tuple[dict, str]:
     if raw is None:
         raw = {}
@@ -256,10 +289,18 @@ def _point_problems(scenario: Scenario, overrides: list[Override], data: DataRes
     source = scenario.source + "".join(f" {o.source}" for o in overrides)  # "x.yaml --set backend=torch"
     problems: list[str] = []
     for smoke in (False, True):
+        seen: dict[str, str] = {}  # fingerprint -> the first point's label
         for spec in expand(scenario, smoke=smoke, repeats=1, data=data, overrides=as_dict(overrides)):
             ck = Checker(source, {})
             cross_checks(ck, spec.config, f"matrix point [{spec.point_label}]")
             problems += [p for p in ck.problems if p not in problems]
+            if (first := seen.setdefault(spec.fingerprint, spec.point_label)) != spec.point_label:
+                # One fingerprint: the second point's runs would be filed as the first's, under its name.
+                size = " at smoke size (its smoke settings overrule what tells them apart)" if smoke else ""
+                problems.append(
+                    f"{source}: matrix points [{first}] and [{spec.point_label}] run the same settings{size}; "
+                    "allowed: points whose settings differ"
+                )
     return problems
 
 
