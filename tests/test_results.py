@@ -117,6 +117,33 @@ def test_version_1_record_is_recounted_on_load() -> None:
     assert "step_floor_s" not in r.timing and r.timing["step_floor_s_schema1"] == raw["timing"]["step_floor_s"]
 
 
+@pytest.mark.parametrize("model", [{"kind": "zzz"}, {"kind": None}, {"kind": "cnn"}])
+def test_a_version_1_record_whose_model_cannot_be_recounted_is_refused_by_every_reader(
+    tmp_path: Path, model: dict
+) -> None:
+    """The recount reads the record's model, which the shape does not check: report, show, compare
+    and reproduce refuse the file by its key, with exit 2, never a traceback."""
+    from conftest import suite_cli
+
+    raw = json.loads((FIXTURES / "schema1" / "width-run.json").read_text())
+    raw["spec"]["config"]["model"].update(model)
+    folder = tmp_path / "results" / "box" / raw["spec"]["scenario"]
+    folder.mkdir(parents=True)
+    path = folder / "aaaaaaaaaaaa-r0.json"
+    path.write_text(json.dumps(raw))
+    for args in (
+        ("report", "--results", tmp_path / "results", "--out", tmp_path / "out"),
+        ("show", path),
+        ("compare", tmp_path / "results" / "box", tmp_path / "results" / "box"),
+        ("reproduce", path, "--results", tmp_path / "again"),
+    ):
+        proc = suite_cli(*args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert f"{path}: field spec.config.model: a version-1 record's model whose FLOPs cannot be recounted" in (
+            proc.stderr
+        ), (args, proc.stderr)
+
+
 def _strict_reference(raw: bytes) -> object:
     """What the record format allows, read by Python's own json module: UTF-8, no NaN or Infinity,
     every float finite, every integer within 64 bits (signed or unsigned)."""

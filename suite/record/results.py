@@ -91,12 +91,20 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     work, timing = dict(data.get("work") or {}), data.get("timing") or {}
     model_cfg = ((data.get("spec") or {}).get("config") or {}).get("model") or {}
     if "flops_per_example_train" in work and model_cfg.get("hidden"):
-        train = flops_per_example(model_cfg)["train"]
         eps = timing.get("steady_examples_per_s")
+        try:
+            train = flops_per_example(model_cfg)["train"]
+            achieved = float(train * eps) if eps else None
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError, RecursionError) as exc:
+            # The record's shape was checked, not whether its model is one this code can count.
+            raise ValueError(
+                f"field spec.config.model: a version-1 record's model whose FLOPs cannot be recounted "
+                f"({type(exc).__name__}: {str(exc)[:200]}); allowed: a model this suite builds"
+            ) from None
         work.update(
             flops_per_example_train=train,
             flops_counted=FLOPS_COUNTED + " (recounted from a version-1 record, which counted 3 x forward)",
-            achieved_flops_per_s=train * eps if eps else None,
+            achieved_flops_per_s=achieved,
         )
     if "peak" in work:
         work["peak_schema1"] = work.pop("peak")
@@ -258,7 +266,10 @@ def _load(
             )
         if not shape.valid(data) and (found := shape.problem(data)) is not None:  # before a migration
             raise ResultError(f"{path}: {found}{advice}")
-        data = _MIGRATIONS[version](data)
+        try:
+            data = _MIGRATIONS[version](data)
+        except ValueError as exc:
+            raise ResultError(f"{path}: {exc}{advice}") from None
         version = data["schema_version"]
     if not shape.valid(data) and (found := shape.problem(data)) is not None:
         raise ResultError(f"{path}: {found}{advice}")
