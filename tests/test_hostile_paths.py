@@ -195,7 +195,8 @@ def test_a_report_lists_results_without_following_links_to_folders_or_reading_te
 ) -> None:
     """A link back up the results folder would make a walk that follows it endless; temp files
     (``.name``) and folders of caches (``_name``) hold no result. The report counts the results
-    alone, as ``--format json`` lists them, and a folder or link so named as a result is refused."""
+    alone, as ``--format json`` lists them; a machine folder named ``*.json`` is a folder, and a link
+    so named is refused as a result."""
     res = _copy_results(tmp_path)
     results = sorted(res.rglob("*.json"))
     machine = res / "fixture-local"
@@ -208,7 +209,12 @@ def test_a_report_lists_results_without_following_links_to_folders_or_reading_te
     assert proc.returncode == 0, proc.stderr
     listed = [r["file"] for r in json.loads((out / "report.json").read_text())["runs"]]
     assert listed == [p.relative_to(res).as_posix() for p in results], listed
-    (machine / "folder.json").mkdir()
+    shutil.move(machine, res / "box.json")  # what `run --machine box.json` makes
     proc = suite_cli("report", "--results", res, "--out", out, "--format", "json")
-    assert proc.returncode == 2 and f"{machine / 'folder.json'}: not a readable result file" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    listed = [r["file"] for r in json.loads((out / "report.json").read_text())["runs"]]
+    assert listed == ["box.json/" + p.relative_to(machine).as_posix() for p in results], listed
+    os.symlink(res / "box.json", res / "link.json")
+    proc = suite_cli("report", "--results", res, "--out", out, "--format", "json")
+    assert proc.returncode == 2 and f"{res / 'link.json'}: not a readable result file" in proc.stderr
     assert "not a regular file (a folder)" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

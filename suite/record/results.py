@@ -399,10 +399,11 @@ KEPT_BYTES = 256 * bounded.MiB
 def result_paths(folder: Path) -> list[Path]:
     """The result files under ``folder`` (recursively), sorted by path so output is deterministic.
     Names starting with '.' (temp files) or '_' (a version-1 peak calibration cache) are not results,
-    nor is anything in a folder so named. Every other entry named ``*.json`` is listed, whatever it
-    is (a folder or a link so named is then refused as a result, not passed over). Links to folders
-    are not followed (a link to a parent would never end); a folder that cannot be listed for its
-    permissions is passed over, and any other error listing one is raised (OSError).
+    nor is anything in a folder so named. A folder named ``*.json`` (a machine or scenario may be
+    named so) is a folder; every other entry so named is listed, whatever it is (a link or a FIFO is
+    then refused as a result, not passed over). Links to folders are not followed (a link to a
+    parent would never end); a folder that cannot be listed for its permissions is passed over, and
+    any other error listing one is raised (OSError).
 
     One ``os.scandir`` per folder: ``Path.rglob`` lists each folder twice and builds a path for
     every entry, ten times slower over thousands of files, and what it passes over differs between
@@ -419,10 +420,10 @@ def result_paths(folder: Path) -> list[Path]:
         for entry in entries:
             if entry.name[0] in "._":
                 continue
-            if entry.name.endswith(".json"):
-                found.append((*parts, entry.name))
             if _is_folder(entry):
                 stack.append((*parts, entry.name))
+            elif entry.name.endswith(".json"):
+                found.append((*parts, entry.name))
     found.sort()  # as Path's order of paths under one folder
     return [folder.joinpath(*parts) for parts in found]
 

@@ -75,7 +75,7 @@ def _check_writable(folder: Path) -> None:
 
 
 def _result_files(folder: Path) -> set[Path]:
-    return set(folder.rglob("*.json")) if folder.is_dir() else set()
+    return set(results.result_paths(folder))  # as every reader lists them
 
 
 def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
@@ -228,8 +228,6 @@ def _rerun(
             for line in summary.lines():
                 say(line)
         for path in sorted(_result_files(machine_folder) - before):
-            if any(part[0] in "._" for part in path.relative_to(machine_folder).parts):
-                continue
             result = results.load(path)
             reruns.setdefault(result.fingerprint, []).append((path, result))
     return reruns
