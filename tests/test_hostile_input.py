@@ -284,6 +284,7 @@ def _skipped_needing(gpus: str):
         _set(["spec", "overrides"], {"x|y": "a|b"}),
         _set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)),
         _skipped_needing("9" * 5000),
+        _set(["spec", "point"], {f"k{i}": i for i in range(150_000)}),  # 2.6 MB: once minutes of list.count
     ],
     ids=[
         "count-null",
@@ -293,6 +294,7 @@ def _skipped_needing(gpus: str):
         "pipes",
         "config-600-deep",
         "gpu-count-5000-digits",
+        "150000-coordinates",
     ],
 )
 def test_odd_records_the_checks_let_through_are_reported_and_shown(tmp_path: Path, change) -> None:

@@ -7,6 +7,7 @@ result can be matched to the run that produced it and a rerun can skip what is a
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import itertools
@@ -118,7 +119,7 @@ def coordinates(point: dict[str, Any]) -> dict[str, tuple[str, str]]:
     ``-k`` matches against these, so a filter reads like the label it selects.
     """
     names = {path: axis_name(path) for path in point}
-    shared = {name for name in names.values() if list(names.values()).count(name) > 1}
+    shared = {name for name, n in collections.Counter(names.values()).items() if n > 1}
     # Two axes that would read alike (model.dense and a data.dense, say) go by their full paths.
     return {path: (path if names[path] in shared else names[path], _fmt(value)) for path, value in point.items()}
 

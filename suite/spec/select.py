@@ -22,6 +22,7 @@ lists the labels there are): a typo must not pass for an empty plan.
 
 from __future__ import annotations
 
+import collections
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -296,10 +297,9 @@ def expression_for(points: list[tuple[dict[str, Any], str]]) -> str:
     terms = []
     for point, label in points:
         coords = coordinates(point)
-        names = [name for name, _ in coords.values()]
+        names = collections.Counter(name for name, _ in coords.values())
         parts = [
-            f"{_quoted(name if names.count(name) == 1 else path)}={_quoted(value)}"
-            for path, (name, value) in coords.items()
+            f"{_quoted(name if names[name] == 1 else path)}={_quoted(value)}" for path, (name, value) in coords.items()
         ]
         terms.append(" and ".join(parts) if parts else _quoted(label))
     if len(terms) == 1:
