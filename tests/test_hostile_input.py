@@ -285,6 +285,7 @@ def _skipped_needing(gpus: str):
         _set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)),
         _skipped_needing("9" * 5000),
         _set(["spec", "point"], {f"k{i}": i for i in range(150_000)}),  # 2.6 MB: once minutes of list.count
+        _set(["spec", "repetition"], 10**9),
     ],
     ids=[
         "count-null",
@@ -295,6 +296,7 @@ def _skipped_needing(gpus: str):
         "config-600-deep",
         "gpu-count-5000-digits",
         "150000-coordinates",
+        "repetition-1e9",
     ],
 )
 def test_odd_records_the_checks_let_through_are_reported_and_shown(tmp_path: Path, change) -> None:
@@ -308,6 +310,8 @@ def test_odd_records_the_checks_let_through_are_reported_and_shown(tmp_path: Pat
         proc = _limited(*command)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     for page in out.glob("*.md"):
+        # Its command to run the points again is one run takes (at most 1000 repetitions).
+        assert "--repeats 1000000001" not in page.read_text()
         for table in [t for t in page.read_text().split("\n\n") if t.startswith("| ")]:
             widths = {len(re.findall(r"(?<!\\)\|", row)) for row in table.splitlines()}
             assert len(widths) == 1, (page.name, table)

@@ -12,7 +12,7 @@ from suite.report.points import ScenarioView
 from suite.report.up_to_date import ScenarioFiles, not_looked_for
 from suite.spec.plan import override_flag
 from suite.spec.select import expression_for
-from suite.spec.settings import AUTO
+from suite.spec.settings import AUTO, MAX_REPEATS
 
 DEFAULT_RESULTS = Path("reports") / "results"  # what ``run --results`` and ``report --results`` default to
 
@@ -34,10 +34,12 @@ def folder_text(results_dir: Path | None) -> str | None:
 def _repeats(view: ScenarioView) -> int | str:
     """How many repetitions the runs recorded: the most any shown point has (a point whose later
     repetitions did not finish has fewer files, not a smaller ``--repeats``); ``auto`` where the
-    points ran under ``repeats: auto``, whose counts come from their own first runs."""
+    points ran under ``repeats: auto``, whose counts come from their own first runs. At most the
+    count ``run`` takes: a record's repetition may be any index up to 1e9 (not one ``run`` makes)."""
     if any(p.auto for p in view.points):
         return AUTO
-    return max((int(r.spec.get("repetition", 0)) + 1 for p in view.points for r in p.runs), default=1)
+    made = max((int(r.spec.get("repetition", 0)) + 1 for p in view.points for r in p.runs), default=1)
+    return min(made, MAX_REPEATS)
 
 
 def _takes_every_point(view: ScenarioView, files: ScenarioFiles) -> bool:
