@@ -27,7 +27,7 @@ variants:
   - name: plain
   - name: xla
     set: {training.jit_compile: true, model.filters.1: 32}
-smoke: {model.filters: [2, 4], data.train_samples: 128}
+smoke: {model.filters.1: 4, data.train_samples: 128}
 report: {baseline: {model.dense: 16}, verdict: gpu_crossover}
 """
 
