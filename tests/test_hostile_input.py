@@ -361,7 +361,9 @@ def test_reproduce_reads_no_lock_file_outside_the_project(tmp_path: Path) -> Non
 
 def test_a_variant_name_with_a_pipe_keeps_the_check_table_s_columns(tmp_path: Path) -> None:
     text = SMALL_SCENARIO.format(name="piped", widths="[16]").replace("repeats: 1\n", "repeats: 1\nvariants:\n")
-    text = text.replace("variants:\n", 'variants:\n  - name: "a | b"\n  - name: plain\n    set: {training.epochs: 3}\n')
+    text = text.replace(
+        "variants:\n", 'variants:\n  - name: "a | b"\n  - name: plain\n    set: {training.learning_rate: 0.01}\n'
+    )
     proc = suite_cli("check", write_scenario(tmp_path, "piped", text), "--backend", "local")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
@@ -383,3 +385,20 @@ def test_a_file_whose_size_is_not_known_before_it_is_read_is_read_whole_and_boun
         assert len(got) > 3 and got.endswith(b"\n"), got
         with pytest.raises(OSError, match="more than the 3 bytes allowed"):
             bounded.read_bytes(name, 3)
+
+
+def test_a_value_with_line_breaks_cannot_add_lines_to_show_or_to_a_refused_reproduce(tmp_path: Path) -> None:
+    """``show`` and ``reproduce``'s differences print one line per field: a record's value holding a
+    line break stays in its line, written as an escape, so it cannot forge a line such as a status."""
+    res, path, record = _rich_copy(tmp_path)
+    record["run"]["backend"] = "docker\nstatus:       ok (forged)"
+    record["provenance"]["environment"]["lock_file"] = "x.txt\nsuite revision: forged"
+    path.write_text(json.dumps(record))
+    shown = _limited("show", path)
+    assert shown.returncode == 0, shown.stderr
+    assert [line for line in shown.stdout.splitlines() if line.startswith("status:")] == ["status:       ok"]
+    assert "docker\\nstatus:       ok (forged)" in shown.stdout
+    refused = _limited("reproduce", path, "--results", tmp_path / "again", "--backend", "local")
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "x.txt\\nsuite revision: forged" in said, said
+    assert not any(line.startswith("suite revision: forged") for line in said.splitlines()), said

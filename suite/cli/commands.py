@@ -269,7 +269,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(show.raw(result), end="")
         return 0
     # A record from elsewhere may hold escape sequences (in its message, its log tail): shown, not obeyed.
-    print("".join(escaped(line) + "\n" for line in show.render(args.result, result).splitlines()), end="")
+    print("".join(escaped(line) + "\n" for line in show.render_lines(args.result, result)), end="")
     return 0
 
 

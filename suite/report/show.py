@@ -34,6 +34,13 @@ def raw(result: RunResult) -> str:
 
 
 def render(path: Path, result: RunResult) -> str:
+    return "\n".join(render_lines(path, result)) + "\n"
+
+
+def render_lines(path: Path, result: RunResult) -> list[str]:
+    """The lines ``render`` writes, each one line of output: a value from the record that holds a
+    line break stays inside its line (the command writes control characters as escapes), so no
+    record can add lines of its own (a forged ``status:``)."""
     spec, run = result.spec, result.run
     lines = [
         f"{path}",
@@ -60,7 +67,7 @@ def render(path: Path, result: RunResult) -> str:
     ]
     if not result.ok and result.log_tail:
         lines += ["log tail:", *[f"  {line}" for line in result.log_tail.splitlines()[-LOG_LINES:]]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _work(r: RunResult) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from suite.reproduce.originals import (
     take_points,
 )
 from suite.run import results_folder, runner
+from suite.safe.markdown import escaped
 from suite.spec.settings import MAX_REPEATS
 
 
@@ -187,13 +188,15 @@ def _check(
         "the results do not fit this checkout and machine; nothing was run:\n"
         + "\n".join(dict.fromkeys(found))
         + "\nto reproduce exactly: "
-        + advice(
-            [d for p in points for d in diffs[p.fingerprint][0]],
-            _recorded(points, "suite", "git_revision"),
-            sorted({h.image_name for h in heres if h.image_name}),
-            _recorded(points, "environment", "lock_file"),
-            list(dirty.values()),
-            heres[0].provenance.get("environment") if heres else None,
+        + escaped(  # one line, whatever the records' names hold
+            advice(
+                [d for p in points for d in diffs[p.fingerprint][0]],
+                _recorded(points, "suite", "git_revision"),
+                sorted({h.image_name for h in heres if h.image_name}),
+                _recorded(points, "environment", "lock_file"),
+                list(dirty.values()),
+                heres[0].provenance.get("environment") if heres else None,
+            )
         )
     )
 

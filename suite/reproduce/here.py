@@ -16,6 +16,7 @@ from suite.record import code_identity
 from suite.record.results import RunResult
 from suite.report import provenance_text
 from suite.reproduce.originals import Original, files_text, spec_of
+from suite.safe.markdown import escaped
 from suite.spec import plan
 
 
@@ -206,6 +207,7 @@ def differences_in_files(point: Original, here: Here) -> dict[str, list[Path]]:
     out: dict[str, list[Path]] = {}
 
     def add(line: str, files: list[Path]) -> None:
+        line = escaped(line)  # a record's value with a line break would add a line of its own
         out.setdefault(line, [])
         out[line] += [f for f in files if f not in out[line]]
 
