@@ -414,8 +414,9 @@ def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
 
 def _csv_value(value: Any) -> str:
     """Empty for not measured; true/false as in the JSON; floats with every digit (repr round-trips).
-    Text that starts with ``=``, ``+``, ``-`` or ``@`` and is not a number gets a leading ``'``, so a
-    spreadsheet shows it as text instead of running it as a formula (a variant named ``=cmd|...``)."""
+    Text that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return (OWASP's list) and is
+    not a number gets a leading ``'``, so a spreadsheet shows it as text instead of running it as a
+    formula (a variant named ``=cmd|...``, or ``\t=cmd|...``, which some read past the tab)."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -428,7 +429,7 @@ def _csv_value(value: Any) -> str:
     return text
 
 
-FORMULA_START = ("=", "+", "-", "@")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _is_number(text: str) -> bool:
