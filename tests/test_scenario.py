@@ -87,7 +87,7 @@ BAD = {
         GOOD + "variants:\n  - name: a\n  - name: wide\n    set: {model.hidden: [512, 32]}\n",
         "'variants.1.set.model.hidden'",
         "line 16",
-        "the matrix sweeps model.hidden.0, whose value would overrule the variant's at every point; allowed: settings",
+        "the matrix sweeps model.hidden.0; its value would overrule the variant's; allowed: settings the matrix",
     ),
     "two matrix axes over one setting": (
         _replace("  device: [cpu, gpu]", "  model.hidden: [[8, 8], [9, 9]]"),

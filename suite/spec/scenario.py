@@ -121,9 +121,11 @@ def load(
 
     matrix = _load_matrix(ck, data.get("matrix", {}), config)
     variants = _load_variants(ck, data.get("variants", []), config)
-    _check_variants_against_matrix(ck, variants, matrix)
+    for i, (_, settings) in enumerate(variants):
+        _swept_by_matrix(ck, settings, matrix, f"variants.{i}.set", "its value would overrule the variant's")
     smoke = _load_overrides(ck, data.get("smoke", {}), config, "smoke")
-    _check_smoke_against_matrix(ck, smoke, matrix)
+    # (Where smoke makes two variants the same, their fingerprints tell: ``_point_problems``.)
+    _swept_by_matrix(ck, smoke, matrix, "smoke", "at smoke size every point would run the smoke value")
     baseline, verdict = _load_report(ck, data.get("report", {}), matrix, bool(variants))
     if ck.problems:
         raise ScenarioError(ck.problems)
@@ -234,31 +236,16 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
     return out
 
 
-def _check_variants_against_matrix(
-    ck: Checker, variants: list[tuple[str, dict[str, Any]]], matrix: dict[str, list[Any]]
+def _swept_by_matrix(
+    ck: Checker, settings: dict[str, Any], matrix: dict[str, list[Any]], section: str, why: str
 ) -> None:
-    """A variant that sets what the matrix sweeps would be overruled by the matrix's value at every
-    point: its runs would measure the other variants' settings under its name."""
-    for i, (_, settings) in enumerate(variants):
-        for path in settings:
-            if axis := next((a for a in matrix if overlaps(a, path)), None):
-                ck.fail(
-                    f"variants.{i}.set.{path}",
-                    f"the matrix sweeps {axis}, whose value would overrule the variant's at every point; "
-                    "allowed: settings the matrix does not sweep (or sweep it in the matrix alone)",
-                )
-
-
-def _check_smoke_against_matrix(ck: Checker, smoke: dict[str, Any], matrix: dict[str, list[Any]]) -> None:
-    """A smoke setting is applied last, at every point: where the matrix sweeps it, the points it
-    tells apart would all run one value at smoke size. (Where it makes two variants the same, the
-    points' fingerprints tell: ``_point_problems``.)"""
-    for path in smoke:
+    """Refuse the settings of ``section`` (a variant's, the smoke size's) that the matrix sweeps. A
+    variant's would be overruled by the matrix's value, its runs measuring the other variants'
+    settings under its name; smoke's, applied last, would make the matrix's points one at smoke size."""
+    for path in settings:
         if axis := next((a for a in matrix if overlaps(a, path)), None):
             ck.fail(
-                f"smoke.{path}",
-                f"the matrix sweeps {axis}; at smoke size every point would run the smoke value; allowed: "
-                "settings the matrix does not sweep",
+                f"{section}.{path}", f"the matrix sweeps {axis}; {why}; allowed: settings the matrix does not sweep"
             )
 
 
