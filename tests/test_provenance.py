@@ -876,6 +876,7 @@ def test_runs_that_got_no_image_have_their_lock_not_recorded_not_missing(tmp_pat
     assert "- Environment lock: not recorded (no image was started)\n" in page and "from a lock" not in page
     hardware = (out / "hardware.md").read_text()
     assert "| environment lock | not recorded" in hardware and "| image recipe     | not recorded" in hardware
+    assert "| image ID         | not recorded" in hardware and "none (local)" not in hardware, hardware
     said = suite_cli("show", files[0]).stdout
     assert "  environment:  not recorded (no image was started)\n" in said and "from a lock" not in said, said
     # One more run of the same machine that got an image from a lock and then failed: the machine's

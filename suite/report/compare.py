@@ -44,7 +44,7 @@ FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
     ("CPU", lambda r: _env(r, ENV_HOST, "cpu_model")),
     ("CPU cores", lambda r: _env(r, ENV_HOST, "cpu_count")),
     ("backend", lambda r: RUN_BACKEND.of(r)),
-    ("image ID", lambda r: RUN_IMAGE_ID.of(r) or "none (local)"),
+    ("image ID", lambda r: _image_id(r)),
     ("Docker engine", lambda r: RUN_ENGINE_VERSION.of(r) or "-"),
     ("Python", lambda r: _env(r, ENV_HOST, "python")),
     ("TensorFlow", lambda r: _env(r, ENV_VERSIONS, "tensorflow")),
@@ -55,6 +55,14 @@ FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
 
 
 NOT_RECORDED = "not recorded"
+
+
+def _image_id(r: RunResult) -> str:
+    """The image a run ran in: none for a local run; not recorded for one that got no image (a
+    container's run skipped before one started)."""
+    if image_id := RUN_IMAGE_ID.of(r):
+        return str(image_id)
+    return "none (local)" if RUN_BACKEND.of(r) == "local" else NOT_RECORDED
 
 
 def _section(r: RunResult) -> dict[str, Any]:
