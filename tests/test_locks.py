@@ -863,3 +863,23 @@ def test_run_all_picks_the_environment(tmp_path: Path, env: dict[str, str], chos
 def test_run_all_refuses_an_unknown_environment(tmp_path: Path, env: dict[str, str], message: str) -> None:
     proc = _run_all(tmp_path, env)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_copies_a_package_puts_on_sys_path_are_not_installed_distributions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import ray`` puts ray/thirdparty_files (psutil, colorama) on sys.path, setuptools its
+    _vendor: distributions installed with that package, not beside it. A venv whose process imported
+    one still matches its lock; a folder of distributions anywhere else on sys.path still counts."""
+
+    def dist(folder: Path, name: str) -> Path:
+        info = folder / f"{name}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        return folder
+
+    vendored = dist(tmp_path / "lib" / "site-packages" / "pkg" / "thirdparty_files", "vendoredthing")
+    elsewhere = dist(tmp_path / "extra", "addedthing")
+    monkeypatch.setattr(sys, "path", [str(vendored), str(elsewhere), *sys.path])
+    found = locks.installed()
+    assert "vendoredthing" not in found and found.get("addedthing") == "1.0"

@@ -116,14 +116,21 @@ def venv_lock(prefix: str | None = None) -> dict[str, Any] | None:
 
 
 def installed() -> dict[str, str]:
-    """{normalized name: version} of the distributions the running interpreter can import (its sys.path)."""
+    """{normalized name: version} of the distributions the running interpreter can import (its
+    sys.path), less a package's own copies that it put on sys.path when imported: a folder inside
+    site-packages (``ray/thirdparty_files`` holds psutil and colorama, ``setuptools/_vendor`` its
+    own), whose distributions were installed as part of that package, not from any lock."""
     found: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
+    for dist in importlib.metadata.distributions(path=[p for p in sys.path if not _inside_site_packages(p)]):
         name = dist.metadata["Name"]
         if name:
             # The first on sys.path wins, as it does for an import.
             found.setdefault(normalize(name), dist.version)
     return found
+
+
+def _inside_site_packages(entry: str) -> bool:
+    return any(part in ("site-packages", "dist-packages") for part in Path(entry).parts[:-1])
 
 
 def installed_differences(pins: dict[str, str]) -> list[str]:
