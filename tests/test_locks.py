@@ -880,6 +880,7 @@ def test_copies_a_package_puts_on_sys_path_are_not_installed_distributions(
 
     vendored = dist(tmp_path / "lib" / "site-packages" / "pkg" / "thirdparty_files", "vendoredthing")
     elsewhere = dist(tmp_path / "extra", "addedthing")
-    monkeypatch.setattr(sys, "path", [str(vendored), str(elsewhere), *sys.path])
+    egg = dist(tmp_path / "lib" / "site-packages" / "old-1.0-py3.11.egg", "eggthing")  # easy-install.pth names it
+    monkeypatch.setattr(sys, "path", [str(vendored), str(elsewhere), str(egg), *sys.path])
     found = locks.installed()
-    assert "vendoredthing" not in found and found.get("addedthing") == "1.0"
+    assert "vendoredthing" not in found and found.get("addedthing") == "1.0" and found.get("eggthing") == "1.0"

@@ -130,7 +130,9 @@ def installed() -> dict[str, str]:
 
 
 def _inside_site_packages(entry: str) -> bool:
-    return any(part in ("site-packages", "dist-packages") for part in Path(entry).parts[:-1])
+    """A folder inside site-packages that is not an installed egg (which a .pth file names there)."""
+    inside = any(part in ("site-packages", "dist-packages") for part in Path(entry).parts[:-1])
+    return inside and not entry.endswith(".egg")
 
 
 def installed_differences(pins: dict[str, str]) -> list[str]:
