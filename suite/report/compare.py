@@ -97,13 +97,14 @@ def _environment_lock(r: RunResult) -> str:
 
 
 def _image_recipe(r: RunResult) -> str:
-    image = _section(r).get("image")
+    section = _section(r)
+    image = section.get("image")
     if image:
         recipe = image.get("recipe_hash")
         return provenance_text.short(recipe) if recipe else NOT_RECORDED
     if RUN_BACKEND.of(r) == "local":
         return "none (local)"
-    if provenance.got_no_image(_section(r).get("environment"), image):  # skipped before it got one
+    if provenance.got_no_image(section.get("environment"), image):  # skipped before it got one
         return NOT_RECORDED
     return "none" if r.provenance else NOT_RECORDED
 
