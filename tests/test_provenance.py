@@ -890,6 +890,10 @@ def test_runs_that_got_no_image_have_their_lock_not_recorded_not_missing(tmp_pat
     hardware = (out / "hardware.md").read_text()
     assert "| environment lock | docker/locks/x.txt abababababab " in hardware, hardware
     assert "| image recipe     | dddddddddddd " in hardware, hardware
+    # The page counts one lock: the runs that got no image are listed beside it, not counted as a lock.
+    [lock_line] = [line for line in (out / "mlp4096_gpus.md").read_text().splitlines() if "Environment lock" in line]
+    assert lock_line.startswith("- Environment lock: `docker/locks/x.txt` (sha256 `abababababab`) (1 run); "), lock_line
+    assert lock_line.endswith("; not recorded (no image was started) (6 runs)") and "came from" not in lock_line
 
 
 def test_an_image_or_a_venv_without_a_lock_is_not_taken_for_a_run_that_got_no_image() -> None:

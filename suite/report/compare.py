@@ -54,7 +54,7 @@ FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
 ]
 
 
-NOT_RECORDED = "not recorded"
+NOT_RECORDED = provenance_text.NOT_RECORDED
 
 
 def _image_id(r: RunResult) -> str:

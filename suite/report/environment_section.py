@@ -194,13 +194,17 @@ def _changed_line(at_end: list[str], total: int) -> str:
 
 
 def _provenance_line(label: str, plural: str, values: list[str]) -> str:
+    """One value, or each value with its number of runs: the known ones first, by their count, then
+    those not recorded, which are listed but not counted as one more revision or lock."""
     counts: dict[str, int] = {}
     for v in values:
         counts[v] = counts.get(v, 0) + 1
     if len(counts) == 1:
         return f"- {label}: {values[0]}"
-    listed = "; ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items(), key=lambda c: -c[1]))
-    return f"- {label}: runs on this page came from {len(counts)} {plural}: {listed}"
+    known = sum(not v.startswith(provenance_text.NOT_RECORDED) for v in counts)
+    order = sorted(counts.items(), key=lambda c: (c[0].startswith(provenance_text.NOT_RECORDED), -c[1]))
+    listed = "; ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in order)
+    return f"- {label}: " + (f"runs on this page came from {known} {plural}: {listed}" if known > 1 else listed)
 
 
 def _lock_md(environment: dict[str, Any] | None, image: dict[str, Any] | None) -> str:

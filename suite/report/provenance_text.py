@@ -62,7 +62,8 @@ def changed_during_run_text(section: dict[str, Any], *, markdown: bool = False) 
     return suite_text(at_end, markdown=markdown, paths=5) if at_end else None
 
 
-NO_IMAGE = "not recorded (no image was started)"  # the lock of a run that got no image
+NOT_RECORDED = "not recorded"  # a fact a run did not record, however it says why
+NO_IMAGE = f"{NOT_RECORDED} (no image was started)"  # the lock of a run that got no image
 
 
 def lock_text(environment: dict[str, Any] | None, image: dict[str, Any] | None) -> str:
