@@ -489,3 +489,54 @@ def test_bytes_not_kept_are_read_again_and_the_digest_is_of_the_bytes_decoded(
     after = next(f.sha256 for f in read if f.path == target)
     assert after == hashlib.sha256(target.read_bytes()).hexdigest() != before
     assert results.FIT_S.of(loaded[target]) == json.loads(target.read_text())["timing"]["fit_s"]
+
+
+def _planted(cache: Path, how: str, name: str) -> Path:
+    """The cache's folder ``name``, made by someone else first: a link to a folder they can write,
+    or a folder of another user's that anyone can write. Where the files found there are put."""
+    if how == "link":
+        shared = cache.parent / f"shared-{name}"
+        shared.mkdir(parents=True)
+        cache.mkdir(exist_ok=True)
+        (cache / name).symlink_to(shared, target_is_directory=True)
+        return shared
+    (cache / name).mkdir(parents=True)
+    os.chown(cache / name, 4321, 4321)
+    (cache / name).chmod(0o777)
+    return cache / name
+
+
+@pytest.mark.parametrize("how", ["link", "another user's"])
+def test_a_list_found_through_a_link_or_in_another_users_folder_vouches_for_nothing(tmp_path: Path, how: str) -> None:
+    """What the cache refuses to write through it does not read through either: a list planted there
+    naming a record's bytes would let them in unchecked, and a scenario named '../..' would have the
+    report write its pages outside --out."""
+    if how != "link" and os.getuid() != 0:
+        pytest.skip("only root can make a folder of another user's")
+    res, out, cache = _results(tmp_path), tmp_path / "deep" / "out", tmp_path / "cache"
+    record = _timed(res)
+    data = json.loads(record.read_text())
+    data["spec"]["scenario"] = "../../escaped"
+    record.write_text(json.dumps(data))
+    listed = [hashlib.sha256(p.read_bytes()).hexdigest() for p in res.rglob("*.json")]
+    folder = _planted(cache, how, "checked-results")
+    name = hashlib.sha256(os.fsencode(os.path.realpath(res))).hexdigest()[:32]
+    (folder / f"{name}.json").write_text(json.dumps({"code": paths.code_digest(), "files": listed}))
+    code, said = _report(res, out, cache)
+    assert code == 2 and "field spec.scenario" in said, said
+    assert not list(tmp_path.rglob("escaped*")), said
+
+
+@pytest.mark.parametrize("how", ["link", "another user's"])
+def test_a_plot_found_through_a_link_or_in_another_users_folder_is_drawn_anew(tmp_path: Path, how: str) -> None:
+    if how != "link" and os.getuid() != 0:
+        pytest.skip("only root can make a folder of another user's")
+    res, out, cache = _results(tmp_path), tmp_path / "out", tmp_path / "cache"
+    assert _report(res, tmp_path / "first", tmp_path / "own-cache")[0] == 0
+    drawn = _tree(tmp_path / "first")
+    folder = _planted(cache, how, "plots")
+    forged = b"\x89PNG\r\n\x1a\n forged " + b"\x00\x00\x00\x00IEND\xaeB`\x82"
+    for png in (tmp_path / "own-cache" / "plots").glob("*.png"):
+        (folder / png.name).write_bytes(forged)
+    code, said = _report(res, out, cache)
+    assert code == 0 and _tree(out) == drawn, said

@@ -40,7 +40,7 @@ class CheckedFiles:
         if self.path is None:
             return
         with contextlib.suppress(OSError, ValueError, RecursionError):
-            data = json.loads(bounded.read_bytes(self.path, MAX_LIST_BYTES))
+            data = json.loads(whole_file.read_kept(self.path, MAX_LIST_BYTES))
             if isinstance(data, dict) and data.get("code") == paths.code_digest():
                 files = data.get("files")
                 self.listed = {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()

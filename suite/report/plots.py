@@ -210,7 +210,7 @@ def render(view: ScenarioView) -> bytes | None:
     kept = cache / "plots" / f"{_key(drawing, title)}.png" if cache is not None else None
     if kept is not None:
         with contextlib.suppress(OSError):
-            png = bounded.read_bytes(kept, MAX_PNG_BYTES)
+            png = whole_file.read_kept(kept, MAX_PNG_BYTES)
             if png.startswith(b"\x89PNG\r\n\x1a\n") and png.endswith(_PNG_END):
                 with contextlib.suppress(OSError):
                     os.utime(kept)  # used now: kept longer

@@ -93,7 +93,7 @@ class LastReport:
         if self.path is None or inputs is None:
             return None
         try:
-            entry = json.loads(bounded.read_bytes(self.path, MAX_ENTRY_BYTES))
+            entry = json.loads(whole_file.read_kept(self.path, MAX_ENTRY_BYTES))
         except (OSError, ValueError, RecursionError):
             return None
         if not (isinstance(entry, dict) and entry.get("inputs") == inputs):

@@ -17,14 +17,18 @@ from pathlib import Path
 MiB = 1024 * 1024
 
 
-def read_bytes(path: Path | str, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them; OSError otherwise."""
+def read_bytes(path: Path | str, limit: int, mine: bool = False) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; OSError otherwise.
+    ``mine``: only a file of this user's, not through a link (what this user's cache holds)."""
     # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer; fstat then refuses it.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    nofollow = getattr(os, "O_NOFOLLOW", 0) if mine else 0
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | nofollow)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, f"not a regular file (a {_kind(info.st_mode)})", str(path))
+        if mine and hasattr(os, "getuid") and info.st_uid != os.getuid():
+            raise OSError(errno.EPERM, "another user's file", str(path))
         if info.st_size > limit:
             raise OSError(errno.EFBIG, f"{info.st_size:,} bytes, more than the {_size(limit)} allowed", str(path))
         os.set_blocking(fd, True)

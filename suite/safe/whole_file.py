@@ -9,6 +9,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from suite.safe import bounded
+
 
 def replace(path: Path, data: bytes, mode: int) -> None:
     """``path`` replaced by ``data``, written first to a temp file beside it made with O_EXCL (never
@@ -51,3 +53,15 @@ def private_folder(base: Path) -> Path:
     if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
         raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(base))
     return base
+
+
+def read_kept(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, a file ``keep`` wrote into this user's cache folder, at most ``limit``;
+    OSError where its folder is not a real folder of this user's (a link, or another user's: what
+    ``keep`` refuses to write through is not read through either, since a list or an entry found
+    there would vouch for files it never checked, a plot stand for one it never drew), or the file
+    is a link or another user's."""
+    info = os.lstat(path.parent)
+    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(path.parent))
+    return bounded.read_bytes(path, limit, mine=True)
