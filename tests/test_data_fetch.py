@@ -441,3 +441,25 @@ def test_container_reads_the_cached_file_read_only_and_checks_it(
     np.savez(npz, x_train=images(1100), y_train=labels(1100), x_test=images(300), y_test=labels(300))
     changed = backend(keras_home=home).run(spec)
     assert changed.status == "error" and "changed after planning" in changed.message, changed.message
+
+
+@pytest.mark.parametrize(
+    "dims, words",
+    [
+        ([1] * 65, "of 65 dimensions"),  # numpy makes no array of more than 64
+        ([2**31, 2**31, 4], "header says"),  # their product, 2**64, is 0 in numpy's integers: an empty body fit it
+    ],
+    ids=["65-dimensions", "product-wraps-to-0"],
+)
+def test_from_a_folder_whose_idx_header_no_array_can_take_is_refused_naming_it(
+    cache: Path, tmp_path: Path, dims: list[int], words: str
+) -> None:
+    folder = tmp_path / "odd-idx"
+    folder.mkdir()
+    header = (0x0800 | len(dims)).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+    for stem in datasets.SHAPES:
+        (folder / stem).write_bytes(header + (b"\0" if len(dims) == 65 else b""))
+    proc = suite_cli("data", "fetch", "--from", folder, env={"KERAS_HOME": str(cache.parent)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"--from {folder}" in proc.stderr and words in proc.stderr and "Traceback" not in proc.stderr
+    assert _left(cache) == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import math
 import os
 import zlib
 from dataclasses import dataclass
@@ -112,9 +113,11 @@ def parse_idx(raw: bytes, what: str) -> np.ndarray:
     ndim = magic & 0xFF
     if magic >> 8 != 0x08 or len(raw) < 4 + 4 * ndim:  # 0x08: unsigned bytes
         raise DataUnavailable(f"{what}: not an IDX file of unsigned bytes (magic {magic:#x})")
+    if not 1 <= ndim <= 3:  # MNIST's images have 3 (count, rows, columns), its labels 1; numpy takes 64 at most
+        raise DataUnavailable(f"{what}: an IDX file of {ndim} dimensions; MNIST's have 1 (labels) or 3 (images)")
     dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != int(np.prod(dims)):
+    if body.size != math.prod(dims):  # Python's integers: numpy's product of 65536**4 wraps to 0
         raise DataUnavailable(f"{what}: header says {dims}, the file holds {body.size} values")
     return body.reshape(dims)
 
