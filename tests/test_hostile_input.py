@@ -317,14 +317,25 @@ def test_odd_records_the_checks_let_through_are_reported_and_shown(tmp_path: Pat
             assert len(widths) == 1, (page.name, table)
 
 
+def _scaling_against(device: str):
+    """The record as a scaling scenario's, whose verdict divides by its baseline's device count."""
+
+    def change(record: dict) -> None:
+        record["spec"]["report"] = {"verdict": "scaling", "baseline": {"device": device}}
+
+    return change
+
+
 @pytest.mark.parametrize(
     "change, words",
     [
         (_set(["provenance", "suite", "dirty_paths"], [None]), ["field provenance.suite.dirty_paths.0"]),
         (_set(["telemetry", "metrics", 0, "summary", "run", "reasons"], 5), ["summary.run.reasons"]),
         (_set(["telemetry", "load", "gpu_others"], {"0": [{"pid": 1, "used_memory_bytes": "x"}]}), ["used_memory"]),
+        (_set(["spec", "config", "device"], "gpu:two"), ["field spec.config.device", "'gpu:N'"]),
+        (_scaling_against("gpu:x"), ["field spec.report.baseline.device", "'gpu:N'"]),
     ],
-    ids=["dirty-path-null", "reasons-not-a-mapping", "gpu-memory-text"],
+    ids=["dirty-path-null", "reasons-not-a-mapping", "gpu-memory-text", "device-not-parsed", "baseline-device"],
 )
 def test_records_a_page_could_not_use_are_refused_naming_the_field(tmp_path: Path, change, words: list[str]) -> None:
     res, path, record = _rich_copy(tmp_path)
@@ -402,3 +413,17 @@ def test_a_value_with_line_breaks_cannot_add_lines_to_show_or_to_a_refused_repro
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0 and "x.txt\\nsuite revision: forged" in said, said
     assert not any(line.startswith("suite revision: forged") for line in said.splitlines()), said
+
+
+def test_a_point_left_out_by_reproduce_is_named_without_its_control_characters(tmp_path: Path) -> None:
+    """A point of a given folder with no ok run is named on the console by its recorded label: an
+    escape sequence or a right-to-left override in it is written as its escape, not obeyed."""
+    res, path, record = _rich_copy(tmp_path)
+    record["status"] = "skipped"
+    record["spec"]["point_label"] = "width=100\x1b[2J\x1b]8;;http://evil.example\x07\u202eko"
+    path.write_text(json.dumps(record))
+    proc = _limited("reproduce", res, "--results", tmp_path / "again", "--backend", "local")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "left out" in said, said
+    assert "\x1b" not in said and "\u202e" not in said and "\x07" not in said, said
+    assert "width=100\\x1b[2J" in said and "\\u202eko" in said, said

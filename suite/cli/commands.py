@@ -22,7 +22,7 @@ from suite.cli.common import (
 from suite.environment import datasets, host_facts, mnist_fetch
 from suite.run import closing, results_folder, runner
 from suite.run.progress import NORMAL, QUIET, VERBOSE, runs_text
-from suite.safe.markdown import escaped
+from suite.safe.markdown import escaped, escaped_lines
 from suite.spec import plan
 
 
@@ -254,7 +254,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         as_json=args.json,
         select=args.select,
     )
-    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    # A line may name a record's point (its label, from any machine): a control character in it is
+    # shown as its escape, never obeyed by the terminal.
+    def say(line: str) -> None:
+        print(escaped_lines(line), file=sys.stderr if args.json else sys.stdout)
+
     try:
         return reproduce.command.reproduce(opts, say=say)
     except (reproduce.originals.ReproduceError, reproduce.command.Refused) as exc:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from suite.spec import names
-from suite.spec.settings import VERDICTS, brief
+from suite.spec.settings import DEVICE_ALLOWED, DEVICE_RE, VERDICTS, brief
 
 Shape = str | frozenset[str] | dict[str, Any] | list[Any]
 # No figure a run records comes near this (a GPU's peak is about 1e15 FLOP/s); below it, products
@@ -69,7 +69,7 @@ RECORD: dict[str, Shape] = {
         "!repetition": "index",
         "smoke": "bool?",
         "!config": {
-            "!device": "str",
+            "!device": "device",  # parsed by the pages (cpu:N, gpu:N), as a scenario gives it
             "backend": "str?",
             "image": "str?",
             "gpu_model": "str?",
@@ -98,7 +98,7 @@ RECORD: dict[str, Shape] = {
         "order": "index",
         "report": {
             "verdict": frozenset(VERDICTS),
-            "baseline": {"*": "any"},
+            "baseline": {"device": "device", "*": "any"},  # scaling divides by its count
             "description": "str?",
             "repeats": {"auto": {"!first": "index", "!precision": "positive", "!max_repeats": "index"}},
         },
@@ -216,6 +216,7 @@ _WORDS = {
     "index": "an integer from 0 to 1e9",
     "hex": "7 to 64 hexadecimal digits (0-9, a-f)",
     "name": names.ALLOWED,
+    "device": DEVICE_ALLOWED,
     "nonneg": "a number >= 0 and at most 1e18",
     "share": "a number in [0, 1]",
     "bool": "true or false",
@@ -375,6 +376,8 @@ def _is(value: Any, word: str) -> bool:
         return True
     if word == "name":
         return names.is_safe(value)
+    if word == "device":
+        return isinstance(value, str) and DEVICE_RE.fullmatch(value) is not None
     if word == "hex":
         return isinstance(value, str) and 7 <= len(value) <= 64 and all(c in "0123456789abcdef" for c in value)
     if word == "index":

@@ -30,7 +30,7 @@ from suite.reproduce.originals import (
     take_points,
 )
 from suite.run import results_folder, runner
-from suite.safe.markdown import escaped
+from suite.safe.markdown import escaped, escaped_lines
 from suite.spec.settings import MAX_REPEATS
 
 
@@ -129,7 +129,7 @@ def reproduce(opts: Options, say: Callable[[str], None] = print) -> int:
         print(json.dumps(data, indent=1, allow_nan=False))
     else:
         print()
-        print(render(data), end="")
+        print(escaped_lines(render(data)), end="")  # the records' labels and facts, as they hold them
     return 0 if data["reproduced"] else 1
 
 
