@@ -1648,6 +1648,25 @@ def test_results_are_saved_under_the_machine_each_came_from(tmp_path: Path) -> N
     assert pool.calls == ["close"]
 
 
+def test_a_result_of_a_node_whose_label_is_no_folder_name_is_read_back_by_report(tmp_path: Path) -> None:
+    """A node's result whose ``suite-machine`` label breaks the name rule goes to unsafe-label-<hash>/,
+    and names that folder as its machine: a report reads it back, and the label is kept beside it."""
+    cpu, gpu = specs_of(tmp_path)
+    label = "_node/a\x1b[2J"
+    pool = StandInPool()
+    pool.batches = [[Finished(cpu, label, ok_result(cpu, label)), Finished(gpu, "node-b", ok_result(gpu, "node-b"))]]
+    res = tmp_path / "res"
+    lines: list[str] = []
+    summary = runner.run_plan([cpu, gpu], pool, res, pool.machine, say=lines.append)
+    assert summary.counts["ok"] == 2 and not summary.failed, lines
+    [folder] = [p for p in res.iterdir() if p.name.startswith("unsafe-label-")]
+    [saved] = _on_disk(res, folder.name, cpu)
+    assert saved.run["machine"] == folder.name and saved.run["machine_label"] == label
+    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out", env={"SUITE_CACHE_DIR": str(tmp_path / "c")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert folder.name in (tmp_path / "out" / "hardware.md").read_text()
+
+
 def test_a_run_ok_in_another_folder_of_the_pool_is_already_done(tmp_path: Path) -> None:
     cpu, gpu = specs_of(tmp_path)
     res = tmp_path / "res"

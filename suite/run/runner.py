@@ -433,6 +433,10 @@ def _save(
     if not names.is_safe(machine):  # a node's label chose it: never a path outside the results folder
         safe = "unsafe-label-" + hashlib.sha256(str(machine).encode()).hexdigest()[:12]
         progress.line(f"a node's machine name {machine!r} is not a safe folder name; its result goes to {safe}/")
+        if isinstance(result.run, dict) and result.run.get("machine") == machine:
+            # The record names the folder it lies in, as every reader checks it (a report would
+            # refuse the label); the label itself is kept beside it.
+            result.run["machine"], result.run["machine_label"] = safe, machine
         machine = safe
     path = _saved(result, machine_dir(results_dir, machine) / spec.scenario, spec, summary, progress)
     runs.saved(made)  # on file, or kept elsewhere as the line above says
