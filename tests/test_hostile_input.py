@@ -427,3 +427,15 @@ def test_a_point_left_out_by_reproduce_is_named_without_its_control_characters(t
     assert proc.returncode == 2 and "left out" in said, said
     assert "\x1b" not in said and "\u202e" not in said and "\x07" not in said, said
     assert "width=100\\x1b[2J" in said and "\\u202eko" in said, said
+
+
+def test_a_fifo_given_to_reproduce_or_data_fetch_is_named_as_what_it_is(tmp_path: Path) -> None:
+    """A FIFO exists: it is refused as not a regular file, not as a file that is not there."""
+    fifo = tmp_path / "result.json"
+    os.mkfifo(fifo)
+    npz = tmp_path / "mnist.npz"
+    os.mkfifo(npz)
+    for command in (["reproduce", fifo, "--results", tmp_path / "again", "--backend", "local"], ["data", "fetch", "--from", npz]):
+        proc = suite_cli(*command, timeout=BOUNDED_S, env={"KERAS_HOME": str(tmp_path / "keras")})
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "not a regular file" in said and "no such file" not in said, said

@@ -275,6 +275,8 @@ def import_from(source: Path, *, say: Callable[[str], None] = print) -> Path:
     if source.is_dir():
         return _import_idx(source, say)
     if not source.is_file():
+        if source.exists():  # a FIFO, a device: never read (a FIFO would wait for a writer, a device never end)
+            raise BadSource(f"--from {source}: not a regular file; expected Keras' mnist.npz or a folder of IDX files")
         raise BadSource(f"--from {source}: no such file or folder")
     if source.suffix != ".npz":
         raise BadSource(f"--from {source}: expected Keras' mnist.npz or a folder of the four MNIST IDX files")
