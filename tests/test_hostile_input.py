@@ -435,7 +435,34 @@ def test_a_fifo_given_to_reproduce_or_data_fetch_is_named_as_what_it_is(tmp_path
     os.mkfifo(fifo)
     npz = tmp_path / "mnist.npz"
     os.mkfifo(npz)
-    for command in (["reproduce", fifo, "--results", tmp_path / "again", "--backend", "local"], ["data", "fetch", "--from", npz]):
+    for command in (
+        ["reproduce", fifo, "--results", tmp_path / "again", "--backend", "local"],
+        ["data", "fetch", "--from", npz],
+    ):
         proc = suite_cli(*command, timeout=BOUNDED_S, env={"KERAS_HOME": str(tmp_path / "keras")})
         said = proc.stdout + proc.stderr
         assert proc.returncode == 2 and "not a regular file" in said and "no such file" not in said, said
+
+
+def test_a_merge_key_brings_an_anchors_settings_and_its_own_override_them(tmp_path: Path) -> None:
+    """``<<: *name`` (YAML's merge key, beside the aliases limits.md allows) is read as YAML reads it:
+    the anchor's keys, overridden by the mapping's own; a key the mapping itself gives twice is still
+    refused, and a merge bomb is counted as any alias."""
+    knobs = (Path(__file__).parent / "fixtures" / "scenarios" / "fx_knobs.yaml").read_text()
+    merged = knobs.replace("name: fx_knobs", "name: merged").replace(
+        "set: {training.steps_per_execution: 8}", "set: &s8 {training.steps_per_execution: 8}"
+    )
+    merged = merged.replace("set: {training.jit_compile: true}", "set: {<<: *s8, training.jit_compile: true}")
+    path = write_scenario(tmp_path, "merged", merged)
+    proc = _limited("check", path, "--backend", "local", "--allow-synthetic", "--results", tmp_path / "r")
+    assert proc.returncode == 0 and "variant=jit_compile" in proc.stdout, proc.stdout + proc.stderr
+    twice = merged.replace(
+        "{<<: *s8, training.jit_compile: true}", "{training.jit_compile: true, <<: *s8, training.jit_compile: false}"
+    )
+    _refused(
+        _limited("check", write_scenario(tmp_path, "twice", twice.replace("name: merged", "name: twice"))),
+        "duplicate key",
+    )
+    bomb = "name: mbomb\nquestion: q\nt0: &t0 {" + ", ".join(f"k{i}: {i}" for i in range(100)) + "}\n"
+    bomb += "".join(f"t{i}: &t{i} {{<<: [*t{i - 1}], x{i}: 1}}\n" for i in range(1, 2000))
+    _refused(_limited("check", write_scenario(tmp_path, "mbomb", bomb)), "each alias (*name) counted where it is used")

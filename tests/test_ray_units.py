@@ -1662,7 +1662,9 @@ def test_a_result_of_a_node_whose_label_is_no_folder_name_is_read_back_by_report
     [folder] = [p for p in res.iterdir() if p.name.startswith("unsafe-label-")]
     [saved] = _on_disk(res, folder.name, cpu)
     assert saved.run["machine"] == folder.name and saved.run["machine_label"] == label
-    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out", env={"SUITE_CACHE_DIR": str(tmp_path / "c")})
+    proc = suite_cli(
+        "report", "--results", res, "--out", tmp_path / "out", env={"SUITE_CACHE_DIR": str(tmp_path / "c")}
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert folder.name in (tmp_path / "out" / "hardware.md").read_text()
 

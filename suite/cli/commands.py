@@ -254,6 +254,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         as_json=args.json,
         select=args.select,
     )
+
     # A line may name a record's point (its label, from any machine): a control character in it is
     # shown as its escape, never obeyed by the terminal.
     def say(line: str) -> None:

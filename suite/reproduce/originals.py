@@ -56,7 +56,9 @@ def load_inputs(paths: Iterable[Path]) -> list[tuple[Path, RunResult, dict[str, 
         elif given.is_file():
             found = [(given, results.load(given))]
         elif given.exists():  # a FIFO, a device: never opened (a FIFO would wait for a writer)
-            raise ReproduceError(f"{given}: not a regular file; reproduce takes result files (.json) and folders of them")
+            raise ReproduceError(
+                f"{given}: not a regular file; reproduce takes result files (.json) and folders of them"
+            )
         else:
             raise ReproduceError(f"{given}: no such file or folder")
         for path, result in found:

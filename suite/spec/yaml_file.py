@@ -19,6 +19,8 @@ class _Loader(yaml.SafeLoader):
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # ``<<: *defaults``: the keys it brings, which the mapping's own override (flatten_mapping)
         key = loader.construct_object(key_node)
         if key in seen:
             raise yaml.constructor.ConstructorError(
