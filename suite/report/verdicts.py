@@ -236,7 +236,8 @@ def gpu_crossover(view: ScenarioView) -> Verdict:
     left = tuple(missing)
     if not rows:
         reason = _skip_reason(gpu_points) or "no CPU and GPU pair ran ok on every repetition"
-        cpu_fits = [(along(p), stats.geometric_mean(_fit(p))) for p in cpus if _fit(p)]
+        # Only CPU points that could take part (every run ok, above the gate): a fast broken run is no end of the span.
+        cpu_fits = [(along(p), stats.geometric_mean(_fit(p))) for p in cpus if usable(p) and _fit(p)]
         ends = cpu_fits[:1] if len(cpu_fits) == 1 else [cpu_fits[0], cpu_fits[-1]] if cpu_fits else []
         times = " to ".join(f"{t:.2f} s at {_name(axis, v)}" for v, t in ends)
         span = f"CPU fit time: {times}." if ends else ""

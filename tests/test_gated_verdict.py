@@ -1,0 +1,35 @@
+"""A point below the accuracy gate takes no part in a verdict, also where no GPU point ran: the
+CPU fit-time span the verdict then gives must not start or end at a gated point."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import suite_cli
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results" / "fixture-local" / "fx_width"
+
+
+def _verdict(page: str) -> str:
+    return next(line for line in page.splitlines() if line.startswith("- **On `fixture-local`:**"))
+
+
+def test_no_gpu_verdict_leaves_out_a_cpu_point_below_the_gate(tmp_path: Path) -> None:
+    folder = tmp_path / "results" / "fixture-local" / "fx_width"
+    shutil.copytree(FIXTURE, folder)
+    for path in folder.glob("*.json"):  # width=100 on the CPU: fast, but below the gate
+        record = json.loads(path.read_text())
+        if record["spec"]["point_label"] == "width=100, device=cpu":
+            record["quality"]["test_accuracy"] = 0.5
+            path.write_text(json.dumps(record))
+
+    done = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
+
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    assert "width 100: CPU: below the accuracy gate" in page  # the page says it is left out ...
+    verdict = _verdict(page)
+    assert "CPU fit time: 1.56 s at width 750." in verdict, verdict  # ... and so does the verdict
+    assert "width 100" not in verdict, verdict
