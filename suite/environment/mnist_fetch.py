@@ -26,6 +26,7 @@ from suite.environment.datasets import (
     FetchError,
     cache_dir,
     expected_sha256,
+    identity_for,
     idx_path,
     npz_path,
     sha256_cached,
@@ -66,6 +67,12 @@ def fetch(
     if target.is_file() and sha256_cached(target) == expected:
         say(f"{target}: already cached (sha256 {expected} verified)")
         return target
+    if not url and (imported := identity_for({}))["source"] == "idx":
+        # MNIST imported with --from as IDX files counts as there: a download would put mnist.npz beside
+        # it, which runs take first, and change the data (and every fingerprint) of the runs on file.
+        say(f"{idx_path()}: MNIST imported as IDX files (sha256 {imported['sha256'][:12]}...); runs use them")
+        say(f"nothing downloaded (`{FETCH_COMMAND} --url URL` downloads mnist.npz, which runs then take instead)")
+        return idx_path()
     if url:
         origin = "--url"
     elif os.environ.get(URL_ENV):
