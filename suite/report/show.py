@@ -109,9 +109,8 @@ def _provenance(result: RunResult) -> list[str]:
     lines = [] if result.provenance else [old]
     lines.append("  suite:        " + (provenance_text.suite_text(suite) if suite else "not recorded"))
     if suite:
-        lines.append(
-            "    " + _pairs({k: suite.get(k) for k in ("version", "git_revision", "git_dirty", "diff_sha256")})
-        )
+        suite_keys = ("version", "git_revision", "git_dirty", "diff_sha256", "code_tree")
+        lines.append("    " + _pairs({k: suite.get(k) for k in suite_keys}))
         if suite.get("dirty_paths"):
             lines.append("    dirty paths: " + ", ".join(suite["dirty_paths"]))
     changed = provenance_text.changed_during_run_text(section)
