@@ -214,10 +214,18 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
         for m in machines:
             got = found[m]
             fit = got.values(FIT_S) if got else []
+            # A point that trained below the accuracy gate is left out of comparisons, as on its page.
+            below_gate = bool(fit) and got is not None and not got.passes_gate
+            base_gated = bool(base_fit) and base is not None and not base.passes_gate
             # The reference's time over this one's.
-            r = fit_ratio(base, got) if base and got and fit and base_fit and m != ref else None
+            r = (
+                fit_ratio(base, got)
+                if base and got and fit and base_fit and m != ref and not below_gate and not base_gated
+                else None
+            )
             cells[m] = {
                 "status": got.status if got else "not run",
+                "below_gate": below_gate,
                 "runs_ok": len(got.ok_runs) if got else 0,
                 "runs_total": len(got.runs) if got else 0,
                 "fit_s_geomean": stats.geometric_mean(fit) if fit else None,
@@ -272,6 +280,8 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
             c = point["machines"][m]
             if c["fit_s_geomean"] is None:
                 row.append(cell(c["status"]))
+            elif c["below_gate"]:
+                row.append(f"{c['fit_s_geomean']:.2f} (below the accuracy gate: not compared)")
             elif c["speedup_vs_reference"] is None:
                 row.append(f"{c['fit_s_geomean']:.2f}")
             else:
