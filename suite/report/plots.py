@@ -86,6 +86,8 @@ def _along(ax: Drawing, view: ScenarioView, axis: str | None, series: Callable[[
     drawn = False
     for name in dict.fromkeys(series(p) for p in view.points):
         pts = [p for p in view.points if series(p) == name and _fit(p)]  # ok runs with a fit time
+        if numeric:  # the line runs along the axis, not in the order the points happened to run in
+            pts.sort(key=at)
         if not pts:
             ax.plot([], [], " ", label=plot_text(f"{name}: none ran ok (see the page)" if name else "none ran ok"))
             continue
