@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,29 @@ def test_a_set_run_and_an_edited_scenario_are_never_merged_into_the_published_ro
     rows = list(csv.DictReader((out / "points.csv").open(newline="", encoding="utf-8")))
     assert sorted(r["coord.model.hidden.0"] for r in rows) == ["32", "64", "64"], "a column per axis"
     assert {r["coord.device"] for r in rows} == {"cpu"}, rows[0]
+
+
+def test_a_point_run_again_alone_keeps_its_row_and_shows_its_newest_attempt(tmp_path: Path) -> None:
+    """`run -k "width=750 and device=cpu" --fresh` runs a plan of one point, numbered from 0: its new
+    attempt stands for its repetition, and its row stays where the scenario's plan put it."""
+    fixture = Path(__file__).parent / "fixtures" / "results" / "fixture-local" / "fx_width"
+    results = tmp_path / "results" / "fixture-local" / "fx_width"
+    results.parent.mkdir(parents=True)
+    shutil.copytree(fixture, results)
+
+    def rows() -> list[str]:
+        done = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
+        assert done.returncode == 0, done.stdout + done.stderr
+        page = (tmp_path / "out" / "fx_width.md").read_text()
+        return [r for r in _sections(page)["On fixture-local"]["Results"] if " | " in r and "width=" in r]
+
+    before = rows()
+    record = json.loads((results / "8795d9598222-r0.json").read_text())
+    record["spec"]["order"] = 0  # first of its own plan
+    record["run"]["finished_at"] = "2026-12-01T09:00:00+00:00"
+    record["timing"]["fit_s"] = 9.876
+    (results / "8795d9598222-r0.2.json").write_text(json.dumps(record))
+    after = rows()
+    assert [r.split(" | ")[0] for r in after] == [r.split(" | ")[0] for r in before], after
+    [rerun] = [r for r in after if r.startswith("width=750, device=cpu")]
+    assert rerun != [r for r in before if r.startswith("width=750, device=cpu")][0], "the newest attempt is shown"

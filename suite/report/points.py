@@ -298,12 +298,16 @@ def _points(runs: list[tuple[Path, RunResult]], results_dir: Path) -> tuple[list
     for path, r in runs:
         by_label[r.spec["point_label"]].append((path, r))
     points, left_out = [], []
+    place: dict[str, int] = {}
     for label, pairs in by_label.items():
         rs = [r for _, r in pairs]
         shown = max(rs, key=finished_at)
-        latest = results.latest_by_run([r for r in rs if r.fingerprint == shown.fingerprint])
+        current = [r for r in rs if r.fingerprint == shown.fingerprint]
+        latest = results.latest_by_run(current)
         chosen = [latest[k] for k in sorted(latest, key=lambda k: k[1])]
         points.append(Point(label, dict(chosen[0].spec.get("point", {})), chosen))
+        # Its place in the plan that first ran it: a later `run -k ... --fresh` numbers its plan anew.
+        place[label] = min((finished_at(r), int(r.spec.get("order", 0))) for r in current)[1]
         others: dict[str, list[tuple[Path, RunResult]]] = defaultdict(list)
         for path, r in pairs:
             if r.fingerprint != shown.fingerprint:
@@ -313,7 +317,7 @@ def _points(runs: list[tuple[Path, RunResult]], results_dir: Path) -> tuple[list
             words = config_differences(newest.spec, shown.spec) or "another fingerprint"
             left_out.append(LeftOut(label, len(group), words, str(newest_path.relative_to(results_dir))))
     # The plan's own order (matrix order in the YAML), label as tie-break.
-    points.sort(key=lambda p: (min(int(r.spec.get("order", 0)) for r in p.runs), p.label))
+    points.sort(key=lambda p: (place[p.label], p.label))
     return points, left_out
 
 
