@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -115,8 +116,12 @@ def auto_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]
 def test_a_point_runs_its_first_stage_then_as_many_more_as_its_spread_asks(auto_run, tmp_path: Path) -> None:
     path, res, out = auto_run
     assert "repeats: auto: the first stage's spreads ask for 2 runs more" in out
-    assert "tiny_auto, 2 points: 10 ok" in out and "median of 5 runs" in out
+    assert "tiny_auto, 2 points: 10 ok" in out and "geo. mean of 5 runs" in out
     loaded = [r for _, r in results.load_folder(res / "box")]
+    # The console's figure is the page's table's: the geometric mean of the point's fit times.
+    [(label, said)] = re.findall(r"lowest fit time: \[(.+)\] (\d+\.\d\d) s \(geo\. mean of 5 runs", out)
+    fits = [r.timing["fit_s"] for r in loaded if r.spec["point_label"] == label]
+    assert said == f"{math.exp(sum(map(math.log, fits)) / len(fits)):.2f}", (said, fits)
     by_point: dict[str, list[int]] = {}
     for r in loaded:
         assert r.ok and r.spec["report"]["repeats"] == {"auto": {"first": 4, "precision": 0.001, "max_repeats": 5}}
