@@ -142,3 +142,18 @@ def test_the_live_eta_counts_down_while_a_run_goes() -> None:
     assert prog.status().endswith("; ETA 35 s")
     now[0] = 30.0
     assert prog.status().endswith("; ETA 20 s"), "a run that overruns takes nothing off the others' share"
+
+
+def test_points_that_share_a_long_start_are_told_apart_on_a_line_that_must_be_cut() -> None:
+    """gpu_knobs' labels share their first 30 characters; a skip's long message is cut first."""
+    before = "[2/21] gpu_knobs "
+    after = " run 1 of 1: skipped: needs 1 GPU(s); this machine has no GPU (NVML: " + "x" * 80
+    labels = [f"variant=steps_per_execution={n}, batch_size={b}" for n in (10, 100) for b in (128, 1024)]
+    lines = [progress.fit_line(before, label, after) for label in labels]
+    assert all(len(line) == progress.WIDTH for line in lines) and len(set(lines)) == 4, lines
+    assert all(f"[{label}]" in line for label, line in zip(labels, lines, strict=True)), "shorter than the floor: whole"
+    longer = "model.dense=1024, training.batch_size=4096, training.optimizer=adam, device=gpu:0"
+    cut = progress.fit_line(before, longer, after)
+    shown = cut[cut.index("[", 2) + 1 : cut.index("] run")]
+    assert len(shown) == progress.LABEL_FLOOR and len(cut) == progress.WIDTH, cut
+    assert shown == longer[:23] + "..." + longer[-22:], "its start and its end (the device) kept"

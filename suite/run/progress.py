@@ -66,7 +66,9 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 3)] + "..."
 
 
-LABEL_FLOOR = 24  # a point label is not cut shorter than this to make a line fit
+# A point label is not cut shorter than this to make a line fit. Labels of one scenario share their
+# start (``variant=steps_per_execution=10, ...`` and ``=100, ...``): cut shorter, they read alike.
+LABEL_FLOOR = 48
 
 
 def fits(before: str, label: str, after: str, width: int = WIDTH) -> bool:
@@ -76,11 +78,20 @@ def fits(before: str, label: str, after: str, width: int = WIDTH) -> bool:
 
 def fit_line(before: str, label: str, after: str, width: int = WIDTH) -> str:
     """``before[label]after`` in ``width`` columns: the point label gives way first (to LABEL_FLOOR
-    characters), then the line's end (where a failure's message stands)."""
+    characters, cut in its middle, where labels of one scenario differ least), then the line's end
+    (where a failure's message stands)."""
     over = len(before) + len(label) + 2 + len(after) - width
     if over > 0:
-        label = shorten(label, max(LABEL_FLOOR, len(label) - over))
+        label = _cut_middle(label, max(LABEL_FLOOR, len(label) - over))
     return shorten(f"{before}[{label}]{after}", width)
+
+
+def _cut_middle(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, its start and end kept and '...' between them."""
+    if len(text) <= width:
+        return text
+    head = (width - 3 + 1) // 2
+    return text[:head] + "..." + text[len(text) - (width - 3 - head) :]
 
 
 def wrapped(text: str, first: str, indent: str, lines: int = 3, width: int = WIDTH) -> list[str]:
