@@ -870,6 +870,7 @@ def test_runs_that_got_no_image_have_their_lock_not_recorded_not_missing(tmp_pat
     assert ran.returncode in (0, 1) and records, ran.stdout + ran.stderr
     for record in records:
         assert record["status"] != "ok" and record["provenance"]["image"] is None, record["message"]
+        assert "['" not in record["message"], "the engine's runtimes named in words, not as a Python list"
         assert provenance.got_no_image(record["provenance"]["environment"], None), record["provenance"]
     assert suite_cli("report", "--results", res, "--out", out).returncode == 0
     page = (out / "mlp4096_gpus.md").read_text()

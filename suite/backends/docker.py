@@ -350,7 +350,9 @@ class DockerBackend(RunSkeleton):
         gpu_runtime = "nvidia" in runtimes or bool(info.get("CDISpecDirs"))
         found = probe_engine(client, image, self, gpu_runtime)
         if not gpu_runtime:
-            found["gpu_note"] = f"the engine at {self.daemon.address} has no NVIDIA runtime (runtimes: {runtimes})"
+            found["gpu_note"] = (
+                f"the engine at {self.daemon.address} has no NVIDIA runtime (runtimes: {', '.join(runtimes) or 'none'})"
+            )
             found["gpus"] = []
         return {**base, **found, "source": "probe container"}
 

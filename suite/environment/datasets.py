@@ -237,5 +237,6 @@ def describe() -> list[str]:
         lines.append(f"runs get: no MNIST ({identity['note']}); synthetic digits where a scenario allows them")
         lines.append(f"to train on MNIST: {FETCH_COMMAND} (without internet: {FETCH_COMMAND} --from PATH)")
     else:
-        lines.append(f"runs get: {fingerprinted(identity)}")
+        kept = fingerprinted(identity)
+        lines.append(f"runs get: {kept['source']} (sha256 {kept.get('sha256', 'not known')})")
     return lines
