@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import platform
 import sys
+import textwrap
 from typing import Any
 
 from suite import telemetry
@@ -166,7 +167,7 @@ def render(facts: dict[str, Any]) -> str:
         f"machine:  {facts['machine']} (results go to reports/results/{facts['machine']}/)",
         f"python:   {facts['python']}",
         f"cpu:      {facts['cpu']}",
-        "packages: " + ", ".join(f"{k} {v}" for k, v in facts["packages"].items()),
+        *_wrapped("packages: " + ", ".join(f"{k} {v}" for k, v in facts["packages"].items())),
     ]
     if facts["gpus"]:
         lines.append(f"gpus ({facts['gpu_note']}):")
@@ -182,17 +183,32 @@ def render(facts: dict[str, Any]) -> str:
                 "by UUID; more than the pool holds: skipped"
             )
     else:
-        lines.append(f"gpus:     none ({facts['gpu_note']}); every GPU point will be recorded as skipped")
+        lines += _wrapped(f"gpus:     none ({facts['gpu_note']}); every GPU point will be recorded as skipped")
     if facts.get("load"):
         lines += _load_lines(facts["load"])
     docker = facts.get("docker") or {}
     if "error" in docker:
         lines.append(f"docker:   {docker['error']}")
     else:
-        lines.append("docker:   " + ", ".join(f"{k}: {v}" for k, v in docker.items()))
+        lines += _wrapped("docker:   " + "; ".join(f"{k}: {_word(v)}" for k, v in docker.items()))
     engine = facts.get("engine_gpus")
     if engine is not None:
         found = engine["gpus"]
         listed = "; ".join(f"[{g.get('index')}] {g.get('name')}, {g.get('uuid')}" for g in found) or "none"
-        lines.append(f"engine's host GPUs (what --backend docker hands out): {listed} ({engine['note']})")
+        lines += _wrapped(f"engine's host GPUs (what --backend docker hands out): {listed} ({engine['note']})")
     return "\n".join(lines)
+
+
+def _wrapped(line: str) -> list[str]:
+    """``line`` in lines of at most 120 columns (a word longer than that alone on its own), under
+    the facts' column."""
+    return textwrap.wrap(line, 120, subsequent_indent=" " * 10, break_long_words=False, break_on_hyphens=False)
+
+
+def _word(value: Any) -> str:
+    """A fact of the engine as words: a list joined, no value as "none", a flag as "yes" or "no"."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    return "none" if value is None else str(value)

@@ -363,6 +363,12 @@ def test_env_json_says_what_env_says() -> None:
     python = re.search(r"^python:\s+(.+)$", text.stdout, re.M)
     assert python and facts["python"] == python.group(1)
     assert facts["python"].split()[0].count(".") == 2 and facts["machine"] in text.stdout
+    # Within 120 columns, the engine's facts in words (its runtimes a list, NVIDIA's a yes or no).
+    assert all(len(line) <= 120 for line in text.stdout.splitlines()), text.stdout
+    if "error" not in facts.get("docker", {"error": ""}):
+        flat = " ".join(text.stdout.split())
+        assert f"runtimes: {', '.join(facts['docker']['runtimes']) or 'none'};" in flat, text.stdout
+        assert f"nvidia_runtime: {'yes' if facts['docker']['nvidia_runtime'] else 'no'};" in flat, text.stdout
 
 
 def test_compare_json_holds_the_numbers_the_text_shows() -> None:
