@@ -997,5 +997,6 @@ def test_the_default_results_folder_is_named_as_an_absolute_path(
     out = capsys.readouterr().out
     (folder,) = (tmp_path / "reproduce").iterdir()
     assert any(line.endswith(f"results in {folder / host_facts.machine_name()}") for line in lines), lines
-    assert f"reruns in {folder}: `python -m suite report --results {folder}`" in out
+    assert f"reruns in {folder}; " in out and f"\n  python -m suite report --results {folder}\n" in out
+    assert all(len(line) <= 120 or str(folder) in line for line in out.splitlines()), "prose wrapped, paths whole"
     assert folder.is_absolute()

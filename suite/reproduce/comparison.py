@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -225,10 +226,10 @@ def render(data: dict[str, Any]) -> str:
         lines += [_located(d, p) for d in p["notes"]]
         lines += [f"hardware differs: {h}" for h in p["hardware_differs"]]
         if p["other_facts_differ"]:
-            lines.append("other recorded facts differ: " + "; ".join(p["other_facts_differ"]))
-        lines += [f"verdict: {p['verdict']['text']}", ""]
+            lines += _prose("other recorded facts differ: " + "; ".join(p["other_facts_differ"]))
+        lines += [f"verdict: {p['verdict']['text']}", ""]  # one line: what a reader looks for
     done = sum(p["verdict"]["kind"] == REPRODUCED for p in points)
-    lines.append(
+    lines += _prose(
         f"{done} of {len(points)} point(s) reproduced within +-{tolerance_text(data['tolerance'])} "
         f"(fit time of the rerun against the original's: {stats.METHOD})"
     )
@@ -237,8 +238,15 @@ def render(data: dict[str, Any]) -> str:
         lines += [f"  {line.removeprefix('left out ')}" for line in data["left_out"]]
     given = data.get("inputs") or []
     originals = given[0] if len(given) == 1 and Path(given[0]).is_dir() else "ORIGINAL_DIR"
-    lines.append(
-        f"reruns in {data['results_dir']}: `python -m suite report --results {data['results_dir']}`, or "
-        f"`python -m suite compare {originals} {data['results_dir']}`"
-    )
+    lines += [
+        f"reruns in {data['results_dir']}; their pages, or a table beside the originals:",
+        f"  python -m suite report --results {data['results_dir']}",
+        f"  python -m suite compare {originals} {data['results_dir']}",
+    ]
     return "\n".join(lines) + "\n"
+
+
+def _prose(text: str) -> list[str]:
+    """A sentence in lines of at most 120 columns, those after the first indented (a word longer
+    than that, a path, stays whole)."""
+    return textwrap.wrap(text, 120, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
