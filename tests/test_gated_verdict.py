@@ -33,3 +33,20 @@ def test_no_gpu_verdict_leaves_out_a_cpu_point_below_the_gate(tmp_path: Path) ->
     verdict = _verdict(page)
     assert "CPU fit time: 1.56 s at width 750." in verdict, verdict  # ... and so does the verdict
     assert "width 100" not in verdict, verdict
+
+
+def test_a_cpu_only_plan_of_a_gpu_scenario_says_no_gpu_point_ran_not_that_no_pair_did(tmp_path: Path) -> None:
+    """`run -k "device == cpu"` (or `--set device=cpu`) leaves no GPU point on file: the verdict
+    says that, not that some CPU and GPU pair failed."""
+    folder = tmp_path / "results" / "fixture-local" / "fx_width"
+    shutil.copytree(FIXTURE, folder)
+    for path in folder.glob("*.json"):
+        if json.loads(path.read_text())["spec"]["config"]["device"] != "cpu":
+            path.unlink()
+
+    done = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
+
+    assert done.returncode == 0, done.stderr
+    verdict = _verdict((tmp_path / "out" / "fx_width.md").read_text())
+    assert "No CPU-GPU comparison on this machine: no GPU point among these runs." in verdict, verdict
+    assert "pair" not in verdict and "CPU fit time: 1.38 s at width 100 to 1.56 s at width 750." in verdict, verdict

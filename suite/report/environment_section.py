@@ -255,4 +255,4 @@ def _gpu_text(view: ScenarioView) -> str:
         return ", ".join(seen)
     if any(p.device.startswith("gpu") for p in view.points):
         return "none: no GPU point ran"
-    return "none used (no GPU point in this scenario)"
+    return "none used (no GPU point among these runs)"

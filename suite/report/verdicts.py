@@ -235,7 +235,9 @@ def gpu_crossover(view: ScenarioView) -> Verdict:
     ]
     left = tuple(missing)
     if not rows:
-        reason = _skip_reason(gpu_points) or "no CPU and GPU pair ran ok on every repetition"
+        # A plan of one side (-k, --set device=...) has no pair to speak of.
+        pairs = "no CPU and GPU pair ran ok on every repetition" if cpus else "no CPU point among these runs"
+        reason = (_skip_reason(gpu_points) or pairs) if gpu_points else "no GPU point among these runs"
         # Only CPU points that could take part (every run ok, above the gate): a fast broken run is no end of the span.
         cpu_fits = [(along(p), stats.geometric_mean(_fit(p))) for p in cpus if usable(p) and _fit(p)]
         ends = cpu_fits[:1] if len(cpu_fits) == 1 else [cpu_fits[0], cpu_fits[-1]] if cpu_fits else []
