@@ -236,7 +236,9 @@ def test_report_k_shows_only_matching_points_and_leaves_the_full_report_as_it_wa
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     assert after == before, "a cut neither replaces nor drops a page or an index entry of the full report"
     cut = tmp_path / "selected"
-    assert f"the pages it takes are in {cut}" in proc.stdout
+    assert f"the pages it takes are in {cut}; the full report in {tmp_path} is as it was" in proc.stdout
+    alone = suite_cli("report", "--results", FIXTURE_RESULTS, "--out", tmp_path / "new", "-k", "device=cpu")
+    assert alone.returncode == 0 and f"{tmp_path / 'new'} holds no full report" in alone.stdout, alone.stdout
     page = (cut / "fx_width.md").read_text()
     assert "| width=100, device=cpu " in page and "device=gpu" not in page.split("### Results")[1].split("###")[0]
     assert "2 of 4 points, not shown: the page was made with -k 'scenario=fx_width and device=cpu'" in page

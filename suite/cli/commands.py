@@ -201,7 +201,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         for path, _ in written:
             print(f"wrote {path}")
     if args.select is not None:
-        print(f"-k {args.select!r}: the pages it takes are in {out}; the full report in {args.out} is as it was")
+        full = (
+            f"the full report in {args.out} is as it was"
+            if (args.out / "README.md").is_file()
+            else f"{args.out} holds no full report (`report` without -k writes it)"
+        )
+        print(f"-k {args.select!r}: the pages it takes are in {out}; {full}")
     return 0
 
 
