@@ -101,3 +101,34 @@ def test_without_any_fallback_the_record_is_written_to_stderr(tmp_path: Path, ca
         saving.save(record, blocked / "box" / "s", f"{uuid.uuid4().hex[:6]}-r0")
     assert "its record is on stderr above" in str(unsaved.value)
     assert json.loads(capsys.readouterr().err)["spec"] == record.spec
+
+
+def test_moving_a_kept_result_back_after_a_rerun_loses_neither_measurement(tmp_path: Path, tiny_disk: Path) -> None:
+    """The two things the full-disk message says, done in the other order: the plan rerun once there
+    is room (it measures the point again), then the kept result moved back by the message's own
+    command. The rerun's result must not be overwritten: both measurements are on file after."""
+    scenario = write_scenario(tmp_path, "tiny_order", SMALL_SCENARIO.format(name="tiny_order", widths="[8]"))
+    res = tiny_disk / "results"
+    (res / "box").mkdir(parents=True)
+    filler = tiny_disk / "filler"
+    with filler.open("wb", buffering=0) as fh, pytest.raises(OSError):
+        while True:
+            fh.write(b"\0" * 4096)
+    fallback = tmp_path / "tmp"
+    fallback.mkdir()
+    env = {"TMPDIR": str(fallback)}
+    args = ("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box")
+    proc = suite_cli(*args, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "it is kept as" in out, out
+    command = out.split("Move it back once there is room: ")[1].splitlines()[0]
+    filler.unlink()
+    again = suite_cli(*args, env=env)  # "rerun when it can, to resume"
+    assert again.returncode == 0, again.stdout + again.stderr
+    rerun = {p.name: p.read_bytes() for p in (res / "box").rglob("*.json")}
+    assert len(rerun) == 1, rerun.keys()
+    subprocess.run(command, shell=True, check=True)
+    after = {p.name: p.read_bytes() for p in (res / "box").rglob("*.json")}
+    assert len(after) == 2, f"the move back overwrote the rerun's result: {sorted(after)}"
+    assert set(rerun.items()) <= set(after.items()), "the rerun's result is kept as it was"
+    assert sorted(r.ok for _, r in results.load_folder(res / "box")) == [True, True]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import itertools
 import json
 import math
@@ -132,10 +133,13 @@ def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
             kept = _save_text(text, private / folder.parent.name[:100] / folder.name[:100], stem[:100])
         except OSError:
             continue
+        # Moved back under a name of its own: a rerun made before the move ("rerun when it can")
+        # saves the same run as stem.json, which the move must never overwrite (mv -n: nor anything).
+        back = folder / f"{kept.name[: -len('.json')]}.kept-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
         return (
             f"the result of {stem} could not be saved as {wanted} ({why}); it is kept as {kept}. "
             f"Move it back once there is room: mkdir -p {shlex.quote(str(folder))} && "
-            f"mv {shlex.quote(str(kept))} {shlex.quote(str(wanted))}"
+            f"mv -n {shlex.quote(str(kept))} {shlex.quote(str(back))}"
         )
     sys.stderr.write(text)
     return (
