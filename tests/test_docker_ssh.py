@@ -8,6 +8,7 @@ temporary home holding them. On the engine's side, ``docker system dial-stdio`` 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import suite_cli
 from docker_fixtures import (  # noqa: F401 - fixtures
     REQUIRED,
     backend_factory,
@@ -277,3 +279,17 @@ def test_sigkilled_orchestrator_over_ssh_leaves_nothing_after_the_next_session(
             proc.kill()
         for c in client.containers.list(ignore_removed=True, all=True, filters={"label": label}):
             c.remove(force=True)
+
+
+def test_the_port_of_ssh_config_is_used_for_an_address_without_one(sshd: Sshd, tmp_path: Path) -> None:
+    """docs/several-servers.md: ``~/.ssh/config`` may give Hostname, Port, User and IdentityFile.
+    docker-py writes port 22 into ``ssh://host`` before it reads the config; the suite must not."""
+    ssh = tmp_path / "home" / ".ssh"
+    (ssh / "config").write_text(
+        f"Host bench-box\n  Hostname 127.0.0.1\n  Port {sshd.port}\n  User root\n  IdentityFile {ssh / 'id_ed25519'}\n"
+    )
+    proc = suite_cli("env", "--json", "--docker-host", "ssh://bench-box")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    engine = json.loads(proc.stdout)["docker"]
+    assert engine["address"] == "ssh://bench-box" and "error" not in engine, engine
+    assert engine["version"], engine

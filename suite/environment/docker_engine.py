@@ -46,10 +46,31 @@ def client_kwargs(address: str) -> dict[str, Any]:
 
     tls_env = {k: os.environ[k] for k in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH") if k in os.environ}
     kwargs = docker.utils.kwargs_from_env(environment=tls_env)
-    kwargs["base_url"] = address
+    kwargs["base_url"] = _ssh_port_from_config(address) if address.startswith("ssh://") else address
     if not address.startswith(TLS_SCHEMES):
         kwargs.pop("tls", None)  # TLS belongs to tcp only; ssh has its own transport security
     return kwargs
+
+
+def _ssh_port_from_config(address: str) -> str:
+    """``ssh://[user@]host`` with the ``Port`` ~/.ssh/config gives that host, where the address names
+    none: docker-py writes port 22 into such an address before its transport reads the config, so
+    the config's port would never be used."""
+    import urllib.parse
+
+    try:
+        import paramiko
+
+        parsed = urllib.parse.urlparse(address)
+        if parsed.port is not None or not parsed.hostname:
+            return address
+        config = paramiko.SSHConfig.from_path(os.path.expanduser("~/.ssh/config"))
+        port = config.lookup(parsed.hostname).get("port")
+    except Exception:  # noqa: BLE001 - no paramiko, no config, none readable: docker-py goes on as it would have
+        return address
+    if not port or not str(port).isdigit():
+        return address
+    return urllib.parse.urlunparse(parsed._replace(netloc=f"{parsed.netloc}:{int(port)}"))
 
 
 def tls_mode(address: str) -> str:
