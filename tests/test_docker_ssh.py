@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import suite_cli
+from conftest import REPO, suite_cli
 from docker_fixtures import (  # noqa: F401 - fixtures
     REQUIRED,
+    SMALL_SCENARIO,
     backend_factory,
     engine_client,
     image_fixture,
@@ -33,6 +35,8 @@ from docker_fixtures import (  # noqa: F401 - fixtures
     with_config,
 )
 from ray_local import _live_pids, _with_descendants, free_ports
+
+from suite.record import results
 
 pytestmark = pytest.mark.docker
 
@@ -293,3 +297,41 @@ def test_the_port_of_ssh_config_is_used_for_an_address_without_one(sshd: Sshd, t
     engine = json.loads(proc.stdout)["docker"]
     assert engine["address"] == "ssh://bench-box" and "error" not in engine, engine
     assert engine["version"], engine
+
+
+def test_a_host_lost_mid_plan_has_its_remaining_runs_recorded_not_a_traceback(
+    sshd: Sshd, client: Any, tmp_path: Path
+) -> None:
+    """several-servers.md: a host whose engine does not answer has its runs recorded as `error` with
+    the cause. Here the link goes during the plan's first run: the next run's launch meets the dead
+    link, and must be recorded as an error like the first, the plan ending with exit 1."""
+    scenario = tmp_path / "ssh_lost.yaml"
+    scenario.write_text(SMALL_SCENARIO.format(name="ssh_lost", widths="[8, 16]"), encoding="utf-8")
+    res = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", "run", str(scenario), "--smoke", "--backend", "docker",
+         "--docker-host", f"ssh://root@127.0.0.1:{sshd.port}", "--results", str(res), "--machine", "box",
+         "--set", "training.epochs=400"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if client.containers.list(ignore_removed=True, filters={"label": "suite.scenario=ssh_lost", "status": "running"}):
+                time.sleep(1)
+                sshd.stop()
+                break
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sshd.start()
+        for c in client.containers.list(all=True, ignore_removed=True, filters={"label": "suite.scenario=ssh_lost"}):
+            c.remove(force=True)
+    assert "Traceback" not in out, out
+    assert proc.returncode == 1, out
+    found = sorted((r.status, r.message) for _, r in results.load_folder(res / "box"))
+    assert [s for s, _ in found] == ["error", "error"], found
+    assert all("lost the Docker engine" in m for _, m in found), found

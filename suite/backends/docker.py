@@ -420,6 +420,10 @@ class DockerBackend(RunSkeleton):
             ) from None
         except docker.errors.APIError as exc:
             raise Unavailable("error", f"the Docker engine could not inspect {ref}: {engine_text(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - the link broke (ssh gone, socket refused): a status of this run
+            raise Unavailable(
+                "error", f"lost the Docker engine at {self.daemon.address} before the run: {type(exc).__name__}: {exc}"
+            ) from None
 
     def _override_for(self, name: str | None) -> str | None:
         if isinstance(self.image_override, str):
