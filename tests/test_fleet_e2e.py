@@ -128,3 +128,27 @@ def test_sigterm_stops_every_host_and_leaves_no_container(
     assert (
         client.containers.list(ignore_removed=True, all=True, filters={"label": "suite.scenario=fleet_slow"}) == []
     ), out.decode()
+
+
+def test_sighup_stops_every_host_with_exit_code_130(test_image: str, client: Any, tmp_path: Path) -> None:
+    """commands.md: 130 when stopped by Ctrl-C, SIGTERM or SIGHUP (a closed terminal, a dropped ssh
+    link): `run --hosts` too, its hosts stopped as on SIGTERM."""
+    slow = SCENARIO.replace("fleet_small", "fleet_hup").replace("epochs: 2", "epochs: 400")
+    (tmp_path / "fleet_hup.yaml").write_text(slow, encoding="utf-8")
+    (tmp_path / "hosts.yaml").write_text("hosts:\n  here: {docker: 'unix:///var/run/docker.sock'}\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SUITE_DOCKER_IMAGE": test_image}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", "run", str(tmp_path / "fleet_hup.yaml"), "--allow-synthetic", "--hosts",
+         str(tmp_path / "hosts.yaml"), "--results", str(tmp_path / "res")],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    label = {"label": "suite.scenario=fleet_hup", "status": "running"}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not client.containers.list(ignore_removed=True, filters=label):
+        time.sleep(0.5)
+    assert client.containers.list(ignore_removed=True, filters=label), "the host's container runs"
+    proc.send_signal(signal.SIGHUP)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out.decode()
+    assert b"[here] finished with exit code 130" in out, out.decode()
+    assert client.containers.list(ignore_removed=True, all=True, filters={"label": "suite.scenario=fleet_hup"}) == []

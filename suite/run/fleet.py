@@ -214,10 +214,16 @@ def run_fleet(
         runs.append(_HostRun(host, child_commands(host, run_args, results_dir), say))
 
     def forward(signum: int, frame: object) -> None:
+        if signum == signal.SIGHUP:  # a closed terminal: its last words must not fail the stop
+            from suite.run.runner import _leave_a_hung_up_terminal
+
+            _leave_a_hung_up_terminal()
         for r in runs:
             r.signal(signum)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP (a closed terminal, a dropped ssh link) stops the hosts as SIGTERM does: by its default
+    # action the fleet would end at once with 129, its hosts stopped only by their parent-death signal.
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         for r in runs:
             r.start()
