@@ -132,3 +132,19 @@ def test_moving_a_kept_result_back_after_a_rerun_loses_neither_measurement(tmp_p
     assert len(after) == 2, f"the move back overwrote the rerun's result: {sorted(after)}"
     assert set(rerun.items()) <= set(after.items()), "the rerun's result is kept as it was"
     assert sorted(r.ok for _, r in results.load_folder(res / "box")) == [True, True]
+
+
+def test_a_result_file_is_as_readable_as_the_pages_made_from_it(tmp_path: Path) -> None:
+    """A results folder is shared (a team's server, a published `reports/`): a result is made with
+    the mode any file made here gets (0o666 less the umask), as the pages are, not mkstemp's 0600."""
+    scenario = write_scenario(tmp_path, "tiny_mode", SMALL_SCENARIO.format(name="tiny_mode", widths="[8]"))
+    res, out = tmp_path / "results", tmp_path / "pages"
+    old = os.umask(0o022)
+    try:
+        proc = suite_cli("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert suite_cli("report", "--results", res, "--out", out).returncode == 0
+    finally:
+        os.umask(old)
+    made = sorted(res.rglob("*.json")) + sorted(out.glob("*.md"))
+    assert len(made) > 1 and {oct(p.stat().st_mode & 0o777) for p in made} == {"0o644"}, made

@@ -83,6 +83,7 @@ def _save_text(text: str, folder: Path, stem: str) -> Path:
         raise OSError(errno.ELOOP, "it is a link; results are never written through one", str(folder))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{stem}.", suffix=".tmp")
     try:
+        os.fchmod(fd, whole_file.created_mode())  # mkstemp's 0600 would keep the result from its readers
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -98,7 +99,7 @@ def _save_text(text: str, folder: Path, stem: str) -> Path:
                 if exc.errno not in _NO_LINKS:
                     raise
             try:  # no hard links here: create it exclusively, then write it
-                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, whole_file.created_mode())
             except FileExistsError:
                 continue
             try:

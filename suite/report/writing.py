@@ -22,14 +22,5 @@ def write(path: Path, content: str | bytes) -> Wrote:
     """``path`` replaced whole (``whole_file.replace``) by ``content``; text as UTF-8, where a lone
     surrogate (a result's JSON may escape one) is written as its escape, ``\\udc80``."""
     data = content if isinstance(content, bytes) else content.encode("utf-8", errors="backslashreplace")
-    whole_file.replace(path, data, 0o666 & ~_umask())  # a page is as readable as any file made here
+    whole_file.replace(path, data, whole_file.created_mode())  # a page is as readable as any file made here
     return Wrote(path, hashlib.sha256(data).hexdigest())
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it (``os.umask`` sets it to read it)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return 0o022

@@ -12,6 +12,17 @@ from pathlib import Path
 from suite.safe import bounded
 
 
+def created_mode() -> int:
+    """The mode a file made here by ``open`` would get (0o666 less this process's umask): for files
+    made through a private temp file, so that they are as readable as any other file made here."""
+    try:  # read without changing it (``os.umask`` sets it to read it)
+        with open("/proc/self/status", encoding="ascii") as fh:
+            umask = next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = 0o022
+    return 0o666 & ~umask
+
+
 def replace(path: Path, data: bytes, mode: int) -> None:
     """``path`` replaced by ``data``, written first to a temp file beside it made with O_EXCL (never
     a fixed name, which a planted link could turn into a write elsewhere) and given ``mode``."""
