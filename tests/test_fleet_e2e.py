@@ -152,3 +152,27 @@ def test_sighup_stops_every_host_with_exit_code_130(test_image: str, client: Any
     assert proc.returncode == 130, out.decode()
     assert b"[here] finished with exit code 130" in out, out.decode()
     assert client.containers.list(ignore_removed=True, all=True, filters={"label": "suite.scenario=fleet_hup"}) == []
+
+
+def test_two_addresses_of_one_engine_are_said_to_share_it(test_image: str, tmp_path: Path) -> None:
+    """Two hosts that are one engine (/var/run is a link to /run on Debian; two ssh names of one
+    server) run their plans side by side on one machine, each measured beside the other's: said on
+    stderr, naming both hosts and the engine, before the runs."""
+    socket_path = Path("/var/run/docker.sock")
+    if not socket_path.exists() or socket_path.resolve() == socket_path:
+        pytest.skip("needs /var/run/docker.sock reached through a link (/var/run -> /run)")
+    (tmp_path / "fleet_small.yaml").write_text(SCENARIO, encoding="utf-8")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        f"hosts:\n  one: {{docker: 'unix:///var/run/docker.sock'}}\n  two: {{docker: 'unix://{socket_path.resolve()}'}}\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "run", str(tmp_path / "fleet_small.yaml"), "--allow-synthetic", "--smoke",
+         "--hosts", str(hosts), "--results", str(tmp_path / "res"), "-k", "model.hidden.0=16"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "SUITE_DOCKER_IMAGE": test_image},
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "are one Docker engine" in line]
+    assert len(said) == 1 and "'one'" in said[0] and "'two'" in said[0], proc.stderr

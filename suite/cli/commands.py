@@ -100,6 +100,8 @@ def _run_fleet(args: argparse.Namespace, specs: list[plan.RunSpec]) -> int:
     if args.backend not in (backends.AUTO, "docker"):
         raise UsageError(f"--hosts runs every host through its Docker engine; --backend {args.backend} cannot")
     hosts = fleet.load_hosts(args.hosts)
+    for line in fleet.shared_engines(hosts, docker_engine.engine_id):
+        print(line, file=sys.stderr)
     for host in hosts:
         check_writable(results_folder.machine_dir(args.results, host.name))
     run_args = [str(display_path(f)) for f in args.scenarios]

@@ -121,6 +121,22 @@ def why_not_answering(docker_host: str | None = None) -> str | None:
         client.close()
 
 
+def engine_id(docker_host: str) -> str | None:
+    """The engine's own ID (``docker info``), the same whatever address reaches it; None where it
+    cannot be had."""
+    try:
+        client, _ = connect(docker_host, timeout=10)
+    except Exception:  # noqa: BLE001 - why_not_answering says why
+        return None
+    try:
+        found = client.info().get("ID")
+        return found if isinstance(found, str) and found else None
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        client.close()
+
+
 def engine_answers(docker_host: str | None = None) -> bool:
     """True when a Docker engine answers at the explicit address (used by ``--backend auto``)."""
     return why_not_answering(docker_host) is None

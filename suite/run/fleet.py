@@ -87,6 +87,28 @@ def load_hosts(path: str | Path) -> list[Host]:
     return hosts
 
 
+def shared_engines(hosts: list[Host], identify: Callable[[str], str | None]) -> list[str]:
+    """A warning for each host that reaches the Docker engine of an earlier host by another address
+    (``/run`` and ``/var/run``, two ssh names of one server), told by the engine's own ID
+    (``identify``; None for an engine that does not answer): their plans run at once on one machine,
+    each measured beside the other's."""
+    seen: dict[str, Host] = {}
+    out: list[str] = []
+    for host in hosts:
+        engine = identify(host.docker)
+        if engine is None:
+            continue
+        if engine in seen:
+            first = seen[engine]
+            out.append(
+                f"warning: hosts {first.name!r} ({first.docker}) and {host.name!r} ({host.docker}) are one Docker "
+                f"engine (ID {engine}): their runs share one machine at once and slow each other"
+            )
+        else:
+            seen[engine] = host
+    return out
+
+
 def _gpu_id(value: Any) -> bool:
     if isinstance(value, int) and not isinstance(value, bool):
         return value >= 0
