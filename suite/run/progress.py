@@ -71,18 +71,28 @@ def shorten(text: str, width: int) -> str:
 LABEL_FLOOR = 48
 
 
+# What stands before a point label (the run's number and its scenario's name, which the closing
+# lines give whole) is not cut shorter than this.
+BEFORE_FLOOR = 32
+
+
 def fits(before: str, label: str, after: str, width: int = WIDTH) -> bool:
-    """Whether ``before[label]after`` fits ``width`` columns with the label cut to LABEL_FLOOR at most."""
-    return len(before) + min(len(label), LABEL_FLOOR) + 2 + len(after) <= width
+    """Whether ``before[label]after`` fits ``width`` columns with the label cut to LABEL_FLOOR at most
+    and what stands before it to BEFORE_FLOOR."""
+    return min(len(before), BEFORE_FLOOR) + min(len(label), LABEL_FLOOR) + 2 + len(after) <= width
 
 
 def fit_line(before: str, label: str, after: str, width: int = WIDTH) -> str:
     """``before[label]after`` in ``width`` columns: the point label gives way first (to LABEL_FLOOR
-    characters, cut in its middle, where labels of one scenario differ least), then the line's end
-    (where a failure's message stands)."""
+    characters, cut in its middle, where labels of one scenario differ least), then what stands
+    before it (a long scenario name, to BEFORE_FLOOR, in its middle), then the line's end (where a
+    failure's message stands): the outcome after the label is the last to go."""
     over = len(before) + len(label) + 2 + len(after) - width
     if over > 0:
         label = _cut_middle(label, max(LABEL_FLOOR, len(label) - over))
+        over = len(before) + len(label) + 2 + len(after) - width
+    if over > 0:
+        before = _cut_middle(before, max(min(len(before), BEFORE_FLOOR), len(before) - over))
     return shorten(f"{before}[{label}]{after}", width)
 
 
