@@ -318,7 +318,8 @@ def test_a_host_lost_mid_plan_has_its_remaining_runs_recorded_not_a_traceback(
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
-            if client.containers.list(ignore_removed=True, filters={"label": "suite.scenario=ssh_lost", "status": "running"}):
+            running = {"label": "suite.scenario=ssh_lost", "status": "running"}
+            if client.containers.list(ignore_removed=True, filters=running):
                 time.sleep(1)
                 sshd.stop()
                 break

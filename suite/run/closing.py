@@ -10,7 +10,7 @@ from typing import Any
 from suite.record import results
 from suite.record.results import FIT_S
 from suite.report import points, stats, verdicts
-from suite.run.progress import BEFORE_FLOOR, WIDTH, _cut_middle, fit_line, shorten, wrapped
+from suite.run.progress import BEFORE_FLOOR, WIDTH, cut_middle, fit_line, shorten, wrapped
 from suite.run.runner import count_key, counts_text
 from suite.spec.plan import RunSpec
 
@@ -38,7 +38,7 @@ def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
     npoints = f"{len(view.points)} point{'' if len(view.points) == 1 else 's'}"
     counts = f", {npoints}: {counts_text(Counter(count_key(r) for r in runs))}"
     if len(name) + len(counts) > WIDTH:  # a long name gives way, in its middle, before the counts
-        name = _cut_middle(name, max(BEFORE_FLOOR, WIDTH - len(counts)))
+        name = cut_middle(name, max(BEFORE_FLOOR, WIDTH - len(counts)))
     out = [shorten(name + counts, WIDTH)]
     out += wrapped(verdicts.verdict(view), "  verdict: ", "    ")
     timed = [(p, fit) for p in view.points if p.passes_gate and (fit := p.summary(FIT_S)) is not None]

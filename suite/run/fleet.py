@@ -237,9 +237,9 @@ def run_fleet(
 
     def forward(signum: int, frame: object) -> None:
         if signum == signal.SIGHUP:  # a closed terminal: its last words must not fail the stop
-            from suite.run.runner import _leave_a_hung_up_terminal
+            from suite.run.runner import leave_a_hung_up_terminal
 
-            _leave_a_hung_up_terminal()
+            leave_a_hung_up_terminal()
         for r in runs:
             r.signal(signum)
 

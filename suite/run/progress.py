@@ -89,14 +89,14 @@ def fit_line(before: str, label: str, after: str, width: int = WIDTH) -> str:
     failure's message stands): the outcome after the label is the last to go."""
     over = len(before) + len(label) + 2 + len(after) - width
     if over > 0:
-        label = _cut_middle(label, max(LABEL_FLOOR, len(label) - over))
+        label = cut_middle(label, max(LABEL_FLOOR, len(label) - over))
         over = len(before) + len(label) + 2 + len(after) - width
     if over > 0:
-        before = _cut_middle(before, max(min(len(before), BEFORE_FLOOR), len(before) - over))
+        before = cut_middle(before, max(min(len(before), BEFORE_FLOOR), len(before) - over))
     return shorten(f"{before}[{label}]{after}", width)
 
 
-def _cut_middle(text: str, width: int) -> str:
+def cut_middle(text: str, width: int) -> str:
     """``text`` in ``width`` characters, its start and end kept and '...' between them."""
     if len(text) <= width:
         return text

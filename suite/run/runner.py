@@ -472,11 +472,11 @@ def _restore_signals(handlers: dict[int, Any]) -> None:
 
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     if signum == signal.SIGHUP:
-        _leave_a_hung_up_terminal()
+        leave_a_hung_up_terminal()
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _leave_a_hung_up_terminal() -> None:
+def leave_a_hung_up_terminal() -> None:
     """Point stdout and stderr at /dev/null where they are a terminal that hung up: a write to it
     fails (EIO), and the stop must not fail on its last words. A hung-up terminal is still a
     character device but no longer answers as a terminal (``isatty``); a live one (SIGHUP sent by
