@@ -136,9 +136,10 @@ def test_cli_fetch_by_url_variable_and_by_flag(server: str, cache: Path, tmp_pat
     assert (cache / "mnist.npz").read_bytes() == PAYLOAD
     assert f"{datasets.SHA_ENV} override in effect" in good.stdout
     shown = suite_cli("data", "show", env=env)
-    assert shown.returncode == 0 and f"'sha256': '{PAYLOAD_SHA}'" in shown.stdout and "verified" in shown.stdout
+    assert shown.returncode == 0 and f", sha256 {PAYLOAD_SHA}\n" in shown.stdout and "verified" in shown.stdout
     assert f"{datasets.SHA_ENV} override in effect" in shown.stdout
-    assert f"'source': '{wdata.NPZ_OVERRIDE_SOURCE}'" in shown.stdout and "'source': 'mnist.npz'" not in shown.stdout
+    assert f"runs get: {wdata.NPZ_OVERRIDE_SOURCE}, sha256 " in shown.stdout
+    assert "runs get: mnist.npz" not in shown.stdout
 
 
 def test_a_file_accepted_under_an_overridden_hash_is_not_called_mnist(tmp_path: Path) -> None:

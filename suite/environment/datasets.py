@@ -238,5 +238,5 @@ def describe() -> list[str]:
         lines.append(f"to train on MNIST: {FETCH_COMMAND} (without internet: {FETCH_COMMAND} --from PATH)")
     else:
         kept = fingerprinted(identity)
-        lines.append(f"runs get: {kept['source']} (sha256 {kept.get('sha256', 'not known')})")
+        lines.append(f"runs get: {kept['source']}, sha256 {kept.get('sha256', 'not known')}")
     return lines
