@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -238,10 +239,11 @@ def render(data: dict[str, Any]) -> str:
         lines += [f"  {line.removeprefix('left out ')}" for line in data["left_out"]]
     given = data.get("inputs") or []
     originals = given[0] if len(given) == 1 and Path(given[0]).is_dir() else "ORIGINAL_DIR"
+    reruns = shlex.quote(str(data["results_dir"]))  # the commands are for copying whole
     lines += [
         f"reruns in {data['results_dir']}; their pages, or a table beside the originals:",
-        f"  python -m suite report --results {data['results_dir']}",
-        f"  python -m suite compare {originals} {data['results_dir']}",
+        f"  python -m suite report --results {reruns}",
+        f"  python -m suite compare {shlex.quote(str(originals))} {reruns}",
     ]
     return "\n".join(lines) + "\n"
 
