@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from suite.record import results
 from suite.record.results import FIT_S
@@ -41,10 +40,11 @@ def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
         name = cut_middle(name, max(BEFORE_FLOOR, WIDTH - len(counts)))
     out = [shorten(name + counts, WIDTH)]
     out += wrapped(verdicts.verdict(view), "  verdict: ", "    ")
-    timed = [(p, fit) for p in view.points if p.passes_gate and (fit := p.summary(FIT_S)) is not None]
+    # (geometric mean, label, fit times) of each point above the gate: the page's table's figure.
+    fitted = [(p.label, fits) for p in view.points if p.passes_gate and (fits := p.values(FIT_S))]
+    timed = sorted(((stats.geometric_mean(fits), label, fits) for label, fits in fitted), key=lambda t: t[0])
     if not timed:
         return [*out, "  no point ran ok above the accuracy gate: no fit time to show"]
-    timed.sort(key=lambda pf: stats.geometric_mean(pf[0].values(FIT_S)))
     if len(timed) == 1:
         return [*out, _fit_line("only point timed", *timed[0])]
     # Lowest and highest, not fastest and slowest: the verdict alone says which differences its
@@ -52,8 +52,7 @@ def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
     return [*out, _fit_line("lowest fit time", *timed[0]), _fit_line("highest fit time", *timed[-1])]
 
 
-def _fit_line(what: str, point: points.Point, fit: Any) -> str:
-    """'  lowest fit time: [width=100, device=cpu] 0.41 s (geo. mean of 3 runs, 0.39-0.44 s)': the
-    figure of the page's table, whose ratios are of geometric means."""
-    spread = f"geo. mean of {fit.n} runs, {fit.low:.2f}-{fit.high:.2f} s" if fit.n > 1 else "1 run"
-    return fit_line(f"  {what}: ", point.label, f" {stats.geometric_mean(point.values(FIT_S)):.2f} s ({spread})")
+def _fit_line(what: str, mean: float, label: str, fits: list[float]) -> str:
+    """'  lowest fit time: [width=100, device=cpu] 0.41 s (geo. mean of 3 runs, 0.39-0.44 s)'."""
+    spread = f"geo. mean of {len(fits)} runs, {min(fits):.2f}-{max(fits):.2f} s" if len(fits) > 1 else "1 run"
+    return fit_line(f"  {what}: ", label, f" {mean:.2f} s ({spread})")

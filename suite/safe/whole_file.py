@@ -60,10 +60,7 @@ def private_folder(base: Path) -> Path:
     base.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)
-    info = os.lstat(base)
-    if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
-        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(base))
-    return base
+    return _own_folder(base)
 
 
 def read_kept(path: Path, limit: int) -> bytes:
@@ -72,7 +69,12 @@ def read_kept(path: Path, limit: int) -> bytes:
     ``keep`` refuses to write through is not read through either, since a list or an entry found
     there would vouch for files it never checked, a plot stand for one it never drew), or the file
     is a link or another user's."""
-    info = os.lstat(path.parent)
+    return bounded.read_bytes(_own_folder(path.parent) / path.name, limit, mine=True)
+
+
+def _own_folder(folder: Path) -> Path:
+    """``folder``, where it is a real folder of this user's; OSError where it is a link or another user's."""
+    info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
-        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(path.parent))
-    return bounded.read_bytes(path, limit, mine=True)
+        raise OSError(errno.EPERM, "not a folder of this user's (a link, or another user's)", str(folder))
+    return folder
