@@ -606,3 +606,17 @@ def test_a_sweep_whose_baseline_is_fastest_says_so() -> None:
     text = _said(_sweep({32: _reps(1.0), 128: _reps(2.0), 512: _reps(3.0)}))
     assert text.startswith("The baseline training.batch_size=32 is measurably the fastest; the closest, "), text
     assert "training.batch_size=128, is 2.00x slower" in text, text
+
+
+def test_a_failed_baseline_is_said_in_words() -> None:
+    # A status is a noun ('error', 'timeout'): the sentence says the point failed, and with what.
+    text = _said(_sweep({32: _reps(4.0), 128: _reps(2.0)}, status={32: "error"}))
+    assert text.startswith("No comparison on this machine: the baseline training.batch_size=32 failed (error)."), text
+    skipped = _said(_sweep({32: _reps(4.0), 128: _reps(2.0)}, status={32: "skipped"}))
+    assert skipped.startswith("No comparison on this machine: the baseline training.batch_size=32 is skipped."), skipped
+
+
+def test_a_count_of_failed_points_says_they_failed() -> None:
+    v = _width({100: [1.0], 750: [2.0]}, {100: [0], 750: [0]}, status="timeout")
+    text = _said(v)
+    assert "(2 GPU points failed: timeout)" in text, text

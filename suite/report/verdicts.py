@@ -85,14 +85,25 @@ def why_unusable(p: Point | None) -> str:
     """Why a point takes no part in a verdict: not in the plan, skipped, failed, or below the gate."""
     if p is None:
         return "not in the results"
-    statuses = sorted({r.status for r in p.runs if not r.ok})
-    if statuses == [STATUS_SKIPPED]:
+    failed = _failed(p)
+    if failed:
+        return failed
+    if any(not r.ok for r in p.runs):
         return STATUS_SKIPPED
-    if statuses:
-        return ", ".join(statuses)
     if not p.passes_gate:
         return gate_text(p.accuracy).partition(":")[0]
     return ""
+
+
+def _failed(p: Point) -> str:
+    """The statuses a point's failed runs ended with ('error, timeout'); '' where none failed."""
+    return ", ".join(sorted({r.status for r in p.runs if not r.ok and r.status != STATUS_SKIPPED}))
+
+
+def _predicate(p: Point | None) -> str:
+    """``why_unusable`` after a point's name: 'is skipped', 'failed (error)', 'is below the accuracy gate'."""
+    why = why_unusable(p)
+    return f"failed ({why})" if p is not None and _failed(p) else f"is {why}"
 
 
 def data_identity(p: Point) -> tuple[str | None, str | None] | None:
@@ -191,7 +202,8 @@ def _missing_count(points: list[Point], kind: str = "") -> str:
     statuses: dict[str, int] = {}
     for p in points:
         if not usable(p):
-            why = why_unusable(p)
+            failed = _failed(p)
+            why = f"failed: {failed}" if failed else why_unusable(p)  # no parentheses inside the count's own
             statuses[why] = statuses.get(why, 0) + 1
     if not statuses:
         return ""
@@ -411,7 +423,7 @@ def none(view: ScenarioView) -> Verdict:
         return Verdict(f"One point, nothing to compare it with: {view.points[0].label} trained in {fit:.2f} s.")
     if base is None or not usable(base):
         missing = tuple((p.label, why_unusable(p)) for p in view.points if not usable(p))
-        why = f"the baseline {base.label} is {why_unusable(base)}" if base is not None else "no point ran ok"
+        why = f"the baseline {base.label} {_predicate(base)}" if base is not None else "no point ran ok"
         good = sum(1 for p in view.points if usable(p))
         count = f"{good} of {len(view.points)} points ran ok above the accuracy gate." if len(view.points) > 1 else ""
         return Verdict(f"No comparison on this machine: {why}.", count, missing)
