@@ -48,7 +48,18 @@ hosts:
             "hosts:\n  a: {docker: 'ssh://x', gpu: [0]}\n",
             "line 2 key 'hosts.a.gpu': unknown key; did you mean gpus?; allowed: docker, gpus",
         ),
-        ("hosts:\n  a: {docker: 'ssh://x', gpus: [0, 0]}\n", "line 2 key 'hosts.a.gpus': a non-empty list of distinct"),
+        (
+            "hosts:\n  a: {docker: 'ssh://x', gpus: [0, 0]}\n",
+            "line 2 key 'hosts.a.gpus': got [0, 0]; allowed: a non-empty list of distinct",
+        ),
+        # A comma would split one GPU in two on the host's own command line (--gpus A,B).
+        ("hosts:\n  a: {docker: 'ssh://x', gpus: ['GPU-a,b']}\n", "key 'hosts.a.gpus': got ['GPU-a,b']"),
+        ("hosts:\n  a: {docker: 'ssh://x', gpus: ['0\\n']}\n", "key 'hosts.a.gpus'"),
+        # No host after the scheme: ssh would pick one of its own (its config's default, localhost).
+        ("hosts:\n  a: {docker: 'ssh://'}\n", "key 'hosts.a.docker': required; a Docker engine address"),
+        ("hosts:\n  a: {docker: 'tcp://:2375'}\n", "key 'hosts.a.docker'"),
+        ("hosts:\n  a: {docker: 'unix://'}\n", "key 'hosts.a.docker'"),
+        ("hosts:\n  a: {docker: 'ssh://x:port'}\n", "key 'hosts.a.docker'"),
         ("hosts:\n  a: {docker: 'ssh://x', gpus: [-1]}\n", "key 'hosts.a.gpus'"),
         ("hosts:\n  'a b': {docker: 'ssh://x'}\n", "key 'hosts.a b': got 'a b'; allowed: 1 to 100 letters"),
         ("hosts:\n  a: {docker: 'ssh://x'}\n  b: {docker: 'ssh://x'}\n", "line 3 key 'hosts.b.docker': the same"),

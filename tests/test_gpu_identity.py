@@ -343,6 +343,22 @@ def test_cli_refuses_gpus_outside_the_inherited_pool(fake_smi, tmp_path: Path) -
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("value", ["", "0,", "0,0", "first", "GPU-", "0\x1b[2J", "GPU-a b", "-1"])
+def test_cli_refuses_a_gpus_value_that_names_no_gpu(tmp_path: Path, value: str) -> None:
+    # Before this check '' meant every GPU, '0,' one of them, and a word was noted and every GPU point skipped.
+    scenario_file = tmp_path / "identity_small.yaml"
+    scenario_file.write_text(SCENARIO, encoding="utf-8")
+    for command in ("run", "check"):
+        done = subprocess.run(
+            [sys.executable, "-m", "suite", command, str(scenario_file), "--backend", "local", f"--gpus={value}",
+             "--smoke", "--results", str(tmp_path / "results")],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"--gpus {value!r}: comma-separated distinct GPU indices" in done.stderr, done.stderr
+        assert "\x1b" not in done.stderr and not (tmp_path / "results").exists()
+
+
 # -- the local backend: what the worker process really gets ------------------------------------
 
 SCENARIO = """\

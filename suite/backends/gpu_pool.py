@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,18 @@ from suite.backends.base import BackendUnavailable, Inventory
 from suite.environment import host_facts
 from suite.spec.plan import RunSpec, parse_device
 from suite.worker import identity
+
+# A GPU as --gpus and a hosts file's ``gpus`` name it: a host index, or a UUID as nvidia-smi -L
+# prints it (GPU-..., MIG-...). No comma (the list's separator) and no control character.
+GPU_ID = re.compile(r"[0-9]{1,4}|(?:GPU|MIG)-[A-Za-z0-9/-]{1,100}")
+GPU_IDS_ALLOWED = "distinct GPU indices (0, 1, ...) or UUIDs as nvidia-smi -L prints them ('GPU-...', 'MIG-...')"
+
+
+def is_gpu_id(value: object) -> bool:
+    """Whether ``value`` names a GPU by index (an int or its digits) or by UUID."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 0 <= value <= 9999
+    return isinstance(value, str) and GPU_ID.fullmatch(value) is not None
 
 
 def host_inventory(environ: Mapping[str, str] | None = None) -> Inventory:

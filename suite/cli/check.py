@@ -14,7 +14,7 @@ from suite.backends.base import is_pool
 from suite.cli.common import (
     UsageError,
     backend_options,
-    check_ray_args,
+    check_backend_flags,
     display_path,
     make_plan,
     refuse_without_data,
@@ -68,7 +68,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     """
     made = make_plan(args)
     specs = made.specs
-    check_ray_args(args)
+    check_backend_flags(args)
     machine = args.machine or host_facts.machine_name()
     folder = results_folder.machine_dir(args.results, machine)
     backend, chosen = _check_backend(args)

@@ -12,7 +12,7 @@ from suite.backends.base import is_pool
 from suite.cli.common import (
     UsageError,
     backend_options,
-    check_ray_args,
+    check_backend_flags,
     check_writable,
     display_path,
     make_backend,
@@ -36,7 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.select is not None or made.overrides:  # otherwise the plan's size is said below, with the backend
         for line in made.lines(args.select):
             say(line)
-    check_ray_args(args)
+    check_backend_flags(args)
     if args.hosts is not None:
         refuse_without_data(specs, args)  # each host's GPUs are its own: every run counts
         return _run_fleet(args, specs)
@@ -223,6 +223,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for folder in args.folders:
         if not folder.is_dir():
             raise UsageError(f"{folder}: not a folder of result files")
+    first, second = args.folders
+    if os.path.samefile(first, second):  # its runs would fill both columns, under one name or two
+        raise UsageError(f"{first} and {second} are one folder: compare takes two different results folders")
+    for folder in args.folders:
         every = load_views(folder)
         if not every:
             raise UsageError(f"{folder}: holds no result files")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from suite import backends, paths
+from suite.backends import gpu_pool
 from suite.environment import datasets, host_facts
 from suite.record import saving
 from suite.spec import plan, select
@@ -22,7 +23,7 @@ from suite.spec.scenario import (
     overrides_problems,
     parse_overrides,
 )
-from suite.spec.settings import AUTO, AUTO_MAX_REPEATS, MAX_REPEATS, SETTINGS, Scenario
+from suite.spec.settings import AUTO, AUTO_MAX_REPEATS, MAX_REPEATS, SETTINGS, Scenario, brief
 
 DEFAULT_SCENARIOS = paths.default_scenarios()
 DEFAULT_RESULTS = paths.default_results()
@@ -120,21 +121,32 @@ def display_path(path: Path) -> Path:
         return path
 
 
+def gpus_flag(value: str | None) -> list[str] | None:
+    """``--gpus 0,2`` as the GPUs it names; None where the flag is not given (every GPU)."""
+    if value is None:
+        return None
+    gpus = [g.strip() for g in value.split(",")]
+    if not all(map(gpu_pool.is_gpu_id, gpus)) or len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus {brief(value)}: comma-separated {gpu_pool.GPU_IDS_ALLOWED}")
+    return gpus
+
+
 def backend_options(args: argparse.Namespace) -> backends.BackendOptions:
-    gpus = getattr(args, "gpus", None)
     return backends.BackendOptions(
         machine=args.machine or host_facts.machine_name(),
         results_dir=args.results,
         docker_host=args.docker_host,
-        gpus=[g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
+        gpus=gpus_flag(getattr(args, "gpus", None)),
         ray_address=getattr(args, "ray_address", None),
         gpu_model=getattr(args, "gpu_model", None),
     )
 
 
-def check_ray_args(args: argparse.Namespace) -> None:
-    """The Ray flags belong to --backend ray, and the flags that pick an engine or GPUs do not: on a
-    cluster each node uses its own engine and the GPUs Ray assigns."""
+def check_backend_flags(args: argparse.Namespace) -> None:
+    """Before anything runs: ``--gpus`` names GPUs, the Ray flags belong to --backend ray, and the
+    flags that pick an engine or GPUs do not: on a cluster each node uses its own engine and the
+    GPUs Ray assigns."""
+    gpus_flag(getattr(args, "gpus", None))
     if args.backend == "ray":
         address = getattr(args, "ray_address", None)
         if address is not None and not address.strip():

@@ -21,11 +21,13 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from suite.backends.gpu_pool import GPU_IDS_ALLOWED, is_gpu_id
 from suite.record import code_identity, results, saving
 from suite.run.results_folder import previous_runs
 from suite.spec import names
@@ -66,10 +68,11 @@ def load_hosts(path: str | Path) -> list[Host]:
         if not ck.closed(entry, HOST_KEYS, key):
             continue
         address = entry.get("docker")
-        if not isinstance(address, str) or not address.startswith(SCHEMES) or not plain_text(address):
+        if not isinstance(address, str) or not _engine_address(address) or not plain_text(address):
             ck.fail(
                 f"{key}.docker",
-                f"required; a Docker engine address starting with {', '.join(SCHEMES)}, no control character",
+                f"required; a Docker engine address: {', '.join(SCHEMES)} and then a host or a socket's path,"
+                " no control character",
             )
             continue
         if address in addresses:
@@ -77,14 +80,29 @@ def load_hosts(path: str | Path) -> list[Host]:
         addresses[address] = name
         gpus = entry.get("gpus")
         if gpus is not None and not (
-            isinstance(gpus, list) and gpus and all(_gpu_id(g) for g in gpus) and len(set(map(str, gpus))) == len(gpus)
+            isinstance(gpus, list) and gpus and all(map(is_gpu_id, gpus)) and len(set(map(str, gpus))) == len(gpus)
         ):
-            ck.fail(f"{key}.gpus", "a non-empty list of distinct GPU indices (0, 1, ...) or UUIDs ('GPU-...')")
+            ck.fail(f"{key}.gpus", f"got {brief(gpus)}; allowed: a non-empty list of {GPU_IDS_ALLOWED}")
             continue
         hosts.append(Host(name, address, tuple(str(g) for g in gpus) if gpus else None))
     if ck.problems:
         raise ScenarioError(ck.problems)
     return hosts
+
+
+def _engine_address(address: str) -> bool:
+    """Whether ``address`` names an engine: a scheme of SCHEMES and then a host (ssh, tcp) or a
+    socket's path (unix, npipe); ``ssh://`` alone would reach whatever host ssh picks by default."""
+    scheme, _, rest = address.partition("://")
+    if f"{scheme}://" not in SCHEMES:
+        return False
+    if scheme in ("unix", "npipe"):
+        return rest.startswith("/") and len(rest) > 1
+    try:
+        parts = urllib.parse.urlsplit(address)
+        return bool(parts.hostname) and parts.port != 0  # .port is checked as it is read
+    except ValueError:  # a port that is no number or out of range, a bracket left open
+        return False
 
 
 def shared_engines(hosts: list[Host], identify: Callable[[str], str | None]) -> list[str]:
@@ -107,12 +125,6 @@ def shared_engines(hosts: list[Host], identify: Callable[[str], str | None]) -> 
         else:
             seen[engine] = host
     return out
-
-
-def _gpu_id(value: Any) -> bool:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value >= 0
-    return isinstance(value, str) and value.startswith(("GPU-", "MIG-"))
 
 
 def child_commands(host: Host, run_args: list[str], results_dir: Path) -> list[list[str]]:
