@@ -109,3 +109,13 @@ def test_a_folder_of_several_machines_is_refused_naming_them(tmp_path: Path) -> 
             path.write_text(json.dumps(data))
     proc = suite_cli("compare", a, both)
     assert proc.returncode == 2 and "2 machines (box1, box2)" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_compare_refuses_one_folder_given_twice(tmp_path: Path) -> None:
+    # Both columns would hold its runs, merged into one under one name, or shown twice as if measured twice.
+    a = _folder(tmp_path, "A", (1.0, 1.0, 1.0))
+    (tmp_path / "link").symlink_to(a)
+    for other in (a, tmp_path / "link", tmp_path / "A" / ".." / "A"):
+        proc = suite_cli("compare", a, other)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert f"{a} and {other} are one folder: compare takes two different results folders" in proc.stderr
