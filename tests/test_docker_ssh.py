@@ -300,7 +300,7 @@ def test_the_port_of_ssh_config_is_used_for_an_address_without_one(sshd: Sshd, t
 
 
 def test_a_host_lost_mid_plan_has_its_remaining_runs_recorded_not_a_traceback(
-    sshd: Sshd, client: Any, tmp_path: Path
+    sshd: Sshd, client: Any, test_image: str, tmp_path: Path
 ) -> None:
     """several-servers.md: a host whose engine does not answer has its runs recorded as `error` with
     the cause. Here the link goes during the plan's first run: the next run's launch meets the dead
@@ -313,8 +313,10 @@ def test_a_host_lost_mid_plan_has_its_remaining_runs_recorded_not_a_traceback(
          "--docker-host", f"ssh://root@127.0.0.1:{sshd.port}", "--results", str(res), "--machine", "box",
          "--set", "training.epochs=400"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        # The test's own image: the catalog's tag is on this engine only where another test built it.
+        env={**os.environ, "PYTHONPATH": str(REPO), "SUITE_DOCKER_IMAGE": test_image},
     )  # fmt: skip
+    lost = False
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
@@ -322,6 +324,7 @@ def test_a_host_lost_mid_plan_has_its_remaining_runs_recorded_not_a_traceback(
             if client.containers.list(ignore_removed=True, filters=running):
                 time.sleep(1)
                 sshd.stop()
+                lost = True
                 break
             time.sleep(0.2)
         out, _ = proc.communicate(timeout=300)
@@ -331,6 +334,7 @@ def test_a_host_lost_mid_plan_has_its_remaining_runs_recorded_not_a_traceback(
         sshd.start()
         for c in client.containers.list(all=True, ignore_removed=True, filters={"label": "suite.scenario=ssh_lost"}):
             c.remove(force=True)
+    assert lost, f"no run's container ran before the plan ended: {out}"
     assert "Traceback" not in out, out
     assert proc.returncode == 1, out
     found = sorted((r.status, r.message) for _, r in results.load_folder(res / "box"))
