@@ -160,21 +160,27 @@ def test_points_that_share_a_long_start_are_told_apart_on_a_line_that_must_be_cu
 
 
 @pytest.mark.slow
-def test_a_long_scenario_name_gives_way_before_the_outcome(tmp_path: Path) -> None:
+@pytest.mark.parametrize("width", [120, 111])
+def test_a_long_scenario_name_gives_way_before_the_outcome(tmp_path: Path, width: int) -> None:
     """A scenario name may be 100 characters (docs/limits.md): the run's line still says what came of
-    the run, and the closing line its counts, a long name giving way in its middle instead."""
+    the run, and the closing line its counts, a long name giving way in its middle instead. Under
+    ``run --hosts`` each host's run fits its lines to 120 columns less its ``[host] `` prefix, which
+    the fleet says in SUITE_LINE_WIDTH (111: a host name of 7 characters)."""
     name = "a_scenario_whose_name_says_everything_" + "x" * 62
     scenario = write_scenario(
         tmp_path, name, TINY.replace("name: tiny", f"name: {name}").replace("name: stuck", "name: " + "s" * 60)
     )
+    narrower = {} if width == 120 else {"SUITE_LINE_WIDTH": str(width)}
     proc = suite_cli(
         "run", scenario, "--backend", "local", "--smoke", "--results", tmp_path / "results", "--machine", "box",
-        env={"KERAS_HOME": str(tmp_path / "keras"), "NO_COLOR": "1"},
+        env={"KERAS_HOME": str(tmp_path / "keras"), "NO_COLOR": "1", **narrower},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert all(len(line) <= 120 for line in lines if str(tmp_path) not in line), proc.stdout
+    assert all(len(line) <= width for line in lines if str(tmp_path) not in line), proc.stdout
+    assert any(len(line) > width - 5 for line in lines), "the long name fills the lines it is in"
     runs = _runs(proc.stdout)
-    assert len(runs) == 2 and "below the accuracy" in runs[0] and "ok, fit" in runs[1], proc.stdout
+    # Narrower, the label and the name reach their floors first, and then the outcome is cut too.
+    assert len(runs) == 2 and "below the acc" in runs[0] and "ok, fit" in runs[1], proc.stdout
     closing = [line for line in lines if line.endswith("2 skipped") and "points:" in line]
     assert len(closing) == 1 and "1 ok, 1 below the accuracy gate, 2 skipped" in closing[0], proc.stdout

@@ -70,6 +70,9 @@ def test_two_hosts_and_a_dead_one_in_one_command(
     assert all(r.run["daemon"].startswith("ssh://") for r in by_host["viassh"])
     assert all(r.status == "error" and "tcp://127.0.0.1:9" in r.message for r in by_host["gone"])
     assert "[here]" in log and "[viassh]" in log
+    # Each host fits its lines to 120 columns less its '[host] ' prefix; an engine's error is left whole.
+    wide = [line for line in proc.stdout.splitlines() if len(line) > 120 and str(tmp_path) not in line]
+    assert all(line.startswith("[gone] ") for line in wide), wide
     assert client.containers.list(ignore_removed=True, all=True, filters={"label": "suite.scenario=fleet_small"}) == []
 
     # A rerun resumes each host: nothing left to do on the two that ran, the dead one tried again.

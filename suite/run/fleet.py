@@ -17,6 +17,7 @@ remaining runs recorded by its own orchestrator.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 
 from suite.backends.gpu_pool import GPU_IDS_ALLOWED, is_gpu_id
 from suite.record import code_identity, results, saving
+from suite.run.progress import MAX_WIDTH, WIDTH_ENV
 from suite.run.results_folder import previous_runs
 from suite.spec import names
 from suite.spec.scenario import ScenarioError
@@ -184,6 +186,7 @@ class _HostRun(threading.Thread):
     def __init__(self, host: Host, commands: list[list[str]], say: Callable[[str], None]):
         super().__init__(daemon=True, name=f"fleet-{host.name}")
         self.host, self.commands, self.say = host, commands, say
+        self.prefix = f"[{host.name}] "
         self.code = 0
         self.stopped = threading.Event()
         self._proc: subprocess.Popen | None = None
@@ -198,6 +201,7 @@ class _HostRun(threading.Thread):
                 # Its own session: the fleet decides who gets which signal, once.
                 self._proc = subprocess.Popen(
                     cmd,
+                    env={**os.environ, WIDTH_ENV: str(MAX_WIDTH - len(self.prefix))},
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
@@ -207,7 +211,7 @@ class _HostRun(threading.Thread):
                 )
             assert self._proc.stdout is not None
             for line in self._proc.stdout:
-                self.say(f"[{self.host.name}] {line.rstrip()}")
+                self.say(f"{self.prefix}{line.rstrip()}")
             code = _exit_code(self._proc.wait())
             if cmd is self.commands[-1] or code == 2 or self.stopped.is_set():
                 self.code = code

@@ -12,6 +12,7 @@ bound ("at most"). Runs skipped or already on file cost nothing.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import textwrap
@@ -23,7 +24,17 @@ from typing import Any, TextIO
 from suite.safe.markdown import escaped_lines
 
 CLEAR_LINE = "\r\x1b[K"
-WIDTH = 120  # columns every plain line fits, whatever the terminal
+# Each host's run under ``run --hosts`` gets WIDTH_ENV: its lines, with ``[host] `` in front, still fit.
+WIDTH_ENV, MIN_WIDTH, MAX_WIDTH = "SUITE_LINE_WIDTH", 60, 120
+
+
+def _width() -> int:
+    """Columns every plain line fits, whatever the terminal: 120, or fewer where WIDTH_ENV says."""
+    value = os.environ.get(WIDTH_ENV, "")
+    return min(max(int(value), MIN_WIDTH), MAX_WIDTH) if value.isdigit() and len(value) < 4 else MAX_WIDTH
+
+
+WIDTH = _width()
 
 # How much the console says: -q only errors and the closing summary, -v every run with its result file.
 QUIET, NORMAL, VERBOSE = -1, 0, 1
