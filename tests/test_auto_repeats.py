@@ -329,6 +329,30 @@ def test_a_budget_starts_no_run_once_spent_and_the_next_run_goes_on(tmp_path: Pa
         "runs: 1 ok" in first.stdout and "--budget 1s spent: 3 runs not started; run the same command" in first.stdout
     )
     assert len([r for _, r in results.load_folder(res / "box")]) == 1  # the runs not started left no record
+    # The closing lines name the point that never started: its scenario's count and verdict are of one point.
+    done = next(r for _, r in results.load_folder(res / "box")).spec["point_label"]
+    other = "width=128" if done == "width=32" else "width=32"
+    assert "tiny_auto, 1 point: 1 ok\n" in first.stdout, first.stdout
+    assert f"  not run: 1 point of the plan: [{other}]\n" in first.stdout, first.stdout
     again = suite_cli(*args)
     assert again.returncode == 0 and "runs: 3 ok, 1 already done" in again.stdout, again.stdout
+    assert "not run:" not in again.stdout, again.stdout
     assert suite_cli("run", path, "--budget", "1x").returncode == 2
+
+
+@pytest.mark.slow
+def test_a_scenario_the_budget_left_without_a_run_is_named_in_the_closing_lines(tmp_path: Path) -> None:
+    first = write_scenario(tmp_path, "tiny_auto", TINY.replace("repeats: auto\n", "repeats: 1\n"))
+    second = write_scenario(tmp_path, "tiny_later", TINY.replace("name: tiny_auto", "name: tiny_later"))
+    res = tmp_path / "results"
+    proc = suite_cli(
+        "run", first, second, "--smoke", "--repeats", "1", "--backend", "local", "--machine", "box", "--results", res,
+        "--budget", "1s",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = {r.spec["scenario"] for _, r in results.load_folder(res / "box")}
+    assert len(ran) == 1, ran
+    (left,) = {"tiny_auto", "tiny_later"} - ran
+    assert f"\n{left}: no result yet\n  not run: 2 points of the plan: [width=32], [width=128]\n" in proc.stdout, (
+        proc.stdout
+    )
