@@ -8,11 +8,13 @@ import errno
 import json
 import os
 import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import suite_cli, write_scenario
+from conftest import REPO, suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO
 
 from suite.record import results, saving
@@ -36,20 +38,62 @@ def tiny_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def _fill(disk: Path) -> Path:
+    """Fill ``disk`` to its last block with a file of its own; that file."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as fh, pytest.raises(OSError) as full:
+        while True:
+            fh.write(b"\0" * 4096)
+    assert full.value.errno == errno.ENOSPC
+    return filler
+
+
+def _run_as_the_disk_fills(args: tuple, env: dict[str, str], disk: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """``suite run ARGS`` whose disk fills once the run holds its folder (the lock is taken after
+    the folder's check for room), while its first run trains; the run and the filler file."""
+    lock = disk / "results" / "box" / ".suite-run.lock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", *map(str, args)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    filler = _fill(disk)
+    out, err = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), filler
+
+
+def test_a_full_disk_stops_the_plan_before_its_first_run(tmp_path: Path, tiny_disk: Path) -> None:
+    # An empty file takes no block: a check that wrote one let a full disk through, and the first run
+    # trained (for hours, on a real plan) before its result had nowhere to go.
+    scenario = write_scenario(tmp_path, "tiny_full", SMALL_SCENARIO.format(name="tiny_full", widths="[8, 16]"))
+    res = tiny_disk / "results"
+    (res / "box").mkdir(parents=True)
+    _fill(tiny_disk)
+    fallback = tmp_path / "tmp"
+    fallback.mkdir()
+    proc = suite_cli(
+        "run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box",
+        env={"TMPDIR": str(fallback)},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = f"results folder {res / 'box'} cannot be created or written: no room for a result file of 64 KiB"
+    assert said in proc.stderr and "No space left on device" in proc.stderr, proc.stderr
+    assert "run 1 of" not in proc.stdout and list(fallback.rglob("*.json")) == [], "nothing trained"
+    assert list(res.rglob("*.json")) == [] and list(res.rglob(".*.tmp")) == [], "the check leaves nothing behind"
+
+
 def test_a_full_disk_keeps_the_measurement_and_stops_the_plan_cleanly(tmp_path: Path, tiny_disk: Path) -> None:
     scenario = write_scenario(tmp_path, "tiny_full", SMALL_SCENARIO.format(name="tiny_full", widths="[8, 16]"))
     res = tiny_disk / "results"
     (res / "box").mkdir(parents=True)
-    filler = tiny_disk / "filler"
-    with filler.open("wb", buffering=0) as fh:  # fill the disk: the run lock and the folder check need no blocks
-        with pytest.raises(OSError) as full:
-            while True:
-                fh.write(b"\0" * 4096)
-    assert full.value.errno == errno.ENOSPC
     fallback = tmp_path / "tmp"
     fallback.mkdir()
     env = {"TMPDIR": str(fallback)}  # the fallback folder is the temp folder's: this test's own
-    proc = suite_cli("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box", env=env)
+    args = ("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box")
+    proc, filler = _run_as_the_disk_fills(args, env, tiny_disk)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     out = proc.stdout + proc.stderr
     assert "No space left on device" in out and "it is kept as" in out, out
@@ -110,15 +154,11 @@ def test_moving_a_kept_result_back_after_a_rerun_loses_neither_measurement(tmp_p
     scenario = write_scenario(tmp_path, "tiny_order", SMALL_SCENARIO.format(name="tiny_order", widths="[8]"))
     res = tiny_disk / "results"
     (res / "box").mkdir(parents=True)
-    filler = tiny_disk / "filler"
-    with filler.open("wb", buffering=0) as fh, pytest.raises(OSError):
-        while True:
-            fh.write(b"\0" * 4096)
     fallback = tmp_path / "tmp"
     fallback.mkdir()
     env = {"TMPDIR": str(fallback)}
     args = ("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box")
-    proc = suite_cli(*args, env=env)
+    proc, filler = _run_as_the_disk_fills(args, env, tiny_disk)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "it is kept as" in out, out
     command = out.split("Move it back once there is room: ")[1].splitlines()[0]

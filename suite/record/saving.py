@@ -23,15 +23,25 @@ from suite.record.results import RunResult
 from suite.safe import whole_file
 
 
+ROOM = 64 * 1024  # bytes a result file may take: most are 3-20 KB, telemetry included
+
+
 def unwritable(folder: Path) -> str | None:
     """Why ``folder`` cannot hold result files (created if missing), or None when it can: asked
-    before anything runs, so a plan does not fail after its first run."""
+    before anything runs, so a plan does not fail after its first run. ROOM bytes are written and
+    synced into a file that is gone once closed: an empty file takes no block, so a full disk
+    would let it through and the first run train for nothing."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        with tempfile.TemporaryFile(dir=folder) as fh:
+            fh.write(bytes(ROOM))
+            fh.flush()
+            os.fsync(fh.fileno())
     except OSError as exc:
-        return f"results folder {folder} cannot be created or written: {exc.strerror or exc}"
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            why = f"no room for a result file of {ROOM // 1024} KiB ({why})"
+        return f"results folder {folder} cannot be created or written: {why}"
     return None
 
 
