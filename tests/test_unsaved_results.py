@@ -141,9 +141,12 @@ def test_without_any_fallback_the_record_is_written_to_stderr(tmp_path: Path, ca
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     monkeypatch.setattr(saving, "fallback_folders", lambda: [blocked / "x", blocked / "y"])
+    stem = f"{uuid.uuid4().hex[:6]}-r0"
     with pytest.raises(saving.Unsaved) as unsaved:
-        saving.save(record, blocked / "box" / "s", f"{uuid.uuid4().hex[:6]}-r0")
-    assert "its record is on stderr above" in str(unsaved.value)
+        saving.save(record, blocked / "box" / "s", stem)
+    # Saved as the message says, it never overwrites the run's own file, which a rerun may have made since.
+    said = str(unsaved.value).split("its record is on stderr above: save it as ")[1].split(" ")[0]
+    assert said.startswith(str(blocked / "box" / "s" / f"{stem}.kept-")) and said.endswith(".json"), said
     assert json.loads(capsys.readouterr().err)["spec"] == record.spec
 
 

@@ -22,7 +22,6 @@ from typing import Any
 from suite.record.results import RunResult
 from suite.safe import whole_file
 
-
 ROOM = 64 * 1024  # bytes a result file may take: most are 3-20 KB, telemetry included
 
 
@@ -138,6 +137,7 @@ def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
     """Keep ``text`` in a fallback folder (under the machine and scenario folder names it had);
     the message naming where, with the command that moves it back."""
     wanted = folder / f"{stem}.json"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     for base in fallback_folders():
         try:
             private = whole_file.private_folder(base)
@@ -146,16 +146,17 @@ def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
             continue
         # Moved back under a name of its own: a rerun made before the move ("rerun when it can")
         # saves the same run as stem.json, which the move must never overwrite (mv -n: nor anything).
-        back = folder / f"{kept.name[: -len('.json')]}.kept-{hashlib.sha256(text.encode()).hexdigest()[:12]}.json"
+        back = folder / f"{kept.name[: -len('.json')]}.kept-{digest}.json"
         return (
-            f"the result of {stem} could not be saved as {wanted} ({why}); it is kept as {kept}. "
-            f"Move it back once there is room: mkdir -p {shlex.quote(str(folder))} && "
+            f"the result of {stem} could not be saved as {wanted} ({why});\n  it is kept as {kept}.\n"
+            f"  Move it back once there is room: mkdir -p {shlex.quote(str(folder))} && "
             f"mv -n {shlex.quote(str(kept))} {shlex.quote(str(back))}"
         )
     sys.stderr.write(text)
     return (
-        f"the result of {stem} could not be saved as {wanted} ({why}), nor in "
-        f"{' or '.join(map(str, fallback_folders()))}; its record is on stderr above: save it as {wanted}"
+        f"the result of {stem} could not be saved as {wanted} ({why}),\n  nor in "
+        f"{' or '.join(map(str, fallback_folders()))};\n  its record is on stderr above: save it as "
+        f"{folder / f'{stem[:100]}.kept-{digest}.json'} (a name no run saves under)"
     )
 
 
