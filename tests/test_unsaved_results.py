@@ -110,6 +110,7 @@ def test_a_full_disk_keeps_the_measurement_and_stops_the_plan_cleanly(tmp_path: 
     assert [r.ok for _, r in results.load_folder(res / "box")] == [True]
     again = suite_cli("run", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box", env=env)
     assert again.returncode == 0 and "1 already done" in again.stdout, again.stdout + again.stderr
+    assert "could not be saved" not in again.stderr, "moved back: nothing is kept elsewhere any more"
 
 
 def test_a_file_system_without_hard_links_still_gets_the_result(tmp_path: Path, monkeypatch) -> None:
@@ -168,6 +169,10 @@ def test_moving_a_kept_result_back_after_a_rerun_loses_neither_measurement(tmp_p
     filler.unlink()
     again = suite_cli(*args, env=env)  # "rerun when it can, to resume"
     assert again.returncode == 0, again.stdout + again.stderr
+    # The run says that a measurement of this machine waits in the fallback folder.
+    kept = fallback / f"suite-unsaved-{os.getuid()}" / "box"
+    said = f"warning: kept in {kept}: 1 result of box (tiny_order) that could not be saved in the results folder"
+    assert said in again.stderr, again.stderr
     rerun = {p.name: p.read_bytes() for p in (res / "box").rglob("*.json")}
     assert len(rerun) == 1, rerun.keys()
     subprocess.run(command, shell=True, check=True)

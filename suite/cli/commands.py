@@ -20,6 +20,7 @@ from suite.cli.common import (
     refuse_without_data,
 )
 from suite.environment import datasets, host_facts, mnist_fetch
+from suite.record import saving
 from suite.run import closing, results_folder, runner
 from suite.run.progress import NORMAL, QUIET, VERBOSE, runs_text
 from suite.safe.markdown import escaped, escaped_lines
@@ -48,6 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from suite.backends.lifeline import foreign_worker_lines
 
         for line in foreign_worker_lines(folder):  # said at every level: it slows every run of this plan
+            print(f"warning: {line}", file=sys.stderr)
+        for line in saving.kept_elsewhere(machine):
             print(f"warning: {line}", file=sys.stderr)
         backend = make_backend(args.backend, args, say)
         pooled = is_pool(backend)  # a pool of nodes: results in each node's machine folder

@@ -133,6 +133,24 @@ def fallback_folders() -> list[Path]:
     return [Path(tempfile.gettempdir()) / user, Path.home() / ".cache" / "suite-unsaved"]
 
 
+def kept_elsewhere(machine: str) -> list[str]:
+    """Lines naming the results of ``machine`` that a full disk or a lost folder sent to a fallback
+    folder and that are still there: a run that does not find them measures their points again."""
+    out = []
+    for base in fallback_folders():
+        folder = base / machine[:100]
+        with contextlib.suppress(OSError):
+            kept = sorted(folder.glob("*/*.json"))
+            if kept and not base.is_symlink() and base.stat().st_uid == os.getuid():
+                scenarios = sorted({k.parent.name for k in kept})
+                out.append(
+                    f"kept in {folder}: {len(kept)} result{'s' if len(kept) != 1 else ''} of {machine} "
+                    f"({', '.join(scenarios)}) that could not be saved in the results folder; move each back "
+                    "as its message said (mv -n), or its run is measured again"
+                )
+    return out
+
+
 def _keep_elsewhere(text: str, folder: Path, stem: str, why: str) -> str:
     """Keep ``text`` in a fallback folder (under the machine and scenario folder names it had);
     the message naming where, with the command that moves it back."""
