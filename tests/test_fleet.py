@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,29 @@ def test_children_end_when_the_fleet_dies(tmp_path: Path) -> None:
         Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     )
     assert not alive, "the host's child outlived the fleet"
+
+
+def test_every_engine_is_asked_at_once(tmp_path: Path) -> None:
+    # An engine that does not answer takes its whole timeout: asked one after another, three such
+    # hosts kept the plan from starting for 3 x 2 x 10 s. Each call here waits until all three are in.
+    hosts = [fleet.Host(name, f"ssh://{name}", None) for name in ("a", "b", "c")]
+    together = threading.Barrier(3, timeout=30)
+
+    def identify(address: str) -> str | None:
+        together.wait()
+        return {"ssh://a": "ENGINE-1", "ssh://c": "ENGINE-1"}.get(address)
+
+    (warning,) = fleet.shared_engines(hosts, identify)
+    assert "hosts 'a' (ssh://a) and 'c' (ssh://c) are one Docker engine (ID ENGINE-1)" in warning
+
+    said: list[str] = []
+
+    def probe(address: str) -> str | None:
+        together.wait()
+        return f"{address} is down"
+
+    assert fleet.run_fleet(hosts, [], tmp_path, [], probe=probe, say=said.append) == 1
+    assert said[:3] == [
+        f"[{h}] not run: no Docker engine answers at ssh://{h} (ssh://{h} is down); 0 runs recorded as error"
+        for h in "abc"
+    ], said

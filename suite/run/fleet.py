@@ -17,6 +17,7 @@ remaining runs recorded by its own orchestrator.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -92,6 +93,15 @@ def load_hosts(path: str | Path) -> list[Host]:
     return hosts
 
 
+def _each_at_once(ask: Callable[[str], str | None], addresses: list[str]) -> list[str | None]:
+    """``ask(address)`` of every engine at once, in their order: an engine that does not answer
+    takes its whole timeout (10 s), which one host after another would add up."""
+    if len(addresses) < 2:
+        return [ask(a) for a in addresses]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(addresses), 32)) as pool:
+        return list(pool.map(ask, addresses))
+
+
 def _engine_address(address: str) -> bool:
     """Whether ``address`` names an engine: a scheme of SCHEMES and then a host (ssh, tcp) or a
     socket's path (unix, npipe); ``ssh://`` alone would reach whatever host ssh picks by default."""
@@ -114,8 +124,7 @@ def shared_engines(hosts: list[Host], identify: Callable[[str], str | None]) -> 
     each measured beside the other's."""
     seen: dict[str, Host] = {}
     out: list[str] = []
-    for host in hosts:
-        engine = identify(host.docker)
+    for host, engine in zip(hosts, _each_at_once(identify, [h.docker for h in hosts]), strict=True):
         if engine is None:
             continue
         if engine in seen:
@@ -241,8 +250,7 @@ def run_fleet(
     """
     codes: dict[str, int] = {}
     runs: list[_HostRun] = []
-    for host in hosts:
-        why = probe(host.docker)
+    for host, why in zip(hosts, _each_at_once(probe, [h.docker for h in hosts]), strict=True):
         if why is not None:
             n = record_unreachable(specs, host, results_dir, why)
             say(f"[{host.name}] not run: no Docker engine answers at {host.docker} ({why}); {n} runs recorded as error")
