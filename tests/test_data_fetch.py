@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import http.server
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -258,6 +259,37 @@ def test_from_an_idx_folder_imports_it_under_its_own_identity(mnist_dir: Path, c
     told = {"train_samples": 100, "test_samples": 50, "identity": identity}
     ds = wdata.load(told, seed=1)  # the worker, from the imported copy
     assert ds.source == "idx" and ds.x_train.shape == (100, 784) and list(ds.y_test[:4]) == [7, 2, 1, 0]
+
+
+def test_fetch_keeps_imported_idx_data_and_downloads_only_when_asked(mnist_dir: Path, tmp_path: Path) -> None:
+    """What ./run_all.sh runs before every run, on a machine whose Keras cache holds MNIST imported
+    as IDX files (`--from`), must keep that data, not download mnist.npz beside it (runs take
+    mnist.npz first: their data, and every fingerprint, would change)."""
+    home = tmp_path / "keras"
+    _Handler.hits = []
+    with http_server(_Handler) as server:
+        env = {
+            "KERAS_HOME": str(home),
+            datasets.SHA_ENV: PAYLOAD_SHA,
+            mnist_fetch.URL_ENV: f"{server}/mnist.npz",  # a mirror set for good in the user's shell
+        }
+        imported = suite_cli("data", "fetch", "--from", _full_idx_folder(tmp_path / "lecun", mnist_dir), env=env)
+        assert imported.returncode == 0, imported.stderr
+
+        again = suite_cli("data", "fetch", env=env)  # what ./run_all.sh runs each time
+
+        assert again.returncode == 0, again.stderr
+        assert _Handler.hits == [], "nothing downloaded: MNIST is there"
+        assert not (home / "datasets" / "mnist.npz").exists()
+        assert "MNIST imported as IDX files" in again.stdout and "nothing downloaded" in again.stdout
+        shown = suite_cli("data", "show", env=env)
+        assert re.search(r"^runs get: idx, sha256 [0-9a-f]{64}$", shown.stdout, re.M), shown.stdout
+
+        asked = suite_cli("data", "fetch", "--url", f"{server}/mnist.npz", env=env)  # asked for by name: done
+
+        assert asked.returncode == 0, asked.stderr
+        assert _Handler.hits == ["/mnist.npz"]
+        assert (home / "datasets" / "mnist.npz").read_bytes() == PAYLOAD
 
 
 def test_from_an_idx_folder_with_wrong_shapes_is_refused(mnist_dir: Path, cache: Path, tmp_path: Path) -> None:
