@@ -119,3 +119,43 @@ def test_compare_refuses_one_folder_given_twice(tmp_path: Path) -> None:
         proc = suite_cli("compare", a, other)
         assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
         assert f"{a} and {other} are one folder: compare takes two different results folders" in proc.stderr
+
+
+def test_a_fact_recorded_as_null_is_not_recorded_never_none_nor_the_same(tmp_path: Path) -> None:
+    """nvidia-smi's "[N/A]" is recorded as null, and a host may not say its CPU: neither is printed as
+    "None", nor counted as a value two machines share."""
+    a, b = _folder(tmp_path, "A", (1.0, 1.0, 1.0)), _folder(tmp_path, "B", (1.0, 1.0, 1.0))
+    gpu = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": None, "memory_mib": None, "driver": None}
+    ok = {}
+    for path in sorted(a.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if data["status"] == "ok":
+            ok[data["spec"]["point"]["model.hidden.0"], data["spec"]["repetition"]] = data
+    for folder in (a, b):
+        for path in sorted(folder.rglob("*.json")):
+            data = json.loads(path.read_text())
+            if data["status"] == "skipped":  # a GPU point that ran, on a GPU whose driver nvidia-smi did not say
+                like = ok[data["spec"]["point"]["model.hidden.0"], data["spec"]["repetition"]]
+                data.update(status="ok", message="", **{k: like[k] for k in ("timing", "quality", "work")})
+                data["environment"] = json.loads(json.dumps(like["environment"]))
+                data["environment"]["gpus_driver"] = [gpu]
+            for key in ("cpu_model", "python"):
+                data.get("environment", {}).get("host", {}).pop(key, None)
+            path.write_text(json.dumps(data))
+    proc = suite_cli("compare", a, b)
+    assert proc.returncode == 0, proc.stderr
+    for fact in ("GPU driver", "CPU", "Python"):
+        assert _cell(proc.stdout, fact, 1) == _cell(proc.stdout, fact, 2) == "not recorded", proc.stdout
+    doc = json.loads(suite_cli("compare", a, b, "--json").stdout)
+    assert {"GPU driver", "CPU", "Python"} <= set(doc["facts_unrecorded"]) - set(doc["facts_same"]), doc
+    assert "GPU model" in doc["facts_same"]
+
+    report = suite_cli("report", "--results", a, "--out", tmp_path / "out")
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    assert "- GPUs: NVIDIA H100 80GB HBM3 (memory not recorded, driver not recorded)" in page, page
+    on_gpu = next(p for p in sorted((a / "fx_width").glob("*.json")) if "gpus_driver" in p.read_text())
+    shown = suite_cli("show", on_gpu)
+    assert "gpus NVIDIA H100 80GB HBM3 (UUID not recorded, driver not recorded)" in shown.stdout, shown.stdout
+    for said in ("None MiB", "driver None", "| None "):
+        assert said not in page + proc.stdout + shown.stdout

@@ -31,7 +31,10 @@ from suite.safe.markdown import cell, code
 
 def _gpus(r: RunResult, key: str) -> str:
     gpus = ENV_GPUS.of(r) or []
-    return ", ".join(sorted({str(g.get(key)) for g in gpus})) or "none"
+    if not gpus:
+        return "none"
+    # nvidia-smi's "[N/A]" is recorded as null: a fact not recorded, never the word None.
+    return ", ".join(sorted({str(g[key]) for g in gpus if g.get(key) is not None})) or NOT_RECORDED
 
 
 def _env(r: RunResult, field: Field, key: str) -> Any:
@@ -144,8 +147,9 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
             facts[name] = "; ".join(sorted(values - {NOT_RECORDED} or values))
         elif name in GPU_FACTS:  # a CPU run, in a container above all, sees no GPU: it cannot say
             facts[name] = str(get(newest_gpu)) if newest_gpu is not None else NOT_RECORDED
-        else:
-            facts[name] = str(get(newest))
+        else:  # a field the run recorded as null, or not at all, is not a value that two machines share
+            value = get(newest)
+            facts[name] = NOT_RECORDED if value is None else str(value)
     return facts
 
 

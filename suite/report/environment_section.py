@@ -250,7 +250,7 @@ def _gpu_text(view: ScenarioView) -> str:
     seen: dict[str, None] = {}
     for r in view.gpu_runs:
         for g in ENV_GPUS.of(r) or []:
-            seen[f"{g.get('name')} ({g.get('memory_mib')} MiB, driver {g.get('driver')})"] = None
+            seen[provenance_text.gpu_text(g, "memory_mib")] = None
     if seen:
         return ", ".join(seen)
     if any(p.device.startswith("gpu") for p in view.points):

@@ -211,3 +211,12 @@ def _image_text(image: dict[str, Any] | None) -> str:
     if not image:
         return "none"
     return f"{image.get('name') or '?'} (ID {short(image.get('id'))})"
+
+
+def gpu_text(gpu: dict[str, Any], detail: str) -> str:
+    """ "NVIDIA H100 (81559 MiB, driver 550.54)", ``detail`` its memory (``memory_mib``) or its
+    ``uuid``: a fact recorded as null (nvidia-smi's "[N/A]") or not at all says so, never "None"."""
+    name, driver, value = gpu.get("name"), gpu.get("driver"), gpu.get(detail)
+    what = "memory" if detail == "memory_mib" else "UUID"
+    shown = f"{what} {NOT_RECORDED}" if value is None else f"{value} MiB" if detail == "memory_mib" else str(value)
+    return f"{NOT_RECORDED if name is None else name} ({shown}, driver {NOT_RECORDED if driver is None else driver})"

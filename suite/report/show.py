@@ -81,7 +81,7 @@ def _work(r: RunResult) -> dict[str, Any]:
 
 def _environment(r: RunResult) -> dict[str, Any]:
     host, versions = r.environment.get(ENV_HOST.key, {}), r.environment.get(ENV_VERSIONS.key, {})
-    gpus = [f"{g.get('name')} ({g.get('uuid')}, driver {g.get('driver')})" for g in ENV_GPUS.of(r) or []]
+    gpus = [provenance_text.gpu_text(g, "uuid") for g in ENV_GPUS.of(r) or []]
     return {
         "python": host.get("python"),
         "tensorflow": versions.get("tensorflow"),
