@@ -220,3 +220,16 @@ def test_a_report_lists_results_without_following_links_to_folders_or_reading_te
     proc = suite_cli("report", "--results", res, "--out", out, "--format", "json")
     assert proc.returncode == 2 and f"{res / 'link.json'}: not a readable result file" in proc.stderr
     assert "not a regular file (a folder)" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_page_s_reproduce_command_names_the_folder_its_results_are_in(tmp_path: Path) -> None:
+    """A machine's folder renamed (or results copied in under another name): the records still name
+    the machine, and the page's reproduce command names the folder that holds them."""
+    res = tmp_path / "results"
+    shutil.copytree(FIXTURES / "fixture-local" / "fx_knobs", res / "box-2024" / "fx_knobs")
+    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "fx_knobs.md").read_text()
+    assert "## On `fixture-local`" in page
+    said = next(line for line in page.splitlines() if line.startswith("To check these numbers: "))
+    assert said == f"To check these numbers: `python -m suite reproduce {res / 'box-2024' / 'fx_knobs'}`", said

@@ -126,6 +126,9 @@ class ScenarioView:
     other_sizes: list[str] = field(default_factory=list)  # e.g. smoke results left out of this view
     overrides: dict[str, Any] = field(default_factory=dict)  # the ``--set`` every run of this view had
     left_out: list[LeftOut] = field(default_factory=list)  # runs of these points under earlier settings
+    # The folders of its result files, relative to the results folder: a machine's folder may be
+    # named otherwise than the machine its records name (renamed, or copied from elsewhere).
+    folders: list[str] = field(default_factory=list)
 
     @functools.cached_property
     def newest(self) -> RunResult:
@@ -275,7 +278,10 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
         chosen, is_smoke = (full, False) if full else (smoke, True)
         points, left_out = _points(chosen or [], results_dir)
         as_recorded = dict((chosen or [])[0][1].spec.get("overrides") or {}) if chosen else {}  # the order --set gave
-        view = ScenarioView(machine, scenario, is_smoke, points, overrides=as_recorded, left_out=left_out)
+        folders = sorted({p.parent.relative_to(results_dir).as_posix() for p, _ in chosen or []})
+        view = ScenarioView(
+            machine, scenario, is_smoke, points, overrides=as_recorded, left_out=left_out, folders=folders
+        )
         if full and smoke:
             view.other_sizes.append(f"{len(smoke)} smoke-size result files, not shown")
         views.append(view)

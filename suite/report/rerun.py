@@ -96,8 +96,12 @@ def run_commands(view: ScenarioView, results_dir: Path | None = None, files: Sce
 def check_command(view: ScenarioView, results_dir: Path | None) -> str:
     """The command that reruns this machine's results of the scenario here and says whether each
     point's time came out again (``suite reproduce``, docs/reproduce.md)."""
-    folder = Path(folder_text(results_dir) or DEFAULT_RESULTS) / view.machine / view.scenario
+    results = Path(folder_text(results_dir) or DEFAULT_RESULTS)
+    # Where its files are: a machine's folder need not bear the machine's name.
+    folders = [results / f for f in view.folders] or [results / view.machine / view.scenario]
     selection = getattr(view, "selection", None)
-    return f"python -m suite reproduce {shlex.quote(str(folder))}" + (
-        f" -k {shlex.quote(selection)}" if selection else ""
+    return (
+        "python -m suite reproduce "
+        + " ".join(shlex.quote(str(f)) for f in folders)
+        + (f" -k {shlex.quote(selection)}" if selection else "")
     )
