@@ -159,3 +159,14 @@ def test_a_fact_recorded_as_null_is_not_recorded_never_none_nor_the_same(tmp_pat
     assert "gpus NVIDIA H100 80GB HBM3 (UUID not recorded, driver not recorded)" in shown.stdout, shown.stdout
     for said in ("None MiB", "driver None", "| None "):
         assert said not in page + proc.stdout + shown.stdout
+
+
+def test_compare_refuses_a_folder_and_one_inside_it(tmp_path: Path) -> None:
+    # The inner folder's runs would be in both columns: "1.00x as fast" measured against themselves.
+    a = _folder(tmp_path, "A", (1.0, 1.0, 1.0))
+    for pair in ((tmp_path, a), (a, a / "fx_width"), (a / "fx_width", tmp_path / "link")):
+        (tmp_path / "link").unlink(missing_ok=True)
+        (tmp_path / "link").symlink_to(a)
+        proc = suite_cli("compare", *pair)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert "lies inside" in proc.stderr, proc.stderr

@@ -229,6 +229,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     first, second = args.folders
     if os.path.samefile(first, second):  # its runs would fill both columns, under one name or two
         raise UsageError(f"{first} and {second} are one folder: compare takes two different results folders")
+    inner, outer = (first, second) if first.resolve().is_relative_to(second.resolve()) else (second, first)
+    if inner.resolve().is_relative_to(outer.resolve()):  # the inner folder's runs would fill both columns
+        raise UsageError(f"{inner} lies inside {outer}: compare takes two results folders that do not hold each other")
     for folder in args.folders:
         every = load_views(folder)
         if not every:
