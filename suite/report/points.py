@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,7 +279,7 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
         chosen, is_smoke = (full, False) if full else (smoke, True)
         points, left_out = _points(chosen or [], results_dir)
         as_recorded = dict((chosen or [])[0][1].spec.get("overrides") or {}) if chosen else {}  # the order --set gave
-        folders = sorted({p.parent.relative_to(results_dir).as_posix() for p, _ in chosen or []})
+        folders = sorted({Path(os.path.relpath(p.parent, results_dir)).as_posix() for p, _ in chosen or []})
         view = ScenarioView(
             machine, scenario, is_smoke, points, overrides=as_recorded, left_out=left_out, folders=folders
         )
