@@ -117,6 +117,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_text(tmp_path: Path) -> None
             data["spec"]["point_label"] = "=HYPERLINK(1)"
         elif data["spec"]["point_label"].startswith("variant=steps"):
             data["spec"]["point_label"] = "\t=HYPERLINK(2)"
+        data["message"] = "failed \x1b[2J\x1b]0;owned\x07 here"  # runs.csv: shown, never obeyed by a terminal
         path.write_text(json.dumps(data))
     out = tmp_path / "out"
     proc = suite_cli("report", "--results", res, "--out", out, "--format", "csv")
@@ -125,6 +126,9 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_text(tmp_path: Path) -> None
     assert {"'=HYPERLINK(1)", "'\t=HYPERLINK(2)"} <= {r["point"] for r in rows}, [r["point"] for r in rows]
     overheads = [r["first_epoch_overhead_s_median"] for r in rows]
     assert all(not v.startswith("'") for v in overheads), "numbers, negative ones too, stay numbers"
+    runs = (out / "runs.csv").read_text(encoding="utf-8")
+    assert "\x1b" not in runs and "\x07" not in runs, "no control character reaches the file"
+    assert "failed \\x1b[2J\\x1b]0;owned\\x07 here" in runs, runs[:2000]
 
 
 def test_a_link_planted_as_a_scenario_folder_is_not_written_through(tmp_path: Path) -> None:
@@ -233,3 +237,15 @@ def test_a_page_s_reproduce_command_names_the_folder_its_results_are_in(tmp_path
     assert "## On `fixture-local`" in page
     said = next(line for line in page.splitlines() if line.startswith("To check these numbers: "))
     assert said == f"To check these numbers: `python -m suite reproduce {res / 'box-2024' / 'fx_knobs'}`", said
+
+
+def test_the_index_names_the_results_folder_it_was_made_from(tmp_path: Path) -> None:
+    res = _copy_results(tmp_path)
+    out = tmp_path / "pages"
+    assert suite_cli("report", "--results", res, "--out", out).returncode == 0
+    index = (out / "README.md").read_text(encoding="utf-8")
+    assert f"from the result files under `{res}/`" in index, index.splitlines()[2]
+    inside = out / "results"
+    shutil.copytree(res, inside)
+    assert suite_cli("report", "--results", inside, "--out", out).returncode == 0
+    assert "from the result files under `results/`" in (out / "README.md").read_text(encoding="utf-8")

@@ -226,3 +226,12 @@ def test_a_two_stage_ratio_takes_means_from_every_run_and_variances_from_the_fir
     # fixed, and all its runs give its variance. Both sides so: Welch's interval over every run.
     assert stats.ratio(a[:3], b[:3], first=(first, first)) == stats.ratio(a[:3], b[:3])
     assert stats.ratio(a, b, first=(None, None)) == stats.ratio(a, b)
+
+
+def test_a_geometric_mean_stays_within_its_values() -> None:
+    # exp(mean(log)) leaves the range by a rounding: three runs of 1e18 s gave 999999999999998592.
+    assert stats.geometric_mean([1e18, 1e18, 1e18]) == 1e18
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        values = list(rng.choice([1e-12, 0.3, 1.0, 7.0, 1e15, 1e18], size=int(rng.integers(1, 6))))
+        assert min(values) <= stats.geometric_mean(values) <= max(values), values

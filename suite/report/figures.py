@@ -416,14 +416,16 @@ def _csv_value(value: Any) -> str:
     """Empty for not measured; true/false as in the JSON; floats with every digit (repr round-trips).
     Text that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return (OWASP's list) and is
     not a number gets a leading ``'``, so a spreadsheet shows it as text instead of running it as a
-    formula (a variant named ``=cmd|...``, or ``\t=cmd|...``, which some read past the tab)."""
+    formula (a variant named ``=cmd|...``, or ``\t=cmd|...``, which some read past the tab). Control
+    characters other than tabs and newlines are written as Python escapes them (``\x1b``), as on the pages."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
-    text = str(value)
+    # A control character (ESC) written out, never one a terminal obeys; tabs and newlines are CSV's to quote.
+    text = "".join(c if c.isprintable() or c in "\t\n" else repr(c)[1:-1] for c in str(value))
     if text[:1] in FORMULA_START and not isinstance(value, int) and not _is_number(text):
         return "'" + text
     return text

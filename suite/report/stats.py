@@ -177,8 +177,11 @@ def bound(x: float) -> str:
 
 
 def geometric_mean(values: list[float]) -> float:
-    """The mean a ratio divides: exp(mean(log)). Equal to the median under log-normal noise."""
-    return float(np.exp(np.mean(np.log(np.asarray(values, float)))))
+    """The mean a ratio divides: exp(mean(log)). Equal to the median under log-normal noise. Kept
+    within the values' range, which exp and log can leave by a rounding (1e18 three times made
+    999999999999998592)."""
+    arr = np.asarray(values, float)
+    return float(np.clip(np.exp(np.mean(np.log(arr))), arr.min(), arr.max()))
 
 
 def welch_log_interval(
