@@ -83,6 +83,11 @@ def test_a_full_disk_stops_the_plan_before_its_first_run(tmp_path: Path, tiny_di
     assert said in proc.stderr and "No space left on device" in proc.stderr, proc.stderr
     assert "run 1 of" not in proc.stdout and list(fallback.rglob("*.json")) == [], "nothing trained"
     assert list(res.rglob("*.json")) == [] and list(res.rglob(".*.tmp")) == [], "the check leaves nothing behind"
+    # check, which writes nothing, says so from the disk's free blocks.
+    plan = suite_cli("check", scenario, "--smoke", "--backend", "local", "--results", res, "--machine", "box")
+    assert "run would refuse this plan: " in plan.stdout and "no room for a result file of 64 KiB" in plan.stdout, (
+        plan.stdout + plan.stderr
+    )
 
 
 def test_a_full_disk_keeps_the_measurement_and_stops_the_plan_cleanly(tmp_path: Path, tiny_disk: Path) -> None:

@@ -54,6 +54,12 @@ def unwritable_here(folder: Path) -> str | None:
         return f"results folder {folder} cannot be created or written: {existing} is not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"results folder {folder} cannot be created or written: {existing} is not writable here"
+    with contextlib.suppress(OSError):
+        disk = os.statvfs(existing)  # root may write the blocks kept back for it, as run's check does
+        if (disk.f_bfree if os.geteuid() == 0 else disk.f_bavail) * disk.f_frsize < ROOM:
+            return (
+                f"results folder {folder} cannot be created or written: no room for a result file of {ROOM // 1024} KiB"
+            )
     return None
 
 
