@@ -287,6 +287,29 @@ def test_run_with_set_end_to_end(tmp_path: Path) -> None:
     assert "1 run already done (ok result on file; --fresh reruns)" in again.stdout.splitlines(), again.stdout
 
 
+@pytest.mark.slow
+def test_a_set_of_the_value_the_runs_have_is_not_recorded(tmp_path: Path) -> None:
+    """--set of what the smoke size already gives (training.epochs=1) changes nothing: its run shares the
+    scenario's fingerprint, so a later plain run finds it done. It must then be the scenario's own
+    point, not a --set view the scenario's own section lacks; a --set that changes something stays."""
+    path, res, out = _tiny(tmp_path), tmp_path / "results", tmp_path / "out"
+    where = ["--backend", "local", "--results", res, "--machine", "m"]
+    k = "variant=plain and width=8 and device=cpu"
+    proc = suite_cli("run", path, "--smoke", *where, "-k", k, "--set", "training.epochs=1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [(_, result)] = results.load_folder(res / "m")
+    assert result.spec["overrides"] == {}
+    plain = suite_cli("check", path, "--smoke", *where, "-k", k)
+    assert "1 already done" in plain.stdout, plain.stdout
+    rep = suite_cli("report", "--results", res, "--out", out)
+    assert rep.returncode == 0, rep.stderr
+    page = (out / "tiny_set.md").read_text()
+    assert "with `--set" not in page and "| variant=plain, width=8, device=cpu |" in page, page
+    sets = {"training.epochs": 3, "data.train_samples": 256}
+    spec = plan.expand(scenario.load(path), smoke=True, overrides=sets)[0]
+    assert spec.overrides == {"training.epochs": 3}, "3 is the file's, not the smoke size's: it changes the run"
+
+
 @pytest.mark.parametrize("key", ["model.filters.00", "model.filters.01", "model.filters.001"])
 def test_a_list_index_with_a_leading_zero_is_refused(key: str) -> None:
     # 00 would name the same filter count as the matrix's model.filters.0 and slip past the sweep check.

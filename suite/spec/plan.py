@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.environment import datasets
-from suite.spec.setting_paths import apply_overrides
+from suite.spec.setting_paths import apply_overrides, value_at
 from suite.spec.settings import AUTO, Scenario, auto_settings
 from suite.worker.devices import parse_device  # one definition, shared with the worker
 
@@ -216,7 +216,12 @@ def expand(
     reps = auto["first"] if auto else int(repeats) if repeats is not None else (1 if smoke else scenario.repeats)
     resolve = data or datasets.identity_for
     overrides = dict(overrides or {})
+    recorded: dict[str, Any] = {}
     if overrides:
+        # A --set of the value the runs have anyway changes nothing: not recorded, so that its runs,
+        # which share the scenario's own fingerprints, are the scenario's own (not a --set view).
+        plain = apply_overrides(scenario.config, scenario.smoke, scenario.source, "smoke") if smoke else scenario.config
+        recorded = {p: v for p, v in overrides.items() if not _has(plain, p, v)}
         scenario = dataclasses.replace(
             scenario,
             config=apply_overrides(scenario.config, overrides, "--set", "set"),
@@ -247,10 +252,17 @@ def expand(
                     "description": scenario.description,
                     **({"repeats": {AUTO: auto}} if auto else {}),
                 },
-                overrides=dict(overrides),
+                overrides=dict(recorded),
             )
             specs.append(_with_fingerprint(spec))
     return specs
+
+
+def _has(config: dict[str, Any], path: str, value: Any) -> bool:
+    """Whether ``config`` holds ``value`` at ``path`` as its fingerprint reads it (0 is not 0.0)."""
+    missing = object()
+    held = value_at(config, path, missing)
+    return held is not missing and json.dumps(held, sort_keys=True) == json.dumps(value, sort_keys=True)
 
 
 def overlaps(a: str, b: str) -> bool:
