@@ -275,3 +275,15 @@ def test_the_plan_size_counts_the_repeats_given_on_the_command_line(tmp_path: Pa
     for extra in (["--repeats", "2"], ["--smoke"]):
         proc = suite_cli("check", path, "--backend", "local", "--max-runs", "20", *extra)
         assert proc.returncode == 0, (extra, proc.stderr)
+
+
+@pytest.mark.parametrize(("first", "second"), [("A", "a"), ('"x y"', '"x\\ny"'), ('"x\\ty"', '"X y"')])
+def test_variant_names_that_read_alike_are_refused(tmp_path: Path, first: str, second: str) -> None:
+    """-k matches a variant's name whatever its case, and pages show a line break or tab as a space:
+    two variants named so would be points that no -k, page or Reproduce command can tell apart."""
+    variants = f"variants:\n  - name: {first}\n  - name: {second}\n    set: {{training.epochs: 3}}\n"
+    path = write_scenario(tmp_path, "alike", GOOD + variants)
+    proc = suite_cli("check", path, "--backend", "local")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert f"{path}: line 15 key 'variants.1.name'" in proc.stderr and "reads as variant" in proc.stderr, proc.stderr
+    assert "allowed: a name that differs" in proc.stderr, proc.stderr

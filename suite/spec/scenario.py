@@ -213,7 +213,7 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
         ck.fail("variants", f"must be a list of {{name, set}} mappings, got {type_name(raw)}")
         return []
     out: list[tuple[str, dict[str, Any]]] = []
-    names: set[str] = set()
+    names: dict[str, str] = {}  # each name as -k matches and a page shows it -> the name
     for i, item in enumerate(raw):
         key = f"variants.{i}"
         if not ck.closed(item, ("name", "set"), key):
@@ -225,9 +225,18 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
         if not plain_text(name, "\n\t"):  # line breaks and tabs are folded into spaces where it is shown
             ck.fail(f"{key}.name", f"got {brief(name)}; allowed: printable text (it is shown in labels and pages)")
             continue
-        if name in names:
+        # -k matches names whatever their case, and a page shows a line break or tab as a space:
+        # 'A' and 'a', or 'a b' and 'a\nb', would be two points that neither can tell apart.
+        folded = name.replace("\n", " ").replace("\t", " ").casefold()
+        if folded in names and names[folded] == name:
             ck.fail(f"{key}.name", f"variant {name!r} is named twice")
-        names.add(name)
+        elif folded in names:
+            ck.fail(
+                f"{key}.name",
+                f"variant {name!r} reads as variant {names[folded]!r} (-k ignores case; pages show line breaks "
+                "and tabs as spaces); allowed: a name that differs from the others in more than that",
+            )
+        names.setdefault(folded, name)
         settings = _load_overrides(ck, item.get("set") or {}, config, f"{key}.set")
         same = next((other for other, theirs in out if theirs == settings), None)
         if same is not None:  # one fingerprint: the second would only find the first's runs done
