@@ -287,3 +287,12 @@ def test_variant_names_that_read_alike_are_refused(tmp_path: Path, first: str, s
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert f"{path}: line 15 key 'variants.1.name'" in proc.stderr and "reads as variant" in proc.stderr, proc.stderr
     assert "allowed: a name that differs" in proc.stderr, proc.stderr
+
+
+def test_a_matrix_listing_a_whole_float_and_its_int_lists_a_value_twice(tmp_path: Path) -> None:
+    """model.dropout: [0, 0.0] is one setting under two labels (and two fingerprints): the same
+    measurement twice, as [8, 8] would be."""
+    path = write_scenario(tmp_path, "twice", GOOD.replace("  device: [cpu, gpu]\n", "  model.dropout: [0, 0.0, 0.5]\n"))
+    proc = suite_cli("check", path, "--backend", "local")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert f"{path}: line 10 key 'matrix.model.dropout': lists a value twice; allowed: each value once" in proc.stderr

@@ -195,8 +195,8 @@ def _load_matrix(ck: Checker, raw: Any, config: dict[str, Any]) -> dict[str, lis
         if problem:
             ck.fail(key, problem)
             continue
-        if len({repr(v) for v in values}) != len(values):
-            ck.fail(key, "lists a value twice")
+        if len({repr(_same_number(v)) for v in values}) != len(values):  # 0 and 0.0: one setting, two labels
+            ck.fail(key, "lists a value twice; allowed: each value once (0 and 0.0 are one value)")
         if other := next((axis for axis in out if overlaps(axis, path)), None):
             ck.fail(key, f"sweeps a value matrix.{other} sweeps too; allowed: one axis per setting")
             continue
@@ -204,6 +204,11 @@ def _load_matrix(ck: Checker, raw: Any, config: dict[str, Any]) -> dict[str, lis
             check_value(ck, path, value, f"{key}.{i}", key)
         out[path] = values
     return out
+
+
+def _same_number(value: Any) -> Any:
+    """``value`` with a whole float as the int it equals, so that a matrix listing 0 and 0.0 lists one value twice."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
