@@ -92,7 +92,9 @@ def test_result_files_are_read_with_bounded_work(tmp_path: Path, make, words: li
     shutil.copytree(FIXTURES / "fixture-local", res / "fixture-local")
     bad = res / "fixture-local" / "fx_knobs" / "bad.json"
     make(bad)
-    for command in (["report", "--results", res, "--out", tmp_path / "out"], ["compare", res, res]):
+    # compare reads its first folder first: the bad file, whatever the second (another folder) holds.
+    other = FIXTURES / "fixture-docker"
+    for command in (["report", "--results", res, "--out", tmp_path / "out"], ["compare", res, other]):
         _refused(_limited(*command), str(bad), *words)
     _refused(_limited("show", bad), str(bad))  # a link to a device is no file to show either
 

@@ -134,7 +134,11 @@ def test_a_version_1_record_whose_model_cannot_be_recounted_is_refused_by_every_
     for args in (
         ("report", "--results", tmp_path / "results", "--out", tmp_path / "out"),
         ("show", path),
-        ("compare", tmp_path / "results" / "box", tmp_path / "results" / "box"),
+        (
+            "compare",
+            tmp_path / "results" / "box",
+            FIXTURES / "results" / "fixture-local",
+        ),  # the first folder is read first
         ("reproduce", path, "--results", tmp_path / "again"),
     ):
         proc = suite_cli(*args)
