@@ -171,7 +171,7 @@ def parse(text: str) -> Selection:
     return Selection(text, tuple(program), keys)
 
 
-SHOWN_CHARS = 200  # an expression or term longer than this is shown in messages by its start and its length
+SHOWN_CHARS = 80  # an expression or term longer than this is shown in messages by its start and its length
 
 
 def _shown(text: str) -> str:
