@@ -307,7 +307,18 @@ def test_a_set_of_the_value_the_runs_have_is_not_recorded(tmp_path: Path) -> Non
     assert "with `--set" not in page and "| variant=plain, width=8, device=cpu |" in page, page
     sets = {"training.epochs": 3, "data.train_samples": 256}
     spec = plan.expand(scenario.load(path), smoke=True, overrides=sets)[0]
-    assert spec.overrides == {"training.epochs": 3}, "3 is the file's, not the smoke size's: it changes the run"
+    assert spec.overrides == sets, "3 is the file's, not the smoke size's: it changes the run, and all are kept"
+    # A smoke setting the --set overlaps is dropped whole: model.hidden.0=8 on a smoke size of [8, 4]
+    # leaves hidden [8, 16], which no plain smoke run has, though its first value is the smoke size's.
+    (tmp_path / "s").mkdir()
+    smoky = _tiny(
+        tmp_path / "s",
+        FLAT.replace("  data.train_samples: 256\n", "  data.train_samples: 256\n  model.hidden: [8, 4]\n"),
+    )
+    plain_specs = plan.expand(scenario.load(smoky), smoke=True)
+    spec = plan.expand(scenario.load(smoky), smoke=True, overrides={"model.hidden.0": 8})[0]
+    assert spec.config["model"]["hidden"] == [8, 16] and spec.fingerprint not in {s.fingerprint for s in plain_specs}
+    assert spec.overrides == {"model.hidden.0": 8}, spec.overrides
 
 
 @pytest.mark.parametrize("key", ["model.filters.00", "model.filters.01", "model.filters.001"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from suite.environment import datasets
-from suite.spec.setting_paths import apply_overrides, value_at
+from suite.spec.setting_paths import apply_overrides
 from suite.spec.settings import AUTO, Scenario, auto_settings
 from suite.worker.devices import parse_device  # one definition, shared with the worker
 
@@ -218,15 +218,17 @@ def expand(
     overrides = dict(overrides or {})
     recorded: dict[str, Any] = {}
     if overrides:
-        # A --set of the value the runs have anyway changes nothing: not recorded, so that its runs,
-        # which share the scenario's own fingerprints, are the scenario's own (not a --set view).
-        plain = apply_overrides(scenario.config, scenario.smoke, scenario.source, "smoke") if smoke else scenario.config
-        recorded = {p: v for p, v in overrides.items() if not _has(plain, p, v)}
-        scenario = dataclasses.replace(
+        changed = dataclasses.replace(
             scenario,
             config=apply_overrides(scenario.config, overrides, "--set", "set"),
             smoke={k: v for k, v in scenario.smoke.items() if not any(overlaps(k, o) for o in overrides)},
         )
+        # --set values that leave every run's settings as they were (the file's or the smoke size's
+        # values) change nothing: not recorded, so that these runs, which share the scenario's own
+        # fingerprints, are the scenario's own (not a --set view). Any change records them all.
+        if _sized(changed, smoke) != _sized(scenario, smoke):
+            recorded = overrides
+        scenario = changed
     points = []
     for point, config in _points(scenario):
         if smoke:
@@ -258,11 +260,10 @@ def expand(
     return specs
 
 
-def _has(config: dict[str, Any], path: str, value: Any) -> bool:
-    """Whether ``config`` holds ``value`` at ``path`` as its fingerprint reads it (0 is not 0.0)."""
-    missing = object()
-    held = value_at(config, path, missing)
-    return held is not missing and json.dumps(held, sort_keys=True) == json.dumps(value, sort_keys=True)
+def _sized(scenario: Scenario, smoke: bool) -> str:
+    """The scenario's own settings at the size run, as its fingerprints read them (0 is not 0.0)."""
+    config = apply_overrides(scenario.config, scenario.smoke, scenario.source, "smoke") if smoke else scenario.config
+    return json.dumps(config, sort_keys=True)
 
 
 def overlaps(a: str, b: str) -> bool:
