@@ -231,6 +231,7 @@ def test_a_two_stage_ratio_takes_means_from_every_run_and_variances_from_the_fir
 def test_a_geometric_mean_stays_within_its_values() -> None:
     # exp(mean(log)) leaves the range by a rounding: three runs of 1e18 s gave 999999999999998592.
     assert stats.geometric_mean([1e18, 1e18, 1e18]) == 1e18
+    assert np.isnan(stats.geometric_mean([])), "no value, no mean: a record whose fit_s is null"
     rng = np.random.default_rng(7)
     for _ in range(2000):
         values = list(rng.choice([1e-12, 0.3, 1.0, 7.0, 1e15, 1e18], size=int(rng.integers(1, 6))))

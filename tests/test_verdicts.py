@@ -620,3 +620,12 @@ def test_a_count_of_failed_points_says_they_failed() -> None:
     v = _width({100: [1.0], 750: [2.0]}, {100: [0], 750: [0]}, status="timeout")
     text = _said(v)
     assert "(2 GPU points failed: timeout)" in text, text
+
+
+def test_one_point_without_a_fit_time_says_so() -> None:
+    # An ok run whose fit_s is null (a NaN is saved as null): no mean to print, and no traceback.
+    view = _sweep({32: [1.0]})
+    for r in view.points[0].runs:
+        r.timing.pop("fit_s", None)
+    text = _said(view)
+    assert text.startswith("One point, nothing to compare it with: training.batch_size=32 no fit time recorded."), text

@@ -17,6 +17,7 @@ Deterministic (no resampling): the same results give the same bytes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,6 +182,8 @@ def geometric_mean(values: list[float]) -> float:
     within the values' range, which exp and log can leave by a rounding (1e18 three times made
     999999999999998592)."""
     arr = np.asarray(values, float)
+    if arr.size == 0:
+        return math.nan  # no value: no mean (a record whose fit_s is null)
     return float(np.clip(np.exp(np.mean(np.log(arr))), arr.min(), arr.max()))
 
 

@@ -419,8 +419,9 @@ def none(view: ScenarioView) -> Verdict:
     the first point in matrix order), with its interval, or that no point differs measurably."""
     base = _generic_baseline(view)
     if len(view.points) == 1 and usable(base):
-        fit = stats.geometric_mean(_fit(view.points[0]))
-        return Verdict(f"One point, nothing to compare it with: {view.points[0].label} trained in {fit:.2f} s.")
+        fits = _fit(view.points[0])
+        took = f"trained in {stats.geometric_mean(fits):.2f} s" if fits else "no fit time recorded"
+        return Verdict(f"One point, nothing to compare it with: {view.points[0].label} {took}.")
     if base is None or not usable(base):
         missing = tuple((p.label, why_unusable(p)) for p in view.points if not usable(p))
         why = f"the baseline {base.label} {_predicate(base)}" if base is not None else "no point ran ok"
