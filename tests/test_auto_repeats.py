@@ -333,10 +333,10 @@ def test_a_budget_starts_no_run_once_spent_and_the_next_run_goes_on(tmp_path: Pa
     done = next(r for _, r in results.load_folder(res / "box")).spec["point_label"]
     other = "width=128" if done == "width=32" else "width=32"
     assert "tiny_auto, 1 point: 1 ok\n" in first.stdout, first.stdout
-    assert f"  not run: 1 point of the plan: [{other}]\n" in first.stdout, first.stdout
+    assert f"  no result on file: 1 point of the plan: [{other}]\n" in first.stdout, first.stdout
     again = suite_cli(*args)
     assert again.returncode == 0 and "runs: 3 ok, 1 already done" in again.stdout, again.stdout
-    assert "not run:" not in again.stdout, again.stdout
+    assert "no result on file:" not in again.stdout, again.stdout
     assert suite_cli("run", path, "--budget", "1x").returncode == 2
 
 
@@ -353,6 +353,4 @@ def test_a_scenario_the_budget_left_without_a_run_is_named_in_the_closing_lines(
     ran = {r.spec["scenario"] for _, r in results.load_folder(res / "box")}
     assert len(ran) == 1, ran
     (left,) = {"tiny_auto", "tiny_later"} - ran
-    assert f"\n{left}: no result yet\n  not run: 2 points of the plan: [width=32], [width=128]\n" in proc.stdout, (
-        proc.stdout
-    )
+    assert f"\n{left}: no result on file: 2 points of the plan: [width=32], [width=128]\n" in (proc.stdout)

@@ -28,17 +28,19 @@ def closing_lines(results_dir: Path, folders: list[Path], specs: list[RunSpec]) 
     ]
     shown = points.group_views(results_dir, loaded)
     machines = len({v.machine for v in shown}) > 1
-    # The plan's points with no result on file (a spent --budget, a plan that stopped early): said
-    # once per scenario, after its views, or alone where none of its points has a result.
+    # The plan's points with no result on file (a spent --budget, a plan that stopped early, a result
+    # kept elsewhere for want of room): said once per scenario, after its views, or alone where none
+    # of its points has a result.
     found = {r.fingerprint for _, r in loaded}
     missing: dict[str, dict[str, str]] = {}
     for s in specs:
         if s.fingerprint not in found:
             missing.setdefault(s.scenario, {})[s.fingerprint] = s.point_label
+    last = {v.scenario: i for i, v in enumerate(shown)}  # a pool's views of one scenario: one per machine
     out: list[str] = []
     for i, v in enumerate(shown):
         out += _scenario_lines(v, machines)
-        if i + 1 == len(shown) or shown[i + 1].scenario != v.scenario:
+        if last[v.scenario] == i:
             out += _not_run(v.scenario, missing.pop(v.scenario, {}), alone=False)
     for scenario, labels in missing.items():
         out += _not_run(scenario, labels, alone=True)
@@ -46,18 +48,14 @@ def closing_lines(results_dir: Path, folders: list[Path], specs: list[RunSpec]) 
 
 
 def _not_run(scenario: str, labels: dict[str, str], alone: bool) -> list[str]:
-    """'  not run: 2 points of the plan: [hidden=[16]], [hidden=[32]]' (a scenario's own line before
-    it where none of its points ran)."""
+    """'  no result on file: 2 points of the plan: [hidden=[16]], [hidden=[32]]' (on a line of the
+    scenario's own, named first, where none of its points has one)."""
     if not labels:
         return []
     n = len(labels)
     said = f"{n} point{'' if n == 1 else 's'} of the plan: " + ", ".join(f"[{label}]" for label in labels.values())
-    if alone:
-        return [
-            shorten(f"{cut_middle(scenario, BEFORE_FLOOR * 2)}: no result yet", WIDTH),
-            *wrapped(said, "  not run: ", "    "),
-        ]
-    return wrapped(said, "  not run: ", "    ")
+    first = f"{cut_middle(scenario, BEFORE_FLOOR * 2)}: no result on file: " if alone else "  no result on file: "
+    return wrapped(said, first, "    ")
 
 
 def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
