@@ -184,3 +184,10 @@ def test_a_long_scenario_name_gives_way_before_the_outcome(tmp_path: Path, width
     assert len(runs) == 2 and "below the acc" in runs[0] and "ok, fit" in runs[1], proc.stdout
     closing = [line for line in lines if line.endswith("2 skipped") and "points:" in line]
     assert len(closing) == 1 and "1 ok, 1 below the accuracy gate, 2 skipped" in closing[0], proc.stdout
+
+
+def test_a_line_width_in_another_script_s_digits_is_ignored() -> None:
+    # str.isdigit takes '²' and '٣', which int() refuses: read at import, it stopped every command.
+    for value in ("²", "٣٠", "", "abc", "99999"):
+        proc = suite_cli("--version", env={"SUITE_LINE_WIDTH": value})
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (value, proc.stderr)

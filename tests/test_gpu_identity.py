@@ -343,7 +343,10 @@ def test_cli_refuses_gpus_outside_the_inherited_pool(fake_smi, tmp_path: Path) -
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("value", ["", "0,", "0,0", "first", "GPU-", "0\x1b[2J", "GPU-a b", "-1"])
+# 0,00 names one GPU twice; a MIG instance is never handed out (worker/identity), so it would match nothing.
+@pytest.mark.parametrize(
+    "value", ["", "0,", "0,0", "0,00", "first", "GPU-", "0\x1b[2J", "GPU-a b", "-1", "MIG-GPU-3fb142e7/1/0"]
+)
 def test_cli_refuses_a_gpus_value_that_names_no_gpu(tmp_path: Path, value: str) -> None:
     # Before this check '' meant every GPU, '0,' one of them, and a word was noted and every GPU point skipped.
     scenario_file = tmp_path / "identity_small.yaml"

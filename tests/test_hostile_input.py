@@ -239,6 +239,7 @@ def test_a_hosts_file_address_holds_no_control_character(tmp_path: Path) -> None
 def test_flags_out_of_range_are_refused(tmp_path: Path) -> None:
     _refused(suite_cli("data", "fetch", "--timeout", "inf", "--url", "http://127.0.0.1:1/x"), "--timeout inf")
     _refused(suite_cli("data", "fetch", "--timeout", "0", "--url", "http://127.0.0.1:1/x"), "--timeout 0: allowed")
+    _refused(suite_cli("data", "fetch", "--timeout", "86400.01", "--url", "http://x/y"), "--timeout 86400.01: allowed")
     afile = tmp_path / "afile"
     afile.write_text("")
     proc = suite_cli("check", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", afile)

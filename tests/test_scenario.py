@@ -289,6 +289,14 @@ def test_variant_names_that_read_alike_are_refused(tmp_path: Path, first: str, s
     assert "allowed: a name that differs" in proc.stderr, proc.stderr
 
 
+def test_variant_names_that_k_tells_apart_are_kept(tmp_path: Path) -> None:
+    # -k compares lower-cased names: 'straße' and 'strasse' differ there, though casefold makes them one.
+    variants = "variants:\n  - name: straße\n  - name: strasse\n    set: {training.epochs: 3}\n"
+    path = write_scenario(tmp_path, "apart", GOOD + variants)
+    proc = suite_cli("check", path, "--backend", "local")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_a_matrix_listing_a_whole_float_and_its_int_lists_a_value_twice(tmp_path: Path) -> None:
     """model.dropout: [0, 0.0] is one setting under two labels (and two fingerprints): the same
     measurement twice, as [8, 8] would be."""

@@ -176,7 +176,7 @@ def test_moving_a_kept_result_back_after_a_rerun_loses_neither_measurement(tmp_p
     assert again.returncode == 0, again.stdout + again.stderr
     # The run says that a measurement of this machine waits in the fallback folder.
     kept = fallback / f"suite-unsaved-{os.getuid()}" / "box"
-    said = f"warning: kept in {kept}: 1 result of box (tiny_order) that could not be saved in the results folder"
+    said = f"warning: kept in {kept}: 1 result of box (tiny_order) that a run could not save where it belonged"
     assert said in again.stderr, again.stderr
     rerun = {p.name: p.read_bytes() for p in (res / "box").rglob("*.json")}
     assert len(rerun) == 1, rerun.keys()

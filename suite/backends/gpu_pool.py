@@ -14,10 +14,11 @@ from suite.environment import host_facts
 from suite.spec.plan import RunSpec, parse_device
 from suite.worker import identity
 
-# A GPU as --gpus and a hosts file's ``gpus`` name it: a host index, or a UUID as nvidia-smi -L
-# prints it (GPU-..., MIG-...). No comma (the list's separator) and no control character.
-GPU_ID = re.compile(r"[0-9]{1,4}|(?:GPU|MIG)-[A-Za-z0-9/-]{1,100}")
-GPU_IDS_ALLOWED = "distinct GPU indices (0, 1, ...) or UUIDs as nvidia-smi -L prints them ('GPU-...', 'MIG-...')"
+# A GPU as --gpus and a hosts file's ``gpus`` name it: a host index (no leading zero: 0 and 00 would
+# be two names of one GPU), or a whole GPU's UUID as nvidia-smi -L prints it. No MIG instance (the
+# suite hands out whole GPUs: worker/identity), no comma (the list's separator), no control character.
+GPU_ID = re.compile(r"0|[1-9][0-9]{0,3}|GPU-[A-Za-z0-9-]{1,100}")
+GPU_IDS_ALLOWED = "distinct GPU indices (0, 1, ...) or whole GPUs' UUIDs as nvidia-smi -L prints them ('GPU-...')"
 
 
 def is_gpu_id(value: object) -> bool:

@@ -146,7 +146,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     if args.source and args.url:
         raise UsageError("--from PATH takes the data from PATH; drop --url")
     if not 0 < args.timeout <= 86400:  # NaN and infinity fail too
-        raise UsageError(f"--timeout {args.timeout:g}: allowed: seconds above 0, at most 86400")
+        raise UsageError(f"--timeout {args.timeout:.15g}: allowed: seconds above 0, at most 86400")
     if args.source:
         mnist_fetch.import_from(args.source)
     else:

@@ -151,7 +151,7 @@ def kept_elsewhere(machine: str) -> list[str]:
                 scenarios = sorted({k.parent.name for k in kept})
                 out.append(
                     f"kept in {folder}: {len(kept)} result{'s' if len(kept) != 1 else ''} of {machine} "
-                    f"({', '.join(scenarios)}) that could not be saved in the results folder; move each back "
+                    f"({', '.join(scenarios)}) that a run could not save where it belonged; move each back "
                     "as its message said (mv -n), or its run is measured again"
                 )
     return out

@@ -44,6 +44,7 @@ from suite.report.points import (
     select_views,
     stopping_note,
 )
+from suite.safe.markdown import escaped_lines
 from suite.spec.plan import override_flag, parse_device
 
 FORMAT = "keras-speed-suite/report"
@@ -425,7 +426,7 @@ def _csv_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     # A control character (ESC) written out, never one a terminal obeys; tabs and newlines are CSV's to quote.
-    text = "".join(c if c.isprintable() or c in "\t\n" else repr(c)[1:-1] for c in str(value))
+    text = "\t".join(escaped_lines(part) for part in str(value).split("\t"))
     if text[:1] in FORMULA_START and not isinstance(value, int) and not _is_number(text):
         return "'" + text
     return text

@@ -31,7 +31,8 @@ WIDTH_ENV, MIN_WIDTH, MAX_WIDTH = "SUITE_LINE_WIDTH", 60, 120
 def _width() -> int:
     """Columns every plain line fits, whatever the terminal: 120, or fewer where WIDTH_ENV says."""
     value = os.environ.get(WIDTH_ENV, "")
-    return min(max(int(value), MIN_WIDTH), MAX_WIDTH) if value.isdigit() and len(value) < 4 else MAX_WIDTH
+    digits = value.isascii() and value.isdigit() and len(value) < 4  # int() refuses other scripts' digits
+    return min(max(int(value), MIN_WIDTH), MAX_WIDTH) if digits else MAX_WIDTH
 
 
 WIDTH = _width()

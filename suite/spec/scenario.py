@@ -232,7 +232,7 @@ def _load_variants(ck: Checker, raw: Any, config: dict[str, Any]) -> list[tuple[
             continue
         # -k matches names whatever their case, and a page shows a line break or tab as a space:
         # 'A' and 'a', or 'a b' and 'a\nb', would be two points that neither can tell apart.
-        folded = name.replace("\n", " ").replace("\t", " ").casefold()
+        folded = name.replace("\n", " ").replace("\t", " ").lower()  # as -k compares
         if folded in names and names[folded] == name:
             ck.fail(f"{key}.name", f"variant {name!r} is named twice")
         elif folded in names:
