@@ -145,9 +145,9 @@ def kept_elsewhere(machine: str) -> list[str]:
     out = []
     for base in fallback_folders():
         folder = base / machine[:100]
-        with contextlib.suppress(OSError):
-            kept = sorted(folder.glob("*/*.json"))
-            if kept and not base.is_symlink() and base.stat().st_uid == os.getuid():
+        with contextlib.suppress(OSError):  # missing, or not this user's own folder: nothing kept there
+            kept = sorted((whole_file.own_folder(base) / machine[:100]).glob("*/*.json"))
+            if kept:
                 scenarios = sorted({k.parent.name for k in kept})
                 out.append(
                     f"kept in {folder}: {len(kept)} result{'s' if len(kept) != 1 else ''} of {machine} "

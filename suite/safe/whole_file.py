@@ -60,7 +60,7 @@ def private_folder(base: Path) -> Path:
     base.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)
-    return _own_folder(base)
+    return own_folder(base)
 
 
 def read_kept(path: Path, limit: int) -> bytes:
@@ -69,10 +69,10 @@ def read_kept(path: Path, limit: int) -> bytes:
     ``keep`` refuses to write through is not read through either, since a list or an entry found
     there would vouch for files it never checked, a plot stand for one it never drew), or the file
     is a link or another user's."""
-    return bounded.read_bytes(_own_folder(path.parent) / path.name, limit, mine=True)
+    return bounded.read_bytes(own_folder(path.parent) / path.name, limit, mine=True)
 
 
-def _own_folder(folder: Path) -> Path:
+def own_folder(folder: Path) -> Path:
     """``folder``, where it is a real folder of this user's; OSError where it is a link or another user's."""
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
