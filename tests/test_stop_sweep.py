@@ -170,11 +170,14 @@ def test_a_container_removed_by_another_session_while_listed_does_not_stop_a_swe
     made += [sleeper(dead) for _ in range(2)]
     taken_away: list[str] = []
     real_listing = docker.api.client.APIClient.containers
+    # The sweep's containers first, then the dead session's: the reap lists the sweep's too, which the
+    # engine may still be removing ("removal ... is already in progress", 409 to a second remove).
+    targets = {c.id for c in made[:2]}
 
     def listing_then_one_goes(api: Any, *args: Any, **kwargs: Any) -> Any:
         listed = real_listing(api, *args, **kwargs)
         for entry in listed:  # another session removes the first of the test's containers it lists
-            if entry["Id"] in {c.id for c in made} and entry["Id"] not in taken_away:
+            if entry["Id"] in targets and entry["Id"] not in taken_away:
                 client.api.remove_container(entry["Id"], force=True)
                 taken_away.append(entry["Id"])
                 break
@@ -184,6 +187,7 @@ def test_a_container_removed_by_another_session_while_listed_does_not_stop_a_swe
         monkeypatch.setattr(docker.api.client.APIClient, "containers", listing_then_one_goes)
         found = leftovers.sweep(plan, settle_s=0)
         assert "engine" not in found, found
+        targets = {c.id for c in made[2:]}
         reaped = parts.reap_dead_sessions(client, own_session="test-race-the-reaper")
         monkeypatch.undo()
         left = {c.id for c in client.containers.list(ignore_removed=True, all=True)}
