@@ -154,12 +154,16 @@ def test_a_container_removed_by_another_session_while_listed_does_not_stop_a_swe
     from suite.backends import docker_parts as parts
 
     plan, dead_session = f"p{uuid.uuid4().hex[:8]}", f"test-race-{uuid.uuid4().hex[:8]}"
-    gone = subprocess.Popen(["true"])
-    gone.wait()
+    # A session of another host, within its deadline for every other process (the other tests' Docker
+    # sessions reap dead ones on this engine too, and took these between create and start) and past
+    # it for this test's own reap, which reads the time an hour on.
+    deadline = time.time() + 3600
     dead = {
         parts.LABEL_SESSION: dead_session,
-        parts.LABEL_ORCHESTRATOR: f"{parts.orchestrator_label().split(':')[0]}:{gone.pid}:",
+        parts.LABEL_ORCHESTRATOR: "another-host-of-this-test:1:",
+        parts.LABEL_DEADLINE: str(deadline),
     }
+    real_session_dead = parts.session_dead
 
     def sleeper(labels: dict[str, str]) -> Any:
         return client.containers.run(
@@ -188,6 +192,7 @@ def test_a_container_removed_by_another_session_while_listed_does_not_stop_a_swe
         found = leftovers.sweep(plan, settle_s=0)
         assert "engine" not in found, found
         targets = {c.id for c in made[2:]}
+        monkeypatch.setattr(parts, "session_dead", lambda labels: real_session_dead(labels, now=deadline + 1))
         reaped = parts.reap_dead_sessions(client, own_session="test-race-the-reaper")
         monkeypatch.undo()
         left = {c.id for c in client.containers.list(ignore_removed=True, all=True)}
