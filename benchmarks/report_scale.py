@@ -12,10 +12,11 @@ range of wall time and median CPU time (user and system) in seconds, its first r
 each later checkout's wall times against the first one's (the ratio of geometric means with the 95%
 Welch interval every report prints), and whether each checkout wrote the same bytes as the last one.
 
-    python benchmarks/report_scale.py [--files 10200] [--rounds 3] [--from DIR] [--suite DIR ...]
+    python benchmarks/report_scale.py [--files 10200] [--rounds 3] [--from DIR] [--samples N] [--suite DIR ...]
 
-Results with telemetry (those of a run on this machine, e.g. ``reports/results/<machine>/mnist_mlp_width``
-after ``./run_all.sh --smoke``) are about three times larger than the fixtures, and slower to read.
+Results with telemetry (``tests/fixtures/rich/box/mnist_mlp_width``, or those of a run on this
+machine after ``./run_all.sh --smoke``) are about five times larger than the fixtures, and slower to
+read; a run of minutes records up to 600 samples per metric (``--samples 600``), five times more again.
 """
 
 from __future__ import annotations
@@ -40,11 +41,20 @@ from suite.report import stats  # noqa: E402  (the interval every report prints)
 FIXTURE = REPO / "tests" / "fixtures" / "results" / "fixture-local" / "fx_width"
 
 
-def make_results(source: Path, files: int, out: Path) -> int:
-    """``files`` result files under ``out/bench/<scenario>/``, each a real one as another repetition."""
+def make_results(source: Path, files: int, out: Path, samples: int = 0) -> int:
+    """``files`` result files under ``out/bench/<scenario>/``, each a real one as another repetition.
+    ``samples``: each telemetry series made that long (its samples repeated, a step on in time), as
+    a run of ``samples`` / 5 Hz seconds or more records it (suite.telemetry keeps at most 600)."""
     records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(source.glob("*.json"))]
     if not records:
         raise SystemExit(f"error: no result files in {source}")
+    for record in records:
+        for metric in (record.get("telemetry") or {}).get("metrics") or []:
+            series = metric.get("series")
+            if samples and series and series["t"]:
+                n, step = len(series["t"]), series["t"][-1] + 0.2  # the next lap starts a sample on
+                series["t"] = [round(series["t"][i % n] + step * (i // n), 3) for i in range(samples)]
+                series["v"] = [series["v"][i % n] for i in range(samples)]
     by_point = {r["spec"]["fingerprint"]: r for r in records}
     folder = out / "bench" / records[0]["spec"]["scenario"]
     folder.mkdir(parents=True)
@@ -54,7 +64,9 @@ def make_results(source: Path, files: int, out: Path) -> int:
             if made == files:
                 break
             record["spec"]["repetition"] = repetition
-            (folder / f"{fingerprint[:12]}-r{repetition}.json").write_text(json.dumps(record, indent=2))
+            # As the suite writes a record (record/saving): the size and layout of a real file.
+            text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+            (folder / f"{fingerprint[:12]}-r{repetition}.json").write_text(text, encoding="utf-8")
             made += 1
         repetition += 1
     return made
@@ -94,11 +106,15 @@ def main() -> int:
     p.add_argument("--files", type=int, default=10200)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--from", dest="source", type=Path, default=FIXTURE, help="a folder of one scenario's results")
+    p.add_argument(
+        "--samples", type=int, default=0, help="each telemetry series this long (600: a run of 2 minutes or more)"
+    )
     p.add_argument("--suite", type=Path, action="append", help="a checkout to time (repeatable; default: this one)")
     args = p.parse_args()
     suites = [s.resolve() for s in args.suite or [REPO]]
     with tempfile.TemporaryDirectory(prefix="report-scale-") as tmp:
-        made = make_results(args.source, args.files, Path(tmp) / "results")
+        made = make_results(args.source, args.files, Path(tmp) / "results", args.samples)
+        size = sum(p.stat().st_size for p in (Path(tmp) / "results").rglob("*.json"))
         # Each checkout its own, empty cache folder: its first report is the cold one (every file
         # checked, every plot drawn), the rounds after it the warm ones.
         cold = {
@@ -118,7 +134,10 @@ def main() -> int:
         # design; a faster one that is meant to write the same bytes must.
         last = Path(tmp) / f"out{len(suites) - 1}"
         same = {s: same_pages(Path(tmp) / f"out{i}", last) for i, s in enumerate(suites[:-1])}
-    print(f"suite report over {made:,} result files, {args.rounds} rounds after a first one with an empty cache")
+    print(
+        f"suite report over {made:,} result files of {size / made / 1000:.1f} kB on average, "
+        f"{args.rounds} rounds after a first one with an empty cache"
+    )
     print("  wall time: median (range); CPU time of the report's process: median")
     for suite in suites:
         print(
