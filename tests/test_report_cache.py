@@ -71,8 +71,26 @@ def test_a_second_report_reads_the_checked_files_and_writes_the_same_pages(tmp_p
     assert _tree(res) == before, "nothing is written into the results folder"
     [listed] = (cache / "checked-results").glob("*.json")
     data = json.loads(listed.read_text())
-    digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in res.rglob("*.json")}
-    assert set(data["files"]) == digests and data["code"] == paths.code_digest(), "every result, by its bytes"
+    by_digest = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in res.rglob("*.json")}
+    assert set(data["files"]) == set(by_digest) and data["code"] == paths.code_digest(), "every result, by its bytes"
+    # Beside the list, the record of each file with telemetry series less those, by its bytes.
+    with_series = {d for d, p in by_digest.items() if '"series"' in p.read_text()}
+    stored = _stored(cache) if with_series else {}
+    assert set(stored) == with_series and (source == FIXTURE or with_series), "none where there are no series"
+    assert not (cache / "slim-results").exists() or with_series
+    for digest, record in stored.items():
+        whole = json.loads(by_digest[digest].read_text())
+        for metric in whole.get("telemetry", {}).get("metrics", []):
+            assert metric.pop("series")
+        assert record == whole
+
+
+def _stored(cache: Path) -> dict[str, dict]:
+    """The records of the one results folder's store, by the sha256 of their files' bytes."""
+    [store] = (cache / "slim-results").glob("*.jsonl")
+    header, *lines = store.read_bytes().splitlines()
+    assert header.decode() == paths.code_digest()
+    return {line[:64].decode(): json.loads(line[65:]) for line in lines}
 
 
 def test_bytes_changed_after_their_check_are_checked_again_whatever_the_files_times_say(tmp_path: Path) -> None:
@@ -406,9 +424,11 @@ def test_a_link_planted_in_the_cache_folder_deletes_nothing_where_it_leads(tmp_p
     for n in range(1_005):
         (elsewhere / f"{n:04}.json").write_text("{}")
         (elsewhere / f"{n:04}.png").write_text("")
-    before = _tree(elsewhere)
     cache.mkdir()
-    for name in ("written-reports", "plots", "checked-results"):
+    for n in range(10):
+        (elsewhere / f"{n:04}.jsonl").write_text("")
+    before = _tree(elsewhere)
+    for name in ("written-reports", "plots", "checked-results", "slim-results"):
         (cache / name).symlink_to(elsewhere, target_is_directory=True)
     for _ in range(2):
         code, said = _report(res, out, cache)
@@ -540,3 +560,61 @@ def test_a_plot_found_through_a_link_or_in_another_users_folder_is_drawn_anew(tm
         (folder / png.name).write_bytes(forged)
     code, said = _report(res, out, cache)
     assert code == 0 and _tree(out) == drawn, said
+
+
+def _forged_store(cache: Path, code: str | None) -> Path:
+    """The store of the first report, each record's fit time made 1,000 s, under ``code``'s digest."""
+    [store] = (cache / "slim-results").glob("*.jsonl")
+    forged = [(code or "").encode()]
+    for digest, record in _stored(cache).items():
+        if record["timing"].get("fit_s"):
+            record["timing"]["fit_s"] = 1000.0
+        forged.append(digest.encode() + b" " + json.dumps(record).encode())
+    store.write_bytes(b"\n".join(forged) + b"\n")
+    return store
+
+
+def test_the_second_report_reads_the_records_kept_in_the_store_of_what_it_checked(tmp_path: Path) -> None:
+    """Read from the store, records are what the pages show (this user's cache vouches for them as
+    its list does); a store of other code, or one whose lines do not decode, gives none: the pages are
+    drawn from the files."""
+    res, cache = _results(tmp_path, RICH), tmp_path / "cache"
+    assert _report(res, tmp_path / "first", cache)[0] == 0
+    first = _tree(tmp_path / "first")
+    store = _forged_store(cache, paths.code_digest())
+    assert _report(res, tmp_path / "forged", cache)[0] == 0
+    assert "1000.00" in (tmp_path / "forged" / "mnist_mlp_width.md").read_text(), "the records the store holds"
+    for garbage in (None, b"\n".join(line[:65] + b"{not json" for line in store.read_bytes().splitlines())):
+        _forged_store(cache, "0" * 64)  # another code's
+        if garbage is not None:
+            store.write_bytes(paths.code_digest().encode() + b"\n" + garbage)
+        out = tmp_path / f"again-{garbage is None}"
+        code, said = _report(res, out, cache)
+        assert code == 0 and _tree(out) == first, said
+        assert len(_stored(cache)) == len(list(res.rglob("*.json"))) and "1000.0" not in store.read_text(), "anew"
+
+
+@pytest.mark.parametrize("how", ["link", "another user's"])
+def test_a_store_found_through_a_link_or_in_another_users_folder_gives_no_record(tmp_path: Path, how: str) -> None:
+    if how != "link" and os.getuid() != 0:
+        pytest.skip("only root can make a folder of another user's")
+    res, cache = _results(tmp_path, RICH), tmp_path / "cache"
+    assert _report(res, tmp_path / "first", cache)[0] == 0
+    first = _tree(tmp_path / "first")
+    store = _forged_store(cache, paths.code_digest())
+    shutil.move(store.parent, tmp_path / "planted-store")
+    folder = _planted(cache, how, "slim-results")
+    shutil.copy(tmp_path / "planted-store" / store.name, folder / store.name)
+    code, said = _report(res, tmp_path / "out", cache)
+    assert code == 0 and _tree(tmp_path / "out") == first, said
+
+
+def test_compare_keeps_a_store_for_each_folder_and_says_the_same_from_it(tmp_path: Path) -> None:
+    first, second, cache = _results(tmp_path / "a", RICH), _results(tmp_path / "b", RICH), tmp_path / "cache"
+    said = []
+    for _ in range(2):
+        proc = suite_cli("compare", first, second, env={paths.CACHE_ENV: str(cache)})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        said.append(proc.stdout)
+    assert said[0] == said[1] and "mnist_mlp_width" in said[0]
+    assert len(list((cache / "slim-results").glob("*.jsonl"))) == 2

@@ -189,7 +189,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         try:
             # Decoded once for the pages and the exports; frozen, as this command ends after it (load_folder).
-            loaded = results.load_folder(args.results, frozen=True, read=read)
+            loaded = results.load_folder(args.results, frozen=True, read=read, slim=True)
             # The pages read each scenario file once, and the entry keeps the sha256 of those bytes.
             scenarios = up_to_date.ScenarioFiles()
             written = []

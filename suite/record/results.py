@@ -73,7 +73,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from suite.record import shape
-from suite.record.checked_files import CheckedFiles
+from suite.record.checked_files import CheckedFiles, SlimRecords, without_series
 from suite.safe import bounded
 
 SCHEMA_VERSION = 2
@@ -229,13 +229,18 @@ def load(path: Path, in_folder: bool = False) -> RunResult:
 
 
 def _load(
-    path: Path, in_folder: bool = False, known: CheckedFiles | None = None, taken: tuple[bytes, str] | None = None
+    path: Path,
+    in_folder: bool = False,
+    known: CheckedFiles | None = None,
+    taken: tuple[bytes, str] | None = None,
+    slim: SlimRecords | None = None,
 ) -> RunResult:
     """``load``. With ``known``: bytes found to be a result before (record/checked_files, by their
     sha256) are decoded by orjson without the checks (``_decoded``'s and the record's shape). For
     such bytes it reads the same objects: they passed those checks, and what orjson refuses that
     json took (an escaped lone surrogate) is checked as any other file. ``taken``: the file's bytes
-    and their sha256, as ``read_folder`` took them (the bytes decoded are the bytes hashed)."""
+    and their sha256, as ``read_folder`` took them (the bytes decoded are the bytes hashed).
+    ``slim``: the record less its telemetry series (``without_series``), kept there for the next."""
     advice = IN_FOLDER if in_folder else ""
     try:
         if taken is None:
@@ -245,7 +250,7 @@ def _load(
             raw, digest = taken
         if known is not None and known.checked(digest):
             with contextlib.suppress(Exception):  # refused by orjson alone: checked as any other file
-                return _known(orjson.loads(raw))
+                return _slimmed(_known(orjson.loads(raw)), digest, slim)
         data = _decoded(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, NaN; nesting
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
@@ -274,7 +279,7 @@ def _load(
     if not shape.valid(data) and (found := shape.problem(data)) is not None:
         raise ResultError(f"{path}: {found}{advice}")
     try:
-        result = RunResult.from_dict(data)
+        result = _slimmed(data, digest, slim)
     except (TypeError, ValueError) as exc:
         raise ResultError(f"{path}: malformed result ({exc})") from None
     if known is not None:
@@ -342,11 +347,23 @@ def _read(path: Path, advice: str) -> bytes:
         raise ResultError(f"{path}: not a readable result file ({exc.strerror or exc}){advice}") from None
 
 
-def _known(data: dict[str, Any]) -> RunResult:
+def _known(data: dict[str, Any]) -> dict[str, Any]:
     """A record found to be a result before: migrated as ``load`` does, without the checks."""
     while data["schema_version"] < SCHEMA_VERSION:
         data = _MIGRATIONS[data["schema_version"]](data)
-    return RunResult.from_dict(data)
+    return data
+
+
+def _slimmed(data: dict[str, Any], digest: str, slim: SlimRecords | None) -> RunResult:
+    """The result of a record's ``data`` (checked and migrated); with ``slim``, less its telemetry
+    series, and kept there as the record of the bytes with sha256 ``digest``."""
+    if slim is None:
+        return RunResult.from_dict(data)
+    whole, data = data, without_series(data)
+    result = RunResult.from_dict(data)
+    if data is not whole:  # a record without series is decoded from its file as fast
+        slim.put(digest, data)
+    return result
 
 
 IN_FOLDER = "; move it out of the results folder"  # what an error about a file found in one advises
@@ -448,7 +465,9 @@ def read_folder(folder: Path) -> list[ReadFile]:
     return out
 
 
-def load_folder(folder: Path, frozen: bool = False, read: list[ReadFile] | None = None) -> list[tuple[Path, RunResult]]:
+def load_folder(
+    folder: Path, frozen: bool = False, read: list[ReadFile] | None = None, slim: bool = False
+) -> list[tuple[Path, RunResult]]:
     """Every result under ``folder`` (``result_paths``), decoded; where ``read`` is given, the files
     ``read_folder`` read, each left in ``read`` without its bytes and with the sha256 of those decoded.
 
@@ -457,21 +476,33 @@ def load_folder(folder: Path, frozen: bool = False, read: list[ReadFile] | None 
     full collection, while loading and after (10,000 files of 15 KB: a third of a report's time);
     frozen (``gc.freeze``), they are left out. Refcounts still free them, but garbage cycles of the
     moment are frozen too and never freed: not for a long-lived process (a plan's loop).
+
+    ``slim``: for a command that draws pages (report, compare): the records less their telemetry
+    series (checked_files.without_series), which no page reads; those of files checked before are
+    taken from the folder's SlimRecords, a fraction of the bytes to decode.
     """
     known = CheckedFiles(folder)
+    store = SlimRecords(folder) if slim else None
+    if read is None and store is not None:
+        read = read_folder(folder)  # each file's digest first: the records stored are found by it
     collecting = gc.isenabled()
     if frozen:
         gc.disable()
     try:
         if read is None:
-            out = [(p, _load(p, True, known)) for p in result_paths(folder)]
+            out = [(p, _load(p, True, known, slim=store)) for p in result_paths(folder)]
         else:
             out = []
             for i, (path, raw, digest) in enumerate(read):
+                if store is not None and known.checked(digest) and (data := store.get(digest)) is not None:
+                    with contextlib.suppress(Exception):  # as _load takes a record checked before
+                        out.append((path, RunResult.from_dict(data)))
+                        read[i] = ReadFile(path, None, digest)
+                        continue
                 if raw is None:  # not kept: read again, and what is decoded is what is hashed
                     raw = _read(path, IN_FOLDER)
                     digest = hashlib.sha256(raw).hexdigest()
-                out.append((path, _load(path, True, known, taken=(raw, digest))))
+                out.append((path, _load(path, True, known, taken=(raw, digest), slim=store)))
                 read[i] = ReadFile(path, None, digest)  # decoded: its bytes go
     finally:
         if frozen:
@@ -479,6 +510,8 @@ def load_folder(folder: Path, frozen: bool = False, read: list[ReadFile] | None 
             if collecting:
                 gc.enable()
     known.save()
+    if store is not None:
+        store.save()
     return out
 
 

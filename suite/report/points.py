@@ -246,7 +246,7 @@ def stopping_note(p: Point) -> str | None:
 def load_views(results_dir: Path) -> list[ScenarioView]:
     """Every (machine, scenario) in the results folder, full-size preferred over smoke. For the
     commands that draw pages and end (``report``, ``compare``): the records are loaded frozen."""
-    return group_views(results_dir, results.load_folder(results_dir, frozen=True))
+    return group_views(results_dir, results.load_folder(results_dir, frozen=True, slim=True))
 
 
 def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list[ScenarioView]:
