@@ -279,7 +279,8 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
         chosen, is_smoke = (full, False) if full else (smoke, True)
         points, left_out = _points(chosen or [], results_dir)
         as_recorded = dict((chosen or [])[0][1].spec.get("overrides") or {}) if chosen else {}  # the order --set gave
-        folders = sorted({Path(os.path.relpath(p.parent, results_dir)).as_posix() for p, _ in chosen or []})
+        parents = {p.parent for p, _ in chosen or []}  # a few folders hold thousands of files
+        folders = sorted({Path(os.path.relpath(parent, results_dir)).as_posix() for parent in parents})
         view = ScenarioView(
             machine, scenario, is_smoke, points, overrides=as_recorded, left_out=left_out, folders=folders
         )
