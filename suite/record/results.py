@@ -490,7 +490,7 @@ def load_folder(
         gc.disable()
     try:
         if read is None:
-            out = [(p, _load(p, True, known, slim=store)) for p in result_paths(folder)]
+            out = [(p, _load(p, True, known)) for p in result_paths(folder)]  # slim reads first (above)
         else:
             out = []
             for i, (path, raw, digest) in enumerate(read):
