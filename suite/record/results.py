@@ -65,7 +65,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -465,6 +465,13 @@ def read_folder(folder: Path) -> list[ReadFile]:
     return out
 
 
+def _each_read(folder: Path) -> Iterator[ReadFile]:
+    """``read_folder``, one file at a time: its bytes are gone once the next is read."""
+    for path in result_paths(folder):
+        raw = _read(path, IN_FOLDER)
+        yield ReadFile(path, raw, hashlib.sha256(raw).hexdigest())
+
+
 def load_folder(
     folder: Path, frozen: bool = False, read: list[ReadFile] | None = None, slim: bool = False
 ) -> list[tuple[Path, RunResult]]:
@@ -483,27 +490,27 @@ def load_folder(
     """
     known = CheckedFiles(folder)
     store = SlimRecords(folder) if slim else None
-    if read is None and store is not None:
-        read = read_folder(folder)  # each file's digest first: the records stored are found by it
     collecting = gc.isenabled()
     if frozen:
         gc.disable()
     try:
-        if read is None:
-            out = [(p, _load(p, True, known)) for p in result_paths(folder)]  # slim reads first (above)
+        if read is None and store is None:
+            out = [(p, _load(p, True, known)) for p in result_paths(folder)]
         else:
             out = []
-            for i, (path, raw, digest) in enumerate(read):
+            for i, (path, raw, digest) in enumerate(read if read is not None else _each_read(folder)):
                 if store is not None and known.checked(digest) and (data := store.get(digest)) is not None:
                     with contextlib.suppress(Exception):  # as _load takes a record checked before
                         out.append((path, RunResult.from_dict(data)))
-                        read[i] = ReadFile(path, None, digest)
+                        if read is not None:
+                            read[i] = ReadFile(path, None, digest)
                         continue
                 if raw is None:  # not kept: read again, and what is decoded is what is hashed
                     raw = _read(path, IN_FOLDER)
                     digest = hashlib.sha256(raw).hexdigest()
                 out.append((path, _load(path, True, known, taken=(raw, digest), slim=store)))
-                read[i] = ReadFile(path, None, digest)  # decoded: its bytes go
+                if read is not None:
+                    read[i] = ReadFile(path, None, digest)  # decoded: its bytes go
     finally:
         if frozen:
             gc.freeze()
