@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.record import results, saving
+from suite.record import results, saving, strict_json
 from suite.record.results import SCHEMA_VERSION, ResultError, RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -238,7 +238,7 @@ def test_results_are_read_as_pythons_json_reads_them() -> None:
         docs.append(bytes(mangled))
     read = refused = 0
     for raw in docs:
-        ours, reference = _outcome(results._decoded, raw), _outcome(_strict_reference, raw)
+        ours, reference = _outcome(strict_json.decoded, raw), _outcome(_strict_reference, raw)
         assert ours[0] == reference[0] and _same(ours[1], reference[1]), raw[:200]
         read, refused = read + (ours[0] == "read"), refused + (ours[0] == "refused")
     assert read > 5000 and refused > 1000, (read, refused)  # both kinds of document were met
