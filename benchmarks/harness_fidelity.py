@@ -21,17 +21,22 @@ pairs that ran. Stein's interval holds its level for normal noise; where single 
 first pairs' spread can fall short of the whole run's, so the plain t interval over every pair is
 printed beside it.
 
+``--without-samplers`` adds a third run to each pair: the suite with no telemetry sampler thread in
+the host (the samplers read ``/proc`` five times a second while the worker trains, in this process),
+so that their share of any difference shows apart from the worker's.
+
 Both sides differ only in the harness: same digits, model, optimizer, seed, batch, shuffling and
 thread settings (the defaults); each times epoch begin to epoch end. The suite's timer also counts
 batches (a Python call per step) to time the first step: part of what is checked here.
 
     python benchmarks/harness_fidelity.py [--pairs 10|auto] [--precision 0.02] [--first 4] [--max-pairs 60]
-        [--budget-s 1800] [--width 750] [--epochs 6] [--data-dir DIR]
+        [--budget-s 1800] [--without-samplers] [--width 750] [--epochs 6] [--data-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -47,6 +52,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from scipy.stats import t as t_dist  # noqa: E402
 
+from suite.backends import local  # noqa: E402
 from suite.backends.local import LocalBackend  # noqa: E402
 from suite.spec import plan, scenario  # noqa: E402
 
@@ -95,13 +101,27 @@ repeats: 1
 TRAIN_SAMPLES = 8000  # the t10k split: the first 8000 digits train, the last 2000 test
 
 
-def suite_run(spec: plan.RunSpec, backend: LocalBackend) -> tuple[list[float], float]:
+def suite_run(spec: plan.RunSpec, backend: LocalBackend, samplers: bool = True) -> tuple[list[float], float]:
+    """One run through the suite; ``samplers=False``: the same run with no telemetry thread in this
+    (the host's) process, to tell what the samplers cost from what the worker itself adds."""
+    quiet = contextlib.nullcontext() if samplers else _no_samplers()
     t = time.time()
-    result = backend.run(spec)
+    with quiet:
+        result = backend.run(spec)
     wall = time.time() - t
     if not result.ok:
         raise SystemExit(f"suite run failed: {result.status}: {result.message}\n{result.log_tail}")
     return result.timing["epoch_s"], wall
+
+
+@contextlib.contextmanager
+def _no_samplers():  # type: ignore[no-untyped-def]
+    offered = local._Process.telemetry_sources
+    local._Process.telemetry_sources = lambda self: []  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        local._Process.telemetry_sources = offered  # type: ignore[method-assign]
 
 
 def bare_run(hidden: list[int], data_dir: Path, epochs: int) -> tuple[list[float], float]:
@@ -164,6 +184,12 @@ def main() -> None:
         default=1800,
         help="--pairs auto: once this many seconds are spent, start no more pairs (the --first pairs always run)",
     )
+    ap.add_argument(
+        "--without-samplers",
+        action="store_true",
+        help="a third run in each pair: the suite with no telemetry sampler running in the host; "
+        "prints its ratio to the bare script and the full suite's ratio to it",
+    )
     ap.add_argument("--width", type=int, default=750)
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "mnist")
@@ -181,6 +207,7 @@ def main() -> None:
     backend = LocalBackend()
     suite_steady, bare_steady, suite_wall, bare_wall = [], [], [], []
     suite_fastest, bare_fastest = [], []  # the least disturbed epoch of each run: robust to spikes
+    quiet_steady, quiet_fastest = [], []  # --without-samplers: the suite with no sampler thread
     if not auto and args.first is not None:
         raise SystemExit(f"error: --first {args.first}: only with --pairs auto (a fixed count has no first stage)")
     if auto:
@@ -196,10 +223,18 @@ def main() -> None:
         if auto and i >= args.first and time.monotonic() - started > args.budget_s:
             why = f"the budget ({args.budget_s:g} s) was spent after {i} of {planned} pairs"
             break
-        # Alternate which goes first, so neither always runs on a warmer machine.
-        order = ("suite", "bare") if i % 2 == 0 else ("bare", "suite")
+        # Alternate which goes first, so neither always runs on a warmer machine (with a third
+        # arm, each takes each place in turn).
+        arms = ["suite", "bare"] + (["quiet"] if args.without_samplers else [])
+        order = arms[i % len(arms) :] + arms[: i % len(arms)]
+        if not args.without_samplers and i % 2:
+            order = ["bare", "suite"]
         for who in order:
-            if who == "suite":
+            if who == "quiet":
+                epochs, _ = suite_run(spec, backend, samplers=False)
+                quiet_steady.append(statistics.median(epochs[1:]))
+                quiet_fastest.append(min(epochs[1:]))
+            elif who == "suite":
                 epochs, wall = suite_run(spec, backend)
                 suite_steady.append(statistics.median(epochs[1:]))
                 suite_fastest.append(min(epochs[1:]))
@@ -209,7 +244,8 @@ def main() -> None:
                 bare_steady.append(statistics.median(epochs[1:]))
                 bare_fastest.append(min(epochs[1:]))
                 bare_wall.append(wall)
-        print(f"pair {i + 1}: steady epoch suite {suite_steady[-1]:.3f} s, bare {bare_steady[-1]:.3f} s")
+        quiet = f", suite without samplers {quiet_steady[-1]:.3f} s" if quiet_steady else ""
+        print(f"pair {i + 1}: steady epoch suite {suite_steady[-1]:.3f} s, bare {bare_steady[-1]:.3f} s{quiet}")
         i += 1
         if auto and i == args.first:
             first_logs = list(np.log(np.asarray(suite_steady) / np.asarray(bare_steady)))
@@ -228,6 +264,11 @@ def main() -> None:
     if first is not None:
         print(f"  plain t interval over every pair: {paired_ratio(suite_steady, bare_steady)}")
     print(f"fastest steady epoch, suite/bare: {paired_ratio(suite_fastest, bare_fastest, first)}")
+    if quiet_steady:
+        print(f"steady-state epoch, suite without samplers/bare: {paired_ratio(quiet_steady, bare_steady)}")
+        print(f"steady-state epoch, suite/suite without samplers: {paired_ratio(suite_steady, quiet_steady)}")
+        print(f"fastest steady epoch, suite without samplers/bare: {paired_ratio(quiet_fastest, bare_fastest)}")
+        print(f"fastest steady epoch, suite/suite without samplers: {paired_ratio(suite_fastest, quiet_fastest)}")
     print(
         f"wall per run: suite {statistics.median(suite_wall):.2f} s, bare {statistics.median(bare_wall):.2f} s; "
         f"suite fixed overhead {statistics.median(suite_wall) - statistics.median(bare_wall):+.2f} s per run "
