@@ -1,5 +1,3 @@
-import sys
+from suite.cli import console
 
-from suite.cli import main
-
-sys.exit(main())
+console()

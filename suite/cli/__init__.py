@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from suite import backends, paths
 from suite.cli.check import cmd_check
@@ -36,6 +36,27 @@ from suite.safe.markdown import escaped_lines
 from suite.spec import names, plan, select
 from suite.spec.scenario import ScenarioError
 from suite.spec.settings import AUTO, MAX_REPEATS
+
+
+def console() -> NoReturn:
+    """The command line (``python -m suite``, the ``suite`` script): ``main``, then the exit.
+
+    A command that ends holding records loaded frozen (report, compare: ``results.load_folder``)
+    exits at once once its output is flushed: freeing 10,000 records object by object, then the
+    interpreter's modules, would add a tenth to such a report, and those commands leave nothing else
+    for exit to do (every file they write is closed, no thread runs). Other commands exit as usual.
+    """
+    code = main()
+    if not results.held_frozen():
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        code = code or 1  # the reader went away: as main treats it
+    except OSError:
+        code = 120  # what Python's own exit returns where flushing its streams fails
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

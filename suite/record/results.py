@@ -402,7 +402,9 @@ def load_folder(
     forms no reference cycles, yet the cycle collector would rescan every one of its objects at each
     full collection, while loading and after (10,000 files of 15 KB: a third of a report's time);
     frozen (``gc.freeze``), they are left out. Refcounts still free them, but garbage cycles of the
-    moment are frozen too and never freed: not for a long-lived process (a plan's loop).
+    moment are frozen too and never freed: not for a long-lived process (a plan's loop). The last
+    frozen load is also held here until the process ends (``held_frozen``): the command line then
+    exits without freeing its objects one by one (``cli.console``).
 
     ``slim``: for a command that draws pages (report, compare): the records less their telemetry
     series (checked_files.without_series), which no page reads; those of files checked before are
@@ -439,7 +441,17 @@ def load_folder(
     known.save()
     if store is not None:
         store.save()
+    if frozen:
+        _HELD[:] = [out]  # the last load only: a process that calls the CLI again holds no more
     return out
+
+
+_HELD: list[list[tuple[Path, RunResult]]] = []  # load_folder(frozen=True)'s records, to the process's end
+
+
+def held_frozen() -> bool:
+    """Whether this process loaded a folder frozen: it holds those records until it ends."""
+    return bool(_HELD)
 
 
 def latest_by_run(results: list[RunResult]) -> dict[tuple[str, int], RunResult]:
