@@ -264,9 +264,7 @@ def run_record(path: str, r: RunResult, machine: str, counted: bool) -> dict[str
         "achieved_flops_per_s": ACHIEVED_FLOPS_PER_S.of(r),
         "flops_per_example_train": r.work.get("flops_per_example_train"),
         "peak_flops_per_s": peak_of(r),
-        "gpu_busy_percent": telemetry_figures.gpu_busy_percent(r),
-        "peak_memory_bytes": telemetry_figures.peak_memory_bytes(r),
-        "peak_gpu_memory_bytes": telemetry_figures.peak_gpu_memory_bytes(r),
+        **telemetry_figures.figures_of(r)._asdict(),
         "message": first_line,
         **provenance_fields(r),
     }

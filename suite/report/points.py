@@ -51,7 +51,8 @@ class Point:
     def values(self, field: Field) -> list[float]:
         """The field's value in every ok run that recorded it (a new list each call)."""
         if field not in self._values:
-            self._values[field] = [v for r in self.ok_runs if (v := field.of(r)) is not None]
+            section, key = field  # field.of(r), without a call per run: a page reads a dozen fields of 10,000 runs
+            self._values[field] = [v for r in self.ok_runs if (v := getattr(r, section).get(key)) is not None]
         return list(self._values[field])
 
     def summary(self, field: Field) -> stats.Summary | None:
@@ -65,24 +66,28 @@ class Point:
     def first_stage(self) -> int | None:
         return first_stage(self.runs)
 
+    @functools.cached_property
+    def _telemetry(self) -> list[telemetry_figures.RunTelemetry]:
+        return [telemetry_figures.figures_of(r) for r in self.ok_runs]
+
     @property
     def gpu_busy(self) -> float | None:
         """GPU utilization (%) over the steady epochs, the plain mean across the repetitions that
         recorded it: a share of time, so runs of equal length weigh equally (a geometric mean would be
         dragged towards one idle run); None when none did (CPU points, results without telemetry)."""
-        busy = [b for r in self.ok_runs if (b := telemetry_figures.gpu_busy_percent(r)) is not None]
+        busy = [b for t in self._telemetry if (b := t.gpu_busy_percent) is not None]
         return sum(busy) / len(busy) if busy else None
 
     @property
     def peak_memory(self) -> float | None:
         """The largest peak host memory (bytes) of any repetition: what the machine had to hold."""
-        peaks = [m for r in self.ok_runs if (m := telemetry_figures.peak_memory_bytes(r)) is not None]
+        peaks = [m for t in self._telemetry if (m := t.peak_memory_bytes) is not None]
         return max(peaks) if peaks else None
 
     @property
     def peak_gpu_memory(self) -> float | None:
         """The largest memory used on one GPU (bytes) in any repetition."""
-        peaks = [m for r in self.ok_runs if (m := telemetry_figures.peak_gpu_memory_bytes(r)) is not None]
+        peaks = [m for t in self._telemetry if (m := t.peak_gpu_memory_bytes) is not None]
         return max(peaks) if peaks else None
 
     @property
@@ -279,7 +284,8 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
         chosen, is_smoke = (full, False) if full else (smoke, True)
         points, left_out = _points(chosen or [], results_dir)
         as_recorded = dict((chosen or [])[0][1].spec.get("overrides") or {}) if chosen else {}  # the order --set gave
-        parents = {p.parent for p, _ in chosen or []}  # a few folders hold thousands of files
+        # A few folders hold thousands of files: their names as strings, not a Path made and hashed for each.
+        parents = {os.path.dirname(p) or os.curdir for p, _ in chosen or []}
         folders = sorted({Path(os.path.relpath(parent, results_dir)).as_posix() for parent in parents})
         view = ScenarioView(
             machine, scenario, is_smoke, points, overrides=as_recorded, left_out=left_out, folders=folders
