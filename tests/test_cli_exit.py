@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import suite_cli
 
 from suite import paths
@@ -60,10 +61,30 @@ def test_compare_prints_its_whole_table(tmp_path: Path) -> None:
     assert proc.stdout.endswith("\n") and "fx_width" in proc.stdout
 
 
-def test_a_reader_gone_before_the_output_is_flushed_gives_exit_code_1(tmp_path: Path) -> None:
+def _in_bash(tmp_path: Path, redirect: str) -> subprocess.CompletedProcess[str]:
+    """``suite report`` with its output sent as ``redirect`` says, in bash."""
     res = _results(tmp_path)
-    cmd = f"{shlex.quote(sys.executable)} -m suite report --results {res} --out {tmp_path / 'out'} | true"
+    cmd = f"{shlex.quote(sys.executable)} -m suite report --results {res} --out {tmp_path / 'out'} {redirect}"
     env = {**os.environ, "PYTHONPATH": str(paths.IMPORT_ROOT), "PYTHONUNBUFFERED": "", paths.CACHE_ENV: str(tmp_path)}
-    proc = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True, env=env)
+    return subprocess.run(["bash", "-c", f"set -o pipefail; {cmd}"], capture_output=True, text=True, env=env)
+
+
+def test_a_reader_gone_before_the_output_is_flushed_gives_exit_code_1(tmp_path: Path) -> None:
+    proc = _in_bash(tmp_path, "| true")
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+
+
+def test_output_that_cannot_be_written_says_so_with_exit_code_120(tmp_path: Path) -> None:
+    proc = _in_bash(tmp_path, "> /dev/full")
+    assert proc.returncode == 120
+    assert proc.stderr == "error: the output could not be written: No space left on device\n"
+    assert (tmp_path / "out" / "README.md").is_file()
+
+
+@pytest.mark.parametrize("closed", ["1", "2"], ids=["stdout", "stderr"])
+def test_a_stream_closed_from_the_start_is_no_error(tmp_path: Path, closed: str) -> None:
+    proc = _in_bash(tmp_path, f"{closed}>&-")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert (tmp_path / "out" / "README.md").is_file()

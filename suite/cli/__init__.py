@@ -7,6 +7,7 @@ reported), 2 bad input (scenario, results or arguments), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -49,13 +50,18 @@ def console() -> NoReturn:
     code = main()
     if not results.held_frozen():
         sys.exit(code)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:
-        code = code or 1  # the reader went away: as main treats it
-    except OSError:
-        code = 120  # what Python's own exit returns where flushing its streams fails
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # the process was started with it closed: nothing to flush
+            continue
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            code = code or 1  # the reader went away: as main treats it
+        except OSError as exc:
+            # What Python's own exit does where it cannot flush its streams: says so, exit code 120.
+            with contextlib.suppress(OSError):
+                os.write(2, f"error: the output could not be written: {exc.strerror or exc}\n".encode())
+            code = 120
     os._exit(code)
 
 
