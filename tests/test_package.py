@@ -112,7 +112,7 @@ def test_the_wheel_carries_the_code_its_data_the_command_and_the_license(wheel: 
     info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     assert f"{info}/licenses/LICENSE" in names
     entry = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
-    assert re.search(r"^suite = suite\.cli:main$", entry, re.M), entry
+    assert re.search(r"^suite = suite\.cli:console$", entry, re.M), entry
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in metadata
     assert "Requires-Dist: tensorflow>=2.16" in metadata

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from tabulate import tabulate
 
 from suite.record import provenance
@@ -139,7 +140,7 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     # The runs that made its figures: a page of skips only states its skips' provenance, but those
     # runs started nothing (no image) and measured nothing, so the machine's facts are of the others.
     reached = [r for v in views for p in v.points for r in p.runs if r.environment]
-    ran = reached or [r for v in views for r in v.provenance_runs]
+    ran = _distinct_provenance(reached or [r for v in views for r in v.provenance_runs])
     facts = {}
     for name, get in FACTS:
         if name in PROVENANCE_FACTS:  # what runs did not record is no other value where others did
@@ -151,6 +152,20 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
             value = get(newest)
             facts[name] = NOT_RECORDED if value is None else str(value)
     return facts
+
+
+def _distinct_provenance(runs: list[RunResult]) -> list[RunResult]:
+    """One of ``runs`` for each distinct set of what the provenance facts read of a run (its section
+    as reports read it, its backend, whether it recorded a section): a machine's thousands of runs
+    share a few, and each fact is worked out once for each."""
+    distinct: dict[bytes, RunResult] = {}
+    for r in runs:
+        try:
+            key = orjson.dumps([_section(r), RUN_BACKEND.of(r), bool(r.provenance)], option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # not JSON (never from a record): on its own
+            key = b"%d" % id(r)
+        distinct.setdefault(key, r)
+    return list(distinct.values())
 
 
 FORMAT = "keras-speed-suite/compare"

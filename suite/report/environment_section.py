@@ -150,22 +150,33 @@ def _provenance_lines(view: ScenarioView) -> list[str]:
     """The suite revision, environment lock and image the page's runs came from: one value each, or
     every value with its number of runs when the runs do not all share it (never the newest alone)."""
     runs = view.provenance_runs
-    sections = [provenance.of_result(r.provenance, r.run) for r in runs]
-    suites = _each([s.get("suite") for s in sections], lambda v: provenance_text.suite_text(v, markdown=True, paths=5))
-    locks = _each([(s.get("environment"), s.get("image")) for s in sections], lambda pair: _lock_md(*pair))
-    lines = [
-        _provenance_line("Suite revision", "suite revisions", suites),
-        _provenance_line("Environment lock", "environment locks", locks),
-    ]
-    changed = [t for t in _each(sections, lambda s: provenance_text.changed_during_run_text(s, markdown=True)) if t]
-    if changed:
-        lines.append(_changed_line(changed, len(sections)))
     # What an image's text reads of its run: whether the run recorded the registry digests.
-    pairs = [(s["image"], "repo_digests" in r.run) for s, r in zip(sections, runs, strict=True) if s.get("image")]
-    images = _each(pairs, lambda pair: _image_md(*pair))
+    each = _each(
+        [(provenance.of_result(r.provenance, r.run), "repo_digests" in r.run) for r in runs],
+        lambda pair: _provenance_texts(*pair),
+    )
+    lines = [
+        _provenance_line("Suite revision", "suite revisions", [t[0] for t in each]),
+        _provenance_line("Environment lock", "environment locks", [t[1] for t in each]),
+    ]
+    changed = [t[2] for t in each if t[2]]
+    if changed:
+        lines.append(_changed_line(changed, len(runs)))
+    images = [t[3] for t in each if t[3] is not None]
     if images:
         lines.append(_provenance_line("Image", "images", images))
     return lines
+
+
+def _provenance_texts(section: dict[str, Any], digests_recorded: bool) -> tuple[str, str, str | None, str | None]:
+    """A run's suite revision, environment lock, change during the run and image, as the page writes them."""
+    image = section.get("image")
+    return (
+        provenance_text.suite_text(section.get("suite"), markdown=True, paths=5),
+        _lock_md(section.get("environment"), image),
+        provenance_text.changed_during_run_text(section, markdown=True),
+        _image_md(image, digests_recorded) if image else None,
+    )
 
 
 def _each(values: list[Any], text: Callable[[Any], T]) -> list[T]:
