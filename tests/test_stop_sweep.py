@@ -192,7 +192,15 @@ def test_a_container_removed_by_another_session_while_listed_does_not_stop_a_swe
         found = leftovers.sweep(plan, settle_s=0)
         assert "engine" not in found, found
         targets = {c.id for c in made[2:]}
-        monkeypatch.setattr(parts, "session_dead", lambda labels: real_session_dead(labels, now=deadline + 1))
+        # An hour on for this test's dead session only: the engine is shared with tests running beside
+        # this one, whose containers within their own deadlines must not be reaped by this clock.
+        monkeypatch.setattr(
+            parts,
+            "session_dead",
+            lambda labels: real_session_dead(
+                labels, now=deadline + 1 if labels.get(parts.LABEL_SESSION) == dead_session else None
+            ),
+        )
         reaped = parts.reap_dead_sessions(client, own_session="test-race-the-reaper")
         monkeypatch.undo()
         left = {c.id for c in client.containers.list(ignore_removed=True, all=True)}
