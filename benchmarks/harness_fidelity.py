@@ -227,8 +227,6 @@ def main() -> None:
         # arm, each takes each place in turn).
         arms = ["suite", "bare"] + (["quiet"] if args.without_samplers else [])
         order = arms[i % len(arms) :] + arms[: i % len(arms)]
-        if not args.without_samplers and i % 2:
-            order = ["bare", "suite"]
         for who in order:
             if who == "quiet":
                 epochs, _ = suite_run(spec, backend, samplers=False)

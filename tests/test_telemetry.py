@@ -346,15 +346,15 @@ def test_summaries_per_window_and_round_trip(tmp_path: Path) -> None:
     result = RunResult(status="ok", spec=spec, telemetry=section)
     loaded = results.load(saving.save(result, tmp_path, "r"))
     assert loaded == result
-    assert telemetry_figures.gpu_busy_percent(loaded) == 80.0
-    assert telemetry_figures.peak_memory_bytes(loaded) == float(MIB * 149)
-    assert telemetry_figures.gpu_busy_percent(RunResult(status="ok", spec={})) is None
+    assert telemetry_figures.figures_of(loaded).gpu_busy_percent == 80.0
+    assert telemetry_figures.figures_of(loaded).peak_memory_bytes == float(MIB * 149)
+    assert telemetry_figures.figures_of(RunResult(status="ok", spec={})).gpu_busy_percent is None
     # A steady part shorter than a second says too little: the whole fit is used instead.
     recorder.marks = {"fit_start": 3.0, "first_epoch_end": 7.8, "fit_end": 8.0}
     short = RunResult(status="ok", spec={}, telemetry=recorder.section())
     assert _entry(short.telemetry, telemetry.GPU_UTIL_PERCENT)["summary"]["steady"]["n"] == 2
     in_fit = [80.0 if 4.0 <= i * 0.2 <= 8.0 else 20.0 for i in range(50) if 3.0 <= i * 0.2 <= 8.0]
-    assert telemetry_figures.gpu_busy_percent(short) == pytest.approx(float(np.mean(in_fit)))
+    assert telemetry_figures.figures_of(short).gpu_busy_percent == pytest.approx(float(np.mean(in_fit)))
 
 
 def test_busy_is_not_measured_without_a_fit_window() -> None:
@@ -368,10 +368,10 @@ def test_busy_is_not_measured_without_a_fit_window() -> None:
     recorder = telemetry.Recorder([sampler], 0.0)
     section = recorder.section()
     assert _entry(section, telemetry.GPU_UTIL_PERCENT)["summary"]["run"]["mean"] == pytest.approx(30.0)
-    assert telemetry_figures.gpu_busy_percent(RunResult(status="ok", spec={}, telemetry=section)) is None
+    assert telemetry_figures.figures_of(RunResult(status="ok", spec={}, telemetry=section)).gpu_busy_percent is None
     recorder.marks = {"fit_start": 10.0, "fit_end": 19.9}
     fitted = RunResult(status="ok", spec={}, telemetry=recorder.section())
-    assert telemetry_figures.gpu_busy_percent(fitted) == pytest.approx(90.0)
+    assert telemetry_figures.figures_of(fitted).gpu_busy_percent == pytest.approx(90.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,9 +399,9 @@ def test_local_run_records_cpu_and_memory_over_its_fit(tmp_path: Path) -> None:
     assert fit_end - fit_start == pytest.approx(result.timing["fit_s"], abs=0.5)
     cpu = _entry(section, telemetry.CPU_PERCENT)
     assert cpu["summary"]["fit"]["mean"] > 20, "training keeps at least part of a core busy"
-    peak = telemetry_figures.peak_memory_bytes(result)
+    peak = telemetry_figures.figures_of(result).peak_memory_bytes
     assert peak is not None and peak > 300 * MIB, "TensorFlow alone holds more than this"
-    assert telemetry_figures.gpu_busy_percent(result) is None
+    assert telemetry_figures.figures_of(result).gpu_busy_percent is None
 
 
 @pytest.mark.docker
@@ -418,7 +418,7 @@ def test_docker_backend_run_records_container_stats(backend: Any, tmp_path: Path
     assert set(result.telemetry["windows"]) >= {"fit"}
     # Anonymous memory and active file cache only (docker stats' figure): TensorFlow's mapped
     # libraries, which a local run's RSS counts, are mostly not in it (254 MiB measured here).
-    peak = telemetry_figures.peak_memory_bytes(result)
+    peak = telemetry_figures.figures_of(result).peak_memory_bytes
     assert peak is not None and peak > 100 * MIB, "TensorFlow's heap alone holds more than this"
     assert _entry(result.telemetry, telemetry.CPU_PERCENT)["summary"]["run"]["max"] > 20
 
@@ -675,7 +675,8 @@ def test_docker_stats_without_memory_usage_is_not_the_end() -> None:
     # The sampled peak is 300 MiB; the engine's high-water mark (cgroup v1, file cache included) saw
     # 900 MiB. It is kept, but the peak shown stays the cache-free figure every engine reports.
     assert _entry(section, telemetry.CONTAINER_MAX_USAGE_BYTES)["summary"]["run"]["max"] == 900 * MIB
-    assert telemetry_figures.peak_memory_bytes(RunResult(status="ok", spec={}, telemetry=section)) == 300 * MIB
+    figures = telemetry_figures.figures_of(RunResult(status="ok", spec={}, telemetry=section))
+    assert figures.peak_memory_bytes == 300 * MIB
 
 
 def test_docker_stats_that_end_before_a_sample_say_so() -> None:

@@ -22,12 +22,12 @@ Optional sections added without a bump (older records simply lack them):
   has a summary (mean, p95, max, n) over the whole run, the timed ``fit`` and its ``steady`` part
   after the first epoch, and its series (seconds from the run's start, at most 600 points: longer
   series are averaged in equal-count buckets). Each source says the rate it achieved, its sample
-  count, and its error if it had one. Reports read it through ``gpu_busy_percent``,
-  ``peak_memory_bytes`` and ``peak_gpu_memory_bytes`` below. Its ``load`` block (local runs and
-  runs on a Docker engine on this machine; records made before it lack it) is the machine's load
-  around the run (``suite.telemetry.load``): cores used by processes not the run's own, CPU steal,
-  the load average at the start and the end, other compute processes on the run's GPUs; read
-  through ``load_of``, and ``load_note`` says when a result was measured under load.
+  count, and its error if it had one. Reports read it through ``telemetry_figures.figures_of``.
+  Its ``load`` block (local runs and runs on a Docker engine on this machine; records made before
+  it lack it) is the machine's load around the run (``suite.telemetry.load``): cores used by
+  processes not the run's own, CPU steal, the load average at the start and the end, other compute
+  processes on the run's GPUs; read through ``load_of``, and ``load_note`` says when a result was
+  measured under load.
 - ``provenance``: what produced the result, so a figure can be traced and rerun (``suite.record.provenance``
   builds it, its ``suite`` block from ``suite.record.code_identity``; ``suite.report.provenance_text``
   compares two): ``suite`` (``version``, ``git_revision``, ``git_dirty``, ``dirty_paths``:

@@ -15,7 +15,22 @@ BUSY_MIN_SAMPLES = 5  # a window shorter than a second at 5 Hz says too little: 
 
 
 class RunTelemetry(NamedTuple):
-    """A run's three telemetry figures, read in one pass over its metrics (``figures_of``)."""
+    """A run's telemetry figures as reports read them (``figures_of``); None is "not measured".
+
+    ``gpu_busy_percent``: mean GPU utilization over the steady epochs (else the whole fit: the first
+    with at least BUSY_MIN_SAMPLES samples), averaged over the run's GPUs; None when no GPU was
+    sampled or no fit window was recorded.
+
+    ``peak_memory_bytes``: the run's peak host memory, the larger of the sampled peak (process tree
+    RSS, or container usage less inactive file cache) and the largest per-process kernel high-water
+    mark (local runs). The engine's own high-water mark of a container (cgroup v1 ``max_usage``)
+    stays in the telemetry but is not taken here: it counts file cache, which the sampled figure
+    leaves out, and cgroup v2 has none, so taking it would make the same run read differently on
+    two hosts.
+
+    ``peak_gpu_memory_bytes``: the largest memory used on any one of the run's GPUs (the device as
+    a whole, other processes included).
+    """
 
     gpu_busy_percent: float | None
     peak_memory_bytes: float | None
@@ -23,8 +38,8 @@ class RunTelemetry(NamedTuple):
 
 
 def figures_of(result: RunResult) -> RunTelemetry:
-    """``gpu_busy_percent``, ``peak_memory_bytes`` and ``peak_gpu_memory_bytes`` of ``result``: its
-    metrics are grouped by name once, not scanned once per figure (10,000 runs' pages read all three)."""
+    """The run's ``RunTelemetry``: its metrics are grouped by name once, not scanned once per figure
+    (10,000 runs' pages read all three)."""
     by_name: dict[str, list[dict[str, Any]]] = {}
     for m in (result.telemetry or {}).get("metrics", []):
         by_name.setdefault(m.get("name"), []).append(m)
@@ -45,27 +60,3 @@ def _peak(entries: list[dict[str, Any]]) -> float | None:
     peaks = [tm.window_stat(e, "max", ("run",)) for e in entries]
     measured = [p for p in peaks if p is not None]
     return max(measured) if measured else None
-
-
-def gpu_busy_percent(result: RunResult) -> float | None:
-    """Mean GPU utilization over the steady epochs (else the whole fit: the first with at least
-    BUSY_MIN_SAMPLES samples), averaged over the run's GPUs; None ("not measured") when no GPU was
-    sampled or no fit window was recorded."""
-    return figures_of(result).gpu_busy_percent
-
-
-def peak_memory_bytes(result: RunResult) -> float | None:
-    """The run's peak host memory: the larger of the sampled peak (process tree RSS, or container
-    usage less inactive file cache) and the largest per-process kernel high-water mark (local runs);
-    None when not sampled.
-
-    The engine's own high-water mark of a container (cgroup v1 ``max_usage``) stays in the telemetry
-    but is not taken here: it counts file cache, which the sampled figure leaves out, and cgroup v2
-    has none, so taking it would make the same run read differently on two hosts.
-    """
-    return figures_of(result).peak_memory_bytes
-
-
-def peak_gpu_memory_bytes(result: RunResult) -> float | None:
-    """The largest memory used on any one of the run's GPUs (the device as a whole, other processes included)."""
-    return figures_of(result).peak_gpu_memory_bytes
