@@ -13,11 +13,13 @@ import mmap
 import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import suite_cli
+from conftest import REPO, suite_cli
 
 from suite import paths
 
@@ -627,3 +629,44 @@ def test_compare_keeps_a_store_for_each_folder_and_says_the_same_from_it(tmp_pat
         store.write_bytes(b"\n".join([header, *(d + json.dumps(r).encode() for d, r in records)]) + b"\n")
     proc = suite_cli("compare", first, second, env={paths.CACHE_ENV: str(cache)})
     assert proc.returncode == 0 and "1000.00" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _console_report(res: Path, out: Path, cache: Path, **limits: int) -> tuple[int, str]:
+    """``suite report`` as the console runs it, with ``suite.record.checked_files``' limits set."""
+    program = "; ".join(
+        ["from suite.record import checked_files", *(f"checked_files.{k} = {v}" for k, v in limits.items())]
+        + ["from suite.cli import console", "console()"]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program, "report", "--results", str(res), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), paths.CACHE_ENV: str(cache)},
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_store_at_its_cap_is_not_written_again_by_a_report_over_the_same_files(tmp_path: Path) -> None:
+    """Records beyond the cap are decoded from their files at each report; the store, holding what
+    fits, is left as it is (not rewritten whole by every report over a folder that outgrew it)."""
+    res, cache = _results(tmp_path, RICH), tmp_path / "cache"
+    [record] = res.rglob("*.json")
+    data = json.loads(record.read_text())
+    for repetition in (1, 2, 3):  # four records of the same size, a few kilobytes each without series
+        data["spec"]["repetition"] = repetition
+        record.with_name(f"{record.stem}-{repetition}.json").write_text(json.dumps(data))
+    code, said = _console_report(res, tmp_path / "first", cache, MAX_STORE_BYTES=20_000)
+    assert code == 0, said
+    [store] = (cache / "slim-results").glob("*.jsonl")
+    held, inode = _stored(cache), os.stat(store).st_ino
+    assert 1 <= len(held) < 4, "what fits under the cap"
+    code, said = _console_report(res, tmp_path / "second", cache, MAX_STORE_BYTES=20_000)
+    assert code == 0 and _tree(tmp_path / "second") == _tree(tmp_path / "first"), said
+    assert os.stat(store).st_ino == inode and _stored(cache) == held, "not written again (a write replaces the file)"
+    record.with_name(f"{record.stem}-1.json").unlink()  # a file gone: the store follows the folder
+    code, said = _console_report(res, tmp_path / "third", cache, MAX_STORE_BYTES=20_000)
+    assert code == 0, said
+    digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in res.rglob("*.json")}
+    assert set(_stored(cache)) <= digests and len(_stored(cache)) == min(len(held), 3)
+

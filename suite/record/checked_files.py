@@ -111,7 +111,7 @@ class SlimRecords:
         self.path = _kept_for(folder, "slim-results", ".jsonl")
         self._stored: dict[str, memoryview] = {}
         self._kept: dict[str, bytes | memoryview] = {}
-        self._changed = False
+        self._put: set[str] = set()  # the records put since the store was read
         if self.path is None:
             return
         with contextlib.suppress(OSError):
@@ -151,19 +151,25 @@ class SlimRecords:
         from its bytes each time."""
         with contextlib.suppress(orjson.JSONEncodeError):
             self._kept[digest] = orjson.dumps(data)
-            self._changed = True
+            self._put.add(digest)
 
     def save(self) -> None:
-        """Keep the records of this folder's files as read now (those gone from it are dropped)."""
+        """Keep the records of this folder's files as read now (those gone from it are dropped), as
+        many as MAX_STORE_BYTES holds, by their digests' order. Not written where it would hold what
+        it holds: the records of a folder that outgrew the cap, beyond it, are decoded from their
+        files by every report, and each would otherwise write the whole store again."""
         code = paths.code_digest()
-        if self.path is None or code is None or not (self._changed or set(self._kept) != set(self._stored)):
+        if self.path is None or code is None or (not self._put and self._kept.keys() == self._stored.keys()):
             return
         parts: list[bytes | memoryview] = [code.encode(), b"\n"]
-        size = _DIGEST_CHARS + 1
+        size, held = _DIGEST_CHARS + 1, []
         for digest, line in sorted(self._kept.items()):
             size += len(line) + _DIGEST_CHARS + 2
             if size > MAX_STORE_BYTES:
                 break
             parts += [digest.encode(), b" ", line, b"\n"]
+            held.append(digest)
+        if set(held) == set(self._stored) and not self._put.intersection(held):
+            return
         with contextlib.suppress(OSError):
             whole_file.keep(self.path, b"".join(parts), most=KEPT_STORES)
