@@ -670,3 +670,18 @@ def test_a_store_at_its_cap_is_not_written_again_by_a_report_over_the_same_files
     digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in res.rglob("*.json")}
     assert set(_stored(cache)) <= digests and len(_stored(cache)) == min(len(held), 3)
 
+
+def test_the_lists_of_the_folders_read_least_recently_go_first(tmp_path: Path) -> None:
+    """One list per results folder, at most KEPT_LISTS: reading a folder's list counts as a use."""
+    cache, listed = tmp_path / "cache", {}
+    for step, name in enumerate(("a", "b", "a", "c")):
+        res = tmp_path / name / "results"
+        if not res.exists():
+            _results(tmp_path / name)
+        before = set((cache / "checked-results").glob("*.json"))
+        code, said = _console_report(res, tmp_path / f"out{step}", cache, KEPT_LISTS=2)
+        assert code == 0, said
+        listed.setdefault(name, set((cache / "checked-results").glob("*.json")) - before)
+    assert all(len(new) == 1 for new in listed.values()), listed
+    kept = set((cache / "checked-results").glob("*.json"))
+    assert kept == listed["a"] | listed["c"], "a's list, read after b's was written, is kept; b's went"

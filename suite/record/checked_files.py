@@ -9,7 +9,8 @@ user's cache folder (made readable and writable by the user alone: it vouches fo
 not in the results folder: a results folder may come from anyone, and a list kept there could vouch
 for any file (where the cache folder lies inside the folder read, no list is kept). It is keyed by
 the package's code (``paths.code_digest``), so an update reads every file again, and it holds the
-files of one folder as they were last read. Where the cache folder cannot be read or written,
+files of one folder as they were last read; the lists of the KEPT_LISTS folders read most recently
+are kept. Where the cache folder cannot be read or written,
 nothing is listed and every file is checked."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from suite import paths
 from suite.safe import bounded, whole_file
 
 MAX_LIST_BYTES = 64 * bounded.MiB  # a list of 10,000 files is under 1 MiB
+KEPT_LISTS = 64  # lists kept, one per results folder; the least recently used go first
 
 
 def _kept_for(folder: os.PathLike[str] | str, kind: str, suffix: str) -> Path | None:
@@ -54,6 +56,8 @@ class CheckedFiles:
             if isinstance(data, dict) and data.get("code") == paths.code_digest():
                 files = data.get("files")
                 self.listed = {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+                with contextlib.suppress(OSError):
+                    os.utime(self.path)  # used now: the lists pruned first are those least recently used
 
     def checked(self, digest: str) -> bool:
         """Whether bytes whose sha256 is ``digest`` were checked before (they stay listed)."""
@@ -72,11 +76,11 @@ class CheckedFiles:
             return
         data = {"code": paths.code_digest(), "files": sorted(self.seen)}
         with contextlib.suppress(OSError):
-            whole_file.keep(self.path, json.dumps(data, separators=(",", ":")).encode())
+            whole_file.keep(self.path, json.dumps(data, separators=(",", ":")).encode(), most=KEPT_LISTS)
 
 
 MAX_STORE_BYTES = 512 * bounded.MiB  # 10,000 records of one GPU's telemetry, without series, are about 80 MB
-KEPT_STORES = 8  # stores kept, one per results folder; the least recently used go first
+KEPT_STORES = 8  # stores kept, one per results folder (of use only beside its list); the least recently used go first
 _DIGEST_CHARS = 64
 
 
