@@ -170,3 +170,59 @@ def test_compare_refuses_a_folder_and_one_inside_it(tmp_path: Path) -> None:
         proc = suite_cli("compare", *pair)
         assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
         assert "lies inside" in proc.stderr, proc.stderr
+
+
+def _skipped_rows(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("| ") and "| skipped " in line]
+
+
+def test_points_skipped_on_every_machine_leave_the_table_for_a_sentence(tmp_path: Path) -> None:
+    """A row that says "skipped" in every column compares nothing: the points are named once below
+    the table. A point that failed, or ran, anywhere keeps its row."""
+    a, b = _folder(tmp_path, "A", (1.0, 1.0, 1.0)), _folder(tmp_path, "B", (1.0, 1.0, 1.0))
+    proc = suite_cli("compare", a, b)
+    assert proc.returncode == 0, proc.stderr
+    assert not _skipped_rows(proc.stdout), proc.stdout
+    assert "2 points skipped on every machine: width=100, device=gpu; width=750, device=gpu." in proc.stdout
+    assert _cell(proc.stdout, "width=100, device=cpu", 1) and _cell(proc.stdout, "width=750, device=cpu", 1)
+    for path in (b / "fx_width").glob("*.json"):  # in B, the GPU point of width 100 failed instead
+        data = json.loads(path.read_text())
+        if data["spec"]["point_label"] == "width=100, device=gpu":
+            data.update(status="error", message="a failure")
+            path.write_text(json.dumps(data))
+    proc = suite_cli("compare", a, b)
+    assert proc.returncode == 0, proc.stderr
+    assert _cell(proc.stdout, "width=100, device=gpu", 1) == "skipped", proc.stdout
+    assert _cell(proc.stdout, "width=100, device=gpu", 2) == "error", proc.stdout
+    assert "1 point skipped on every machine: width=750, device=gpu." in proc.stdout
+    doc = json.loads(suite_cli("compare", a, b, "--json").stdout)
+    assert len(doc["scenarios"][0]["points"]) == 4, "the JSON keeps every point"
+
+
+def test_many_points_skipped_are_counted_and_one_machines_page_names_it(tmp_path: Path) -> None:
+    res = tmp_path / "results" / "box" / "fx_width"
+    shutil.copytree(FIXTURE, res)
+    records = [json.loads(p.read_text()) for p in sorted(res.glob("*.json"))]
+    data = next(r for r in records if r["status"] == "skipped")
+    for width in range(1, 8):  # seven GPU points more, each skipped
+        data["spec"].update(point_label=f"width={width}, device=gpu", fingerprint=f"{width:064x}")
+        data["spec"]["point"] = {"width": width, "device": "gpu"}
+        (res / f"extra-{width}.json").write_text(json.dumps(data))
+    proc = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (tmp_path / "out" / "hardware.md").read_text()
+    assert not _skipped_rows(page) and "9 points skipped on `fixture-local`." in page, page
+    assert "| width=100, device=cpu |" in page
+
+
+def test_an_image_id_is_shown_as_on_the_pages_and_kept_whole_in_the_json(tmp_path: Path) -> None:
+    docker, local = (REPO / "tests" / "fixtures" / "results" / name for name in ("fixture-docker", "fixture-local"))
+    image_id = next(
+        i for f in sorted(docker.rglob("*.json")) if (i := json.loads(f.read_text())["run"].get("image_id"))
+    )
+    assert image_id.startswith("sha256:") and len(image_id) == 71
+    proc = suite_cli("compare", docker, local)
+    assert proc.returncode == 0, proc.stderr
+    assert _cell(proc.stdout, "image ID", 1) == image_id[7:19] and image_id not in proc.stdout
+    doc = json.loads(suite_cli("compare", docker, local, "--json").stdout)
+    assert doc["facts"][str(docker)]["image ID"] == image_id and "image ID" in doc["facts_differ"]

@@ -21,6 +21,7 @@ from suite.record.results import (
     RUN_BACKEND,
     RUN_ENGINE_VERSION,
     RUN_IMAGE_ID,
+    STATUS_SKIPPED,
     Field,
     RunResult,
     finished_at,
@@ -168,6 +169,7 @@ def _distinct_provenance(runs: list[RunResult]) -> list[RunResult]:
     return list(distinct.values())
 
 
+LISTED_SKIPPED = 6  # points skipped on every machine named in their sentence; beyond, counted
 FORMAT = "keras-speed-suite/compare"
 VERSION = 1
 # Which way ``speedup_vs_reference`` divides, in words, for whoever reads the JSON without the docs.
@@ -292,11 +294,16 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
 
 
 def _table(scenario: dict[str, Any], machines: list[str]) -> str:
-    rows = []
+    """The scenario's points, a row each, and one sentence for those skipped on every machine: a row
+    that says "skipped" in every column compares nothing (a GPU point on machines without one)."""
+    rows, skipped = [], []
     for point in scenario["points"]:
+        cells = [point["machines"][m] for m in machines]
+        if all(c["fit_s_geomean"] is None and c["status"] == STATUS_SKIPPED for c in cells):
+            skipped.append(point["point"])
+            continue
         row = [cell(point["point"])]
-        for m in machines:
-            c = point["machines"][m]
+        for c in cells:
             if c["fit_s_geomean"] is None:
                 row.append(cell(c["status"]))
             elif c["below_gate"]:
@@ -306,17 +313,24 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
             else:
                 row.append(f"{c['fit_s_geomean']:.2f}, {c['speedup_text']}")
         rows.append(row)
+    parts = []
+    if rows:
+        parts.append(
+            tabulate(rows, headers=["point", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
+        )
+    if skipped:
+        where = code(machines[0]) if len(machines) == 1 else "every machine"
+        which = f": {'; '.join(cell(label) for label in skipped)}" if len(skipped) <= LISTED_SKIPPED else ""
+        parts.append(f"{len(skipped)} point{'s' if len(skipped) > 1 else ''} skipped on {where}{which}.")
     smoke = scenario["smoke_on"]
-    table = tabulate(rows, headers=["point", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
-    note = (
-        f"\n\nSmoke size on: {', '.join(code(m) for m in smoke)} (not comparable with full-size runs)." if smoke else ""
-    )
-    return table + note
+    if smoke:
+        parts.append(f"Smoke size on: {', '.join(code(m) for m in smoke)} (not comparable with full-size runs).")
+    return "\n\n".join(parts)
 
 
 def _facts(data: dict[str, Any]) -> list[str]:
     machines, facts = data["machines"], data["facts"]
-    rows = [[name, *[cell(facts[m][name]) for m in machines]] for name, _ in FACTS]
+    rows = [[name, *[cell(_shown(name, facts[m][name])) for m in machines]] for name, _ in FACTS]
     table = tabulate(rows, headers=["fact", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
     if len(machines) == 1:  # nothing differs from, or is the same as, another machine
         unrecorded = data.get("facts_unrecorded") or []
@@ -331,6 +345,12 @@ def _facts(data: dict[str, Any]) -> list[str]:
         *_unrecorded(data),
         *_ran_differently(data),
     ]
+
+
+def _shown(name: str, value: str) -> str:
+    """A fact as its cell shows it: an image ID as the scenario pages show it (12 hex digits), the
+    rest as recorded (``collect`` keeps the whole ID)."""
+    return provenance_text.short(value) if name == "image ID" and value.startswith("sha256:") else value
 
 
 def _unrecorded(data: dict[str, Any]) -> list[str]:
