@@ -191,3 +191,26 @@ def test_a_line_width_in_another_script_s_digits_is_ignored() -> None:
     for value in ("²", "٣٠", "", "abc", "99999"):
         proc = suite_cli("--version", env={"SUITE_LINE_WIDTH": value})
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (value, proc.stderr)
+
+
+@pytest.mark.slow
+def test_a_scenario_without_an_ok_run_ends_on_its_counts_and_verdict(tmp_path: Path) -> None:
+    """Every point skipped: no line about the accuracy gate, which no run met or missed. Every ok run
+    below the gate: the line says so."""
+    gpu_only = write_scenario(tmp_path, "gpuonly", TINY.replace("name: tiny", "name: gpuonly").replace("cpu, ", ""))
+    stuck = write_scenario(tmp_path, "stuck", TINY.replace("name: tiny", "name: stuck").replace("  - name: fine\n", ""))
+    said = {}
+    for scenario in (gpu_only, stuck):
+        proc = suite_cli(
+            "run", scenario, "--backend", "local", "--smoke", "--results", tmp_path / "results", "--machine", "box",
+            env={"KERAS_HOME": str(tmp_path / "keras"), "NO_COLOR": "1"},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        said[scenario.stem] = proc.stdout.splitlines()
+    lines = said["gpuonly"]
+    start = lines.index("gpuonly, 2 points: 2 skipped")
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("runs: "))
+    assert lines[start + 1].startswith("  verdict: ") and all(
+        line.startswith("    ") for line in lines[start + 2 : end]
+    ), lines[start:]  # the counts, and the verdict on a line or more: no line about fit times
+    assert "  no point ran ok above the accuracy gate: no fit time to show" in said["stuck"], said["stuck"]

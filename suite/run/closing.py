@@ -70,8 +70,9 @@ def _scenario_lines(view: points.ScenarioView, machine: bool) -> list[str]:
     # (geometric mean, label, fit times) of each point above the gate: the page's table's figure.
     fitted = [(p.label, fits) for p in view.points if p.passes_gate and (fits := p.values(FIT_S))]
     timed = sorted(((stats.geometric_mean(fits), label, fits) for label, fits in fitted), key=lambda t: t[0])
-    if not timed:
-        return [*out, "  no point ran ok above the accuracy gate: no fit time to show"]
+    if not timed:  # where no run was ok at all, the counts above say so (all skipped, or failed)
+        ran = any(p.ok_runs for p in view.points)
+        return [*out, "  no point ran ok above the accuracy gate: no fit time to show"] if ran else out
     if len(timed) == 1:
         return [*out, _fit_line("only point timed", *timed[0])]
     # Lowest and highest, not fastest and slowest: the verdict alone says which differences its
