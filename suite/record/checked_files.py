@@ -10,8 +10,8 @@ not in the results folder: a results folder may come from anyone, and a list kep
 for any file (where the cache folder lies inside the folder read, no list is kept). It is keyed by
 the package's code (``paths.code_digest``), so an update reads every file again, and it holds the
 files of one folder as they were last read; the lists of the KEPT_LISTS folders read most recently
-are kept. Where the cache folder cannot be read or written,
-nothing is listed and every file is checked."""
+are kept. Where the cache folder cannot be read or written, nothing is listed and every file is
+checked."""
 
 from __future__ import annotations
 
