@@ -238,15 +238,30 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
             # A point that trained below the accuracy gate is left out of comparisons, as on its page.
             below_gate = bool(fit) and got is not None and not got.passes_gate
             base_gated = bool(base_fit) and base is not None and not base.passes_gate
+            # Smoke size trains a smaller job than full size: the two times are of different work.
+            size_differs = (
+                m != ref
+                and m in per_machine
+                and ref in per_machine
+                and (per_machine[m].smoke != per_machine[ref].smoke)
+            )
             # The reference's time over this one's.
             r = (
                 fit_ratio(base, got)
-                if base and got and fit and base_fit and m != ref and not below_gate and not base_gated
+                if base
+                and got
+                and fit
+                and base_fit
+                and m != ref
+                and not below_gate
+                and not base_gated
+                and not size_differs
                 else None
             )
             cells[m] = {
                 "status": got.status if got else "not run",
                 "below_gate": below_gate,
+                "size_differs": size_differs,
                 "runs_ok": len(got.ok_runs) if got else 0,
                 "runs_total": len(got.runs) if got else 0,
                 "fit_s_geomean": stats.geometric_mean(fit) if fit else None,
@@ -303,11 +318,14 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
             skipped.append(point["point"])
             continue
         row = [cell(point["point"])]
-        for c in cells:
+        for m, c in zip(machines, cells, strict=True):
             if c["fit_s_geomean"] is None:
                 row.append(cell(c["status"]))
             elif c["below_gate"]:
                 row.append(f"{c['fit_s_geomean']:.2f} (below the accuracy gate: not compared)")
+            elif c["size_differs"]:
+                sizes = (_size(scenario, m), _size(scenario, machines[0]))
+                row.append(f"{c['fit_s_geomean']:.2f} (not compared: {sizes[0]} size, the reference {sizes[1]} size)")
             elif c["speedup_vs_reference"] is None:
                 row.append(f"{c['fit_s_geomean']:.2f}")
             else:
@@ -326,6 +344,10 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
     if smoke:
         parts.append(f"Smoke size on: {', '.join(code(m) for m in smoke)} (not comparable with full-size runs).")
     return "\n\n".join(parts)
+
+
+def _size(scenario: dict[str, Any], machine: str) -> str:
+    return "smoke" if machine in scenario["smoke_on"] else "full"
 
 
 def _facts(data: dict[str, Any]) -> list[str]:
