@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import suite_cli, write_scenario
 from docker_fixtures import (  # noqa: F401 - fixtures
     REPO,
     SMALL_SCENARIO,
@@ -375,3 +376,15 @@ def test_unbuildable_image_says_why(client: Any) -> None:
             progress=lambda line: None,
             client=client,
         )
+
+
+def test_a_gpu_point_the_engine_cannot_serve_says_whose_gpus_were_counted(client: Any, tmp_path: Path) -> None:
+    """A container sees the GPUs the engine's runtime hands it, not its host's: a GPU server without
+    the NVIDIA runtime is no machine without a GPU, and the skip says which it is."""
+    scenario = write_scenario(tmp_path, "many_gpus", SMALL_SCENARIO.format(name="many_gpus", widths="[64]"))
+    scenario.write_text(scenario.read_text().replace("device: [cpu]", "device: [gpu:64]"))
+    proc = suite_cli("check", scenario, "--backend", "docker", "--results", tmp_path / "res", "--machine", "m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    full = next(line for line in proc.stdout.splitlines() if line.startswith("skipped, in full: "))
+    assert full.startswith("skipped, in full: needs 64 GPU(s); the Docker engine gives its containers "), full
+    assert "this machine has" not in proc.stdout, proc.stdout

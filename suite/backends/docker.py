@@ -54,6 +54,9 @@ MEMLOCK_UNLIMITED, STACK_BYTES = -1, 67108864  # --ulimit memlock=-1 --ulimit st
 # the same run on the host would be (the local backend passes the whole environment).
 PASS_PREFIXES = ("TF_", "XLA_", "NCCL_", "OMP_", "KMP_", "MKL_")
 LABEL_SESSION, LABEL_RUN, LABEL_RUN_ID = parts.LABEL_SESSION, "suite.run", "suite.run_id"
+# Whose GPUs a skip counts: a container sees the GPUs the engine's runtime hands it, not its host's
+# (a GPU server without the NVIDIA runtime gives none).
+ENGINE_GPUS = "the Docker engine gives its containers"
 IMAGE_ENV = "SUITE_DOCKER_IMAGE"  # "REF" for every run, or "NAME=REF,NAME=REF" per images.yaml name
 REAP_MARGIN_S = 60  # beyond a run's own limit before another host may call its session over
 
@@ -134,7 +137,7 @@ class DockerBackend(RunSkeleton):
         if spec.config["backend"] != "tensorflow":
             backend = spec.config["backend"]
             return f"Keras backend {backend!r}: the suite's images hold TensorFlow only (use --backend local)"
-        return device_skip_reason(spec, self.inventory())
+        return device_skip_reason(spec, self.inventory(), holder=ENGINE_GPUS)
 
     def run_info(self) -> dict[str, Any]:
         info: dict[str, Any] = {

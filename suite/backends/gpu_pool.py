@@ -113,13 +113,16 @@ def restrict_gpus(inventory: Inventory, allowed: list[str] | None) -> Inventory:
     }
 
 
-def device_skip_reason(spec: RunSpec, inventory: Inventory) -> str | None:
+def device_skip_reason(spec: RunSpec, inventory: Inventory, holder: str = "this machine has") -> str | None:
+    """Why a GPU point cannot run here, or None: "needs 2 GPU(s); this machine has 1 GPU(s) (...)".
+    ``holder`` says whose GPUs were counted: a Docker engine's containers see only the GPUs its
+    runtime hands them, whatever its host has."""
     kind, count = parse_device(spec.device)
     gpus = inventory.get("gpus", [])
     if kind == "gpu" and count > len(gpus):
         have = f"{len(gpus)} GPU(s)" if gpus else "no GPU"
         why = inventory.get("gpu_note") or ""
-        return f"needs {count} GPU(s); this machine has {have}" + (f" ({why})" if why else "")
+        return f"needs {count} GPU(s); {holder} {have}" + (f" ({why})" if why else "")
     return None
 
 
