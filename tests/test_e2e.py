@@ -34,7 +34,7 @@ def test_every_scenario_gets_a_report_with_its_matrix_points(smoke_run) -> None:
         points = [line.split("|")[2].strip() for line in check.stdout.splitlines()[2:] if line.startswith("|")]
         page = (out / f"{path.stem}.md").read_text()
         assert page.startswith(f"# {path.stem}\n")
-        assert "- **On `testbox`:**" in page and "**Question:**" in page
+        assert "- **On `testbox`, smoke size:**" in page and "**Question:**" in page  # the verdict's caveat
         # Each point is a row of the results table or counted under Skips and failures (which names
         # the first few of a group and says how many more).
         missing = [point for point in points if f"| {point} " not in page]
@@ -42,6 +42,8 @@ def test_every_scenario_gets_a_report_with_its_matrix_points(smoke_run) -> None:
         assert len(missing) == skipped, f"{path.stem}.md: {missing} not in the table, {skipped} counted as skipped"
     index = (out / "README.md").read_text()
     assert all(f"[{p.stem}]({p.stem}.md)" in index for p in SCENARIOS.glob("*.yaml"))
+    rows = [line for line in index.splitlines() if line.startswith("| [")]
+    assert rows and all("| testbox, smoke size " in row for row in rows), index
 
 
 def test_cpu_points_measured_gpu_points_skipped_with_reason(smoke_run) -> None:

@@ -383,3 +383,22 @@ def test_a_page_of_skips_only_says_what_it_knows_of_the_host(tmp_path: Path) -> 
     assert "CPU: ?" not in page and "Python ?" not in page
     assert "- CPU, GPUs and versions: not recorded, as no run reached the worker here (needs 1 GPU(s); this " in page
     assert "2 of 2 points have no ok run" in page
+
+
+def test_a_verdict_from_smoke_size_runs_says_so_where_it_is_read(tmp_path: Path) -> None:
+    """The verdict opens the page and fills the index, above the section's caveat: where its runs
+    were at smoke size, it says so there too. Full-size views say nothing of size."""
+    res = tmp_path / "results"
+    shutil.copytree(FIXTURES / "fixture-local" / "fx_width", res / "fixture-local" / "fx_width")
+    shutil.copytree(FIXTURES / "fixture-docker" / "fx_width", res / "fixture-docker" / "fx_width")
+    for path in (res / "fixture-local").rglob("*.json"):
+        data = json.loads(path.read_text())
+        data["spec"]["smoke"] = True
+        path.write_text(json.dumps(data))
+    assert cli.main(["report", "--results", str(res), "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    bullets = [line for line in page.splitlines() if line.startswith("- **On ")]
+    assert [b.split(":**")[0] for b in bullets] == ["- **On `fixture-docker`", "- **On `fixture-local`, smoke size"]
+    index = (tmp_path / "out" / "README.md").read_text()
+    rows = {line.split("|")[2].strip() for line in index.splitlines() if line.startswith("| [fx_width]")}
+    assert rows == {"fixture-docker", "fixture-local, smoke size"}, index

@@ -202,6 +202,11 @@ def plot_name(view: ScenarioView) -> str:
     return f"{view.scenario}.{view.machine}.set-{digest}.png"
 
 
+# Beside a verdict drawn from smoke-size runs, where a reader meets it before the page's caveat: a
+# check that the scenario runs, whose numbers are not a measurement of the scenario's job.
+SMOKE_TAG = ", smoke size"
+
+
 def view_title(view: ScenarioView) -> str:
     """'On `box`', or 'On `box`, with `--set x=1`' for a view of runs with overrides."""
     return f"On {code(view.machine)}" + (f", with {set_flags(view.overrides)}" if view.overrides else "")
@@ -238,7 +243,7 @@ def render_scenario(
     judged = [verdicts.judge(view) for view in views]
     lines = [f"# {cell(first.scenario)}", "", f"**Question:** {cell(spec.get('question', ''))}", ""]
     for view, verdict in zip(views, judged, strict=True):
-        lines.append(f"- **{view_title(view)}:** {cell(verdict.text)}")
+        lines.append(f"- **{view_title(view)}{SMOKE_TAG if view.smoke else ''}:** {cell(verdict.text)}")
     description = spec.get("report", {}).get("description")
     if description:
         lines += ["", paragraph(description)]
@@ -313,6 +318,7 @@ def render_index(
     for name, views in sorted(by_scenario.items()):
         for view in views:
             machine = cell(view.machine) + (f" ({set_flags(view.overrides, in_table=True)})" if view.overrides else "")
+            machine += SMOKE_TAG if view.smoke else ""
             answer = verdicts.judge(view).first_sentence
             rows.append([f"[{cell(name)}]({quote(name)}.md)", machine, cell(answer)])
     table = tabulate(rows, headers=["scenario", "machine", "verdict"], tablefmt="github", disable_numparse=True)
