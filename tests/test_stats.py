@@ -22,6 +22,9 @@ def test_first_repetition_outlier() -> None:
     assert stats.first_is_outlier([14.0, 10.0, 10.1, 9.9])
     assert not stats.first_is_outlier([10.05, 10.0, 10.1, 9.9])
     assert not stats.first_is_outlier([14.0, 10.0]), "needs a rest to compare with"
+    # Far from the middle of the rest, yet close to one of them: the odd one out is another run.
+    assert not stats.first_is_outlier([3.58, 2.37, 3.44]) and not stats.first_is_outlier([0.715, 0.772, 0.926])
+    assert stats.first_is_outlier([5.0, 3.0, 3.1, 3.05]) and stats.first_is_outlier([2.0, 3.0, 3.1, 3.05])
 
 
 def test_ratio_without_interval_below_three_runs_per_side() -> None:
