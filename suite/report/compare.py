@@ -341,7 +341,8 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
         which = f": {'; '.join(cell(label) for label in skipped)}" if len(skipped) <= LISTED_SKIPPED else ""
         parts.append(f"{len(skipped)} point{'s' if len(skipped) > 1 else ''} skipped on {where}{which}.")
     smoke = scenario["smoke_on"]
-    if smoke:
+    timed = any(c["fit_s_geomean"] is not None for point in scenario["points"] for c in point["machines"].values())
+    if smoke and timed:  # beside times only: a section of skips has none to compare
         parts.append(f"Smoke size on: {', '.join(code(m) for m in smoke)} (not comparable with full-size runs).")
     return "\n\n".join(parts)
 
