@@ -234,3 +234,42 @@ def test_the_smoke_size_note_stands_beside_times_only(tmp_path: Path) -> None:
         pages[name] = (tmp_path / name / "hardware.md").read_text()
     assert note in pages["timed"] and note not in pages["skips alone"], pages
     assert "2 points skipped on `fixture-local`" in pages["skips alone"], pages
+
+
+def test_an_image_id_is_shown_as_on_the_pages_and_kept_whole_in_the_json(tmp_path: Path) -> None:
+    docker, local = (REPO / "tests" / "fixtures" / "results" / name for name in ("fixture-docker", "fixture-local"))
+    image_id = next(
+        i for f in sorted(docker.rglob("*.json")) if (i := json.loads(f.read_text())["run"].get("image_id"))
+    )
+    assert image_id.startswith("sha256:") and len(image_id) == 71
+    proc = suite_cli("compare", docker, local)
+    assert proc.returncode == 0, proc.stderr
+    assert _cell(proc.stdout, "image ID", 1) == image_id[7:19] and image_id not in proc.stdout
+    doc = json.loads(suite_cli("compare", docker, local, "--json").stdout)
+    assert doc["facts"][str(docker)]["image ID"] == image_id and "image ID" in doc["facts_differ"]
+
+
+def test_a_machine_measured_at_smoke_size_against_one_at_full_size_gets_no_ratio(tmp_path: Path) -> None:
+    """Smoke size trains another, smaller job: its time is shown, and said not compared, on either side."""
+    a, b = _folder(tmp_path, "A", (1.0, 1.0, 1.0)), _folder(tmp_path, "B", SCALES)
+    for path in (b / "fx_width").glob("*.json"):
+        data = json.loads(path.read_text())
+        data["spec"]["smoke"] = True
+        path.write_text(json.dumps(data))
+    for reference, other, said in (
+        (a, b, "smoke size, the reference full size"),
+        (b, a, "full size, the reference smoke size"),
+    ):
+        proc = suite_cli("compare", reference, other)
+        assert proc.returncode == 0, proc.stderr
+        for point, times in _fit_times(other).items():
+            assert _cell(proc.stdout, point, 2) == f"{_geomean(times):.2f} (not compared: {said})", proc.stdout
+        rows = [line for line in proc.stdout.splitlines() if line.startswith("| width=")]
+        assert rows and not [r for r in rows if "x faster" in r or "x slower" in r], proc.stdout
+        doc = json.loads(suite_cli("compare", reference, other, "--json").stdout)
+        cells = [p["machines"][str(other)] for p in doc["scenarios"][0]["points"]]
+        assert all(c["size_differs"] and c["speedup_vs_reference"] is None for c in cells if c["fit_s_geomean"])
+    twin = shutil.copytree(b, tmp_path / "B2")  # both at smoke size: compared, as two full-size machines
+    both = suite_cli("compare", b, twin)
+    mean = _geomean(_fit_times(b)["width=100, device=cpu"])
+    assert both.returncode == 0 and f"{mean:.2f}, 1.00x as fast as the reference" in both.stdout, both.stdout
