@@ -273,3 +273,48 @@ def test_a_machine_measured_at_smoke_size_against_one_at_full_size_gets_no_ratio
     both = suite_cli("compare", b, twin)
     mean = _geomean(_fit_times(b)["width=100, device=cpu"])
     assert both.returncode == 0 and f"{mean:.2f}, 1.00x as fast as the reference" in both.stdout, both.stdout
+
+
+def _machine_folder(source: Path, into: Path, machine: str, smoke: bool, scenarios: tuple[str, ...]) -> None:
+    """``source``'s results of ``scenarios`` as machine ``machine``'s, at smoke size or not."""
+    for path in sorted(source.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if data["spec"]["scenario"] not in scenarios:
+            continue
+        data["spec"]["smoke"] = smoke
+        data["run"]["machine"] = machine
+        target = into / machine / data["spec"]["scenario"] / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(data))
+
+
+def test_by_default_the_reference_is_a_machine_at_full_size(tmp_path: Path) -> None:
+    """A reference at smoke size would leave every full-size machine uncompared: the first by name
+    at full size is taken instead, unless --reference names one."""
+    local = REPO / "tests" / "fixtures" / "results" / "fixture-local"
+    res = tmp_path / "results"
+    for machine, smoke in (("a-smoke", True), ("b", False), ("c", False)):
+        _machine_folder(local, res, machine, smoke, ("fx_width",))
+    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (tmp_path / "out" / "hardware.md").read_text()
+    assert "Reference: `b`." in page and "1.00x as fast as the reference" in _cell(page, "width=100, device=cpu", 3)
+    assert _cell(page, "width=100, device=cpu", 2).endswith("(not compared: smoke size, the reference full size)")
+    chosen = suite_cli("report", "--results", res, "--out", tmp_path / "chosen", "--reference", "a-smoke")
+    assert chosen.returncode == 0, chosen.stdout + chosen.stderr
+    assert "Reference: `a-smoke`." in (tmp_path / "chosen" / "hardware.md").read_text()
+
+
+def test_points_skipped_wherever_the_scenario_ran_leave_the_table(tmp_path: Path) -> None:
+    """A machine without the scenario ran none of it: the points skipped on the others leave the table."""
+    local = REPO / "tests" / "fixtures" / "results" / "fixture-local"
+    res = tmp_path / "results"
+    _machine_folder(local, res, "a", False, ("fx_knobs",))
+    for machine in ("b", "c"):
+        _machine_folder(local, res, machine, False, ("fx_width", "fx_knobs"))
+    proc = suite_cli("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (tmp_path / "out" / "hardware.md").read_text()
+    width = page[page.index("## fx_width") : page.index("## Recorded facts")]  # after fx_knobs, by name
+    assert "2 points skipped on `b` and `c`: width=100, device=gpu; width=750, device=gpu." in width, width
+    assert not _skipped_rows(width) and "| width=100, device=cpu | not run " in width, width

@@ -184,7 +184,10 @@ THAN = "the reference"
 def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str, Any]:
     """The comparison as plain data (``compare --json``); ``render`` formats exactly this."""
     names = sorted({v.machine for v in views})
-    ref = reference if reference in names else (names[0] if names else None)
+    # By default the first machine by name with full-size results: a reference at smoke size leaves
+    # every full-size machine uncompared (their jobs differ).
+    full = sorted({v.machine for v in views if not v.smoke})
+    ref = reference if reference in names else (full or names or [None])[0]
     machines = [ref, *[m for m in names if m != ref]] if ref else []
     by_scenario: dict[str, dict[str, ScenarioView]] = {}
     for v in views:
@@ -240,7 +243,8 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
             base_gated = bool(base_fit) and base is not None and not base.passes_gate
             # Smoke size trains a smaller job than full size: the two times are of different work.
             size_differs = (
-                m != ref
+                bool(fit)
+                and m != ref
                 and m in per_machine
                 and ref in per_machine
                 and (per_machine[m].smoke != per_machine[ref].smoke)
@@ -311,10 +315,13 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
 def _table(scenario: dict[str, Any], machines: list[str]) -> str:
     """The scenario's points, a row each, and one sentence for those skipped on every machine: a row
     that says "skipped" in every column compares nothing (a GPU point on machines without one)."""
-    rows, skipped = [], []
+    rows, skipped, present = [], [], scenario["machines"]  # a machine without the scenario ran none of it
     for point in scenario["points"]:
         cells = [point["machines"][m] for m in machines]
-        if all(c["fit_s_geomean"] is None and c["status"] == STATUS_SKIPPED for c in cells):
+        if all(
+            point["machines"][m]["fit_s_geomean"] is None and point["machines"][m]["status"] == STATUS_SKIPPED
+            for m in present
+        ):
             skipped.append(point["point"])
             continue
         row = [cell(point["point"])]
@@ -337,7 +344,7 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
             tabulate(rows, headers=["point", *[cell(m) for m in machines]], tablefmt="github", disable_numparse=True)
         )
     if skipped:
-        where = code(machines[0]) if len(machines) == 1 else "every machine"
+        where = "every machine" if len(present) == len(machines) > 1 else _listed([code(m) for m in present])
         which = f": {'; '.join(cell(label) for label in skipped)}" if len(skipped) <= LISTED_SKIPPED else ""
         parts.append(f"{len(skipped)} point{'s' if len(skipped) > 1 else ''} skipped on {where}{which}.")
     smoke = scenario["smoke_on"]
@@ -345,6 +352,11 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
     if smoke and timed:  # beside times only: a section of skips has none to compare
         parts.append(f"Smoke size on: {', '.join(code(m) for m in smoke)} (not comparable with full-size runs).")
     return "\n\n".join(parts)
+
+
+def _listed(words: list[str]) -> str:
+    """ "`a`", "`a` and `b`", "`a`, `b` and `c`"."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _size(scenario: dict[str, Any], machine: str) -> str:
