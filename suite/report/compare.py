@@ -187,7 +187,7 @@ def collect(views: list[ScenarioView], reference: str | None = None) -> dict[str
     # By default the first machine by name with full-size results: a reference at smoke size leaves
     # every full-size machine uncompared (their jobs differ).
     full = sorted({v.machine for v in views if not v.smoke})
-    ref = reference if reference in names else (full or names or [None])[0]
+    ref = reference if reference in names else next(iter(full or names), None)
     machines = [ref, *[m for m in names if m != ref]] if ref else []
     by_scenario: dict[str, dict[str, ScenarioView]] = {}
     for v in views:
