@@ -489,3 +489,38 @@ def test_a_malformed_suite_gpus_is_named_as_such_not_taken_as_unset(raw: str) ->
     assert "unset" not in str(err.value) and "JSON list" in str(err.value)
     assert identity.asked_from_env({}) is None, "unset stays unset"
     assert identity.asked_from_env({identity.ASKED_ENV: "[]"}) == []
+
+
+@pytest.mark.parametrize(
+    ("limit", "said"),
+    [
+        ({"flag": "1"}, "needs 2 GPU(s); --gpus allows 1 GPU(s)"),
+        ({"CUDA_VISIBLE_DEVICES": "1"}, "needs 2 GPU(s); CUDA_VISIBLE_DEVICES allows 1 GPU(s)"),
+        ({}, None),  # both GPUs: none short
+    ],
+)
+def test_a_point_skipped_for_the_users_limit_names_the_limit(
+    fake_smi, tmp_path: Path, limit: dict[str, str], said: str | None
+) -> None:
+    """Two GPUs on the host (a recorded nvidia-smi): a 2-GPU point left with one by --gpus or by the
+    inherited CUDA_VISIBLE_DEVICES says which, not that the machine has one."""
+    fake_smi("hpe-a100x2.query-gpu.csv")
+    blocker = tmp_path / "no_nvml"
+    blocker.mkdir()
+    (blocker / "pynvml.py").write_text("raise ImportError('NVML left out by this test')\n")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env |= {"PYTHONPATH": f"{blocker}{os.pathsep}{REPO}", **{k: v for k, v in limit.items() if k != "flag"}}
+    scenario_file = tmp_path / "identity_small.yaml"
+    scenario_file.write_text(SCENARIO.replace("device: [cpu]", "device: [gpu:2]"), encoding="utf-8")
+    flag = ["--gpus", limit["flag"]] if "flag" in limit else []
+    done = subprocess.run(
+        [sys.executable, "-m", "suite", "check", str(scenario_file), "--backend", "local", *flag, "--smoke",
+         "--results", str(tmp_path / "results")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    full = [line for line in done.stdout.splitlines() if line.startswith("skipped, in full: ")]
+    if said is None:
+        assert "needs 2 GPU(s)" not in done.stdout, done.stdout  # (the local build may lack GPU support)
+    else:
+        assert len(full) == 1 and full[0].startswith(f"skipped, in full: {said} ("), done.stdout

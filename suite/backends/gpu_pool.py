@@ -116,12 +116,17 @@ def restrict_gpus(inventory: Inventory, allowed: list[str] | None) -> Inventory:
 def device_skip_reason(spec: RunSpec, inventory: Inventory, holder: str = "this machine has") -> str | None:
     """Why a GPU point cannot run here, or None: "needs 2 GPU(s); this machine has 1 GPU(s) (...)".
     ``holder`` says whose GPUs were counted: a Docker engine's containers see only the GPUs its
-    runtime hands them, whatever its host has."""
+    runtime hands them, whatever its host has. Where ``--gpus`` or an inherited CUDA_VISIBLE_DEVICES
+    left GPUs out, the limit is named instead."""
     kind, count = parse_device(spec.device)
     gpus = inventory.get("gpus", [])
     if kind == "gpu" and count > len(gpus):
         have = f"{len(gpus)} GPU(s)" if gpus else "no GPU"
         why = inventory.get("gpu_note") or ""
+        if (inventory.get("pool") or {}).get("gpus_flag"):  # the user's limit, not the machine's
+            holder = "--gpus allows"
+        elif inventory.get("outside_pool"):  # GPUs the inherited CUDA_VISIBLE_DEVICES left out
+            holder = "CUDA_VISIBLE_DEVICES allows"
         return f"needs {count} GPU(s); {holder} {have}" + (f" ({why})" if why else "")
     return None
 
