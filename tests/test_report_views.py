@@ -92,7 +92,7 @@ def test_a_set_run_and_an_edited_scenario_are_never_merged_into_the_published_ro
     assert index.count("[tiny_views](tiny_views.md)") == 2 and "--set training.optimizer=sgd" in index
 
     # A sweep of the user's own (verdict: none) gets a verdict of its own and a plot along its axis.
-    verdict = page.split("- **On `box`:** ", 1)[1].split("\n", 1)[0]
+    verdict = page.split("- **On `box`, smoke size:** ", 1)[1].split("\n", 1)[0]
     assert "points ran ok" not in verdict and "baseline width=32, device=cpu" in verdict, verdict
     assert (out / "tiny_views.box.png").read_bytes().startswith(b"\x89PNG") and "](tiny_views.box.png)" in page
     rows = list(csv.DictReader((out / "points.csv").open(newline="", encoding="utf-8")))
