@@ -313,8 +313,8 @@ def render(views: list[ScenarioView], reference: str | None = None, title: str =
 
 
 def _table(scenario: dict[str, Any], machines: list[str]) -> str:
-    """The scenario's points, a row each, and one sentence for those skipped on every machine: a row
-    that says "skipped" in every column compares nothing (a GPU point on machines without one)."""
+    """The scenario's points, a row each, and one sentence for those skipped on every machine that
+    ran the scenario: such a row compares nothing (a GPU point on machines without one)."""
     rows, skipped, present = [], [], scenario["machines"]  # a machine without the scenario ran none of it
     for point in scenario["points"]:
         cells = [point["machines"][m] for m in machines]
