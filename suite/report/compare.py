@@ -317,15 +317,13 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
     ran the scenario: such a row compares nothing (a GPU point on machines without one)."""
     rows, skipped, present = [], [], scenario["machines"]  # a machine without the scenario ran none of it
     for point in scenario["points"]:
-        cells = [point["machines"][m] for m in machines]
-        if all(
-            point["machines"][m]["fit_s_geomean"] is None and point["machines"][m]["status"] == STATUS_SKIPPED
-            for m in present
-        ):
+        by_machine = point["machines"]
+        if all(by_machine[m]["fit_s_geomean"] is None and by_machine[m]["status"] == STATUS_SKIPPED for m in present):
             skipped.append(point["point"])
             continue
         row = [cell(point["point"])]
-        for m, c in zip(machines, cells, strict=True):
+        for m in machines:
+            c = by_machine[m]
             if c["fit_s_geomean"] is None:
                 row.append(cell(c["status"]))
             elif c["below_gate"]:
