@@ -141,18 +141,20 @@ def _engine_gpus(docker_host: str | None) -> dict[str, Any]:
     return {"gpus": inventory.get("gpus", []), "note": inventory.get("gpu_note") or inventory.get("source", "")}
 
 
-def _gpu_line(g: dict[str, Any]) -> str:
+def _gpu_lines(g: dict[str, Any]) -> list[str]:
+    """A GPU in lines within 120 columns: which one it is, its driver, its settings."""
+
     def shown(key: str, unit: str = "") -> str:
         value = g.get(key)
         return "?" if value is None else f"{value}{unit}"
 
-    return (
-        f"  [{g.get('index')}] {g.get('name')}, {g.get('uuid')}, bus {shown('pci_bus_id')}, {shown('memory_mib')} MiB, "
-        f"driver {shown('driver')} (CUDA {shown('cuda_driver_version')}), VBIOS {shown('vbios')}, "
-        f"power limit {shown('power_limit_w', ' W')}, persistence {shown('persistence_mode')}, "
+    return [
+        f"  [{g.get('index')}] {g.get('name')}, {shown('uuid')}, bus {shown('pci_bus_id')}, {shown('memory_mib')} MiB",
+        f"      driver {shown('driver')} (CUDA {shown('cuda_driver_version')}), VBIOS {shown('vbios')}",
+        f"      power limit {shown('power_limit_w', ' W')}, persistence {shown('persistence_mode')}, "
         f"application clocks {shown('app_clock_graphics_mhz')}/{shown('app_clock_memory_mhz')} MHz, "
-        f"compute mode {shown('compute_mode')}"
-    )
+        f"compute mode {shown('compute_mode')}",
+    ]
 
 
 def _version(dist: str) -> str:
@@ -167,11 +169,11 @@ def render(facts: dict[str, Any]) -> str:
         f"machine:  {facts['machine']} (results go to reports/results/{facts['machine']}/)",
         f"python:   {facts['python']}",
         f"cpu:      {facts['cpu']}",
-        *_wrapped("packages: " + ", ".join(f"{k} {v}" for k, v in facts["packages"].items())),
+        "packages: " + ", ".join(f"{k} {v}" for k, v in facts["packages"].items()),
     ]
     if facts["gpus"]:
         lines.append(f"gpus ({facts['gpu_note']}):")
-        lines += [_gpu_line(g) for g in facts["gpus"]]
+        lines += [line for g in facts["gpus"] for line in _gpu_lines(g)]
         pool = facts.get("pool") or {}
         if "error" in pool:
             lines.append(f"  pool: {pool['error']}")
@@ -179,30 +181,32 @@ def render(facts: dict[str, Any]) -> str:
             indices = ", ".join(str(i) for i in pool.get("indices", [])) or "none"
             lines.append(f"  pool: GPUs {indices} ({pool.get('source')})")
             lines.append(
-                "  a point asking for gpu:N runs on the pool's first N GPUs (--gpus chooses among them), "
-                "by UUID; more than the pool holds: skipped"
+                "  a point asking for gpu:N runs on the pool's first N GPUs (--gpus chooses among them), by UUID;"
             )
+            lines.append("    more than the pool holds: skipped")
     else:
-        lines += _wrapped(f"gpus:     none ({facts['gpu_note']}); every GPU point will be recorded as skipped")
+        lines.append(f"gpus:     none ({facts['gpu_note']}); every GPU point will be recorded as skipped")
     if facts.get("load"):
         lines += _load_lines(facts["load"])
     docker = facts.get("docker") or {}
     if "error" in docker:
         lines.append(f"docker:   {docker['error']}")
     else:
-        lines += _wrapped("docker:   " + "; ".join(f"{k}: {_word(v)}" for k, v in docker.items()))
+        lines.append("docker:   " + "; ".join(f"{k}: {_word(v)}" for k, v in docker.items()))
     engine = facts.get("engine_gpus")
     if engine is not None:
         found = engine["gpus"]
         listed = "; ".join(f"[{g.get('index')}] {g.get('name')}, {g.get('uuid')}" for g in found) or "none"
-        lines += _wrapped(f"engine's host GPUs (what --backend docker hands out): {listed} ({engine['note']})")
-    return "\n".join(lines)
+        lines.append(f"engine's host GPUs (what --backend docker hands out): {listed} ({engine['note']})")
+    return "\n".join(part for line in lines for part in _wrapped(line))
 
 
 def _wrapped(line: str) -> list[str]:
-    """``line`` in lines of at most 120 columns (a word longer than that alone on its own), under
-    the facts' column."""
-    return textwrap.wrap(line, 120, subsequent_indent=" " * 10, break_long_words=False, break_on_hyphens=False)
+    """``line`` in lines of at most 120 columns (a word longer than that alone on its own): a fact
+    goes on under the facts' column, an indented line two columns further in than it starts."""
+    lead = len(line) - len(line.lstrip(" "))
+    indent = " " * (lead + 2 if lead else 10)
+    return textwrap.wrap(line, 120, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [line]
 
 
 def _word(value: Any) -> str:

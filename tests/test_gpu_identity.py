@@ -472,7 +472,9 @@ def test_env_command_shows_the_pool_and_the_recorded_facts(fake_smi, monkeypatch
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     gpus, note = host_facts.gpu_inventory()
     facts_ = {"machine": "m", "python": "p", "cpu": "c", "packages": {}, "gpus": gpus, "gpu_note": note}
-    text = envinfo.render({**facts_, "pool": envinfo._pool(gpus), "docker": {"error": "none here"}})
+    shown = envinfo.render({**facts_, "pool": envinfo._pool(gpus), "docker": {"error": "none here"}})
+    assert all(len(line) <= 120 for line in shown.splitlines()), shown
+    text = " ".join(shown.split())
     assert "bus 00000000:8A:00.0" in text and "VBIOS 92.00.25.00.08" in text and "CUDA 12.5" in text
     assert "application clocks 765/1215 MHz" in text and "power limit ? W" not in text and "power limit ?" in text
     assert "pool: GPUs 1 (CUDA_VISIBLE_DEVICES inherited by the suite)" in text
