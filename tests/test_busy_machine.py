@@ -244,7 +244,8 @@ def test_a_run_beside_a_cpu_hog_is_recorded_and_said_to_be_under_load(tmp_path: 
     assert shown.returncode == 0, shown.stderr
     assert "\nload:\n" in shown.stdout and note in shown.stdout and f"(pid {hog.pid})" in shown.stdout
     assert show.render(file, result) == shown.stdout
-    assert note in proc.stdout, proc.stdout
+    assert note in " ".join(proc.stdout.split()), proc.stdout
+    assert all(len(line) <= 120 or str(out) in line for line in proc.stdout.splitlines()), "prose wrapped, paths whole"
     pages = suite_cli("report", "--results", out, "--out", tmp_path / "pages")
     assert pages.returncode == 0, pages.stderr
     assert note in (tmp_path / "pages" / "busy_tiny.md").read_text(), "the page's notes say it"
