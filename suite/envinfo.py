@@ -8,12 +8,12 @@ import importlib.metadata
 import os
 import platform
 import sys
-import textwrap
 from typing import Any
 
 from suite import telemetry
 from suite.environment import host_facts
 from suite.record import under_load
+from suite.run.progress import fitted
 from suite.worker.facts import collect_host
 
 PACKAGES = ("tensorflow", "tensorflow-cpu", "keras", "jax", "torch", "numpy", "docker", "nvidia-ml-py")
@@ -43,6 +43,7 @@ def collect(docker_host: str | None = None) -> dict[str, Any]:
     return facts
 
 
+FACT_COLUMN = len("machine:  ")  # where each fact's value starts, and its wrapped lines
 QUIET_SAMPLE_S = 1.0  # long enough for a busy program to show, short enough to wait for
 GOVERNORS = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"
 
@@ -198,15 +199,7 @@ def render(facts: dict[str, Any]) -> str:
         found = engine["gpus"]
         listed = "; ".join(f"[{g.get('index')}] {g.get('name')}, {g.get('uuid')}" for g in found) or "none"
         lines.append(f"engine's host GPUs (what --backend docker hands out): {listed} ({engine['note']})")
-    return "\n".join(part for line in lines for part in _wrapped(line))
-
-
-def _wrapped(line: str) -> list[str]:
-    """``line`` in lines of at most 120 columns (a word longer than that alone on its own): a fact
-    goes on under the facts' column, an indented line two columns further in than it starts."""
-    lead = len(line) - len(line.lstrip(" "))
-    indent = " " * (lead + 2 if lead else 10)
-    return textwrap.wrap(line, 120, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [line]
+    return "\n".join(part for line in lines for part in fitted(line, FACT_COLUMN))
 
 
 def _word(value: Any) -> str:

@@ -530,9 +530,11 @@ def test_show_and_exports_carry_the_provenance(tmp_path: Path) -> None:
     shown = suite_cli("show", res / RESULT.relative_to(FIXTURES))
     assert shown.returncode == 0, shown.stderr
     suite, environment = PROVENANCE["suite"], PROVENANCE["environment"]
-    assert f"git_revision {suite['git_revision']}, git_dirty true, diff_sha256 {suite['diff_sha256']}" in shown.stdout
-    assert "dirty paths: suite/x.py, suite/y.py" in shown.stdout
-    assert f"lock_sha256 {environment['lock_sha256']}, matches_lock false" in shown.stdout
+    assert all(len(line) <= 120 for line in shown.stdout.splitlines()), shown.stdout
+    flat = " ".join(shown.stdout.split())  # the facts read across the lines they wrap onto
+    assert f"git_revision {suite['git_revision']}, git_dirty true, diff_sha256 {suite['diff_sha256']}" in flat
+    assert "dirty paths: suite/x.py, suite/y.py" in flat
+    assert f"lock_sha256 {environment['lock_sha256']}, matches_lock false" in flat
     assert "    numpy 2.4.6 in the lock, 2.3.0 installed\n" in shown.stdout and "  image:        none" in shown.stdout
 
     proc = suite_cli("report", "--results", res, "--out", out, "--format", "json,csv")

@@ -771,19 +771,21 @@ def test_show_reads_an_old_docker_record_as_the_reports_do() -> None:
     result = show.load(path)
     assert not result.provenance, "a record made before results carried provenance"
     text = show.render(path, result)
-    section = text.split("provenance:\n", 1)[1]
+    assert all(len(line) <= 120 for line in text.splitlines()), text
+    lines = text.split("provenance:\n", 1)[1]
+    section = " ".join(lines.split())  # the facts read across the lines they wrap onto
     assert "not recorded (a result made before" not in section
     image_id = result.run["image_id"]
     assert f"id {image_id}" in section and "name " in section, section
-    assert "environment:  not from a lock" in section, section
-    assert "  suite:        not recorded" in section
+    assert "\n  environment:  not from a lock\n" in lines, lines
+    assert "\n  suite:        not recorded\n" in lines
     assert result.run["repo_digests"] == [], "the engine knew no registry digest of the image"
     assert f"id {image_id}, digest none (built locally, not pushed)" in section, section
     base_id = result.run["image_labels"]["suite.base.id"]
     assert (
-        f"    base: suite-test-base:21ab4e5b4a0121ad (ID {base_id.removeprefix('sha256:')[:12]}; "
-        "how it was obtained is not recorded)"
-    ) in section, section
+        f"\n    base: suite-test-base:21ab4e5b4a0121ad (ID {base_id.removeprefix('sha256:')[:12]}; "
+        "how it was obtained is not recorded)\n"
+    ) in lines, lines
     assert f"base_id {base_id}" in section, "the base's ID in full"
 
 
@@ -793,10 +795,11 @@ def test_show_says_when_the_code_changed_while_it_ran() -> None:
     at_end = section(suite__git_dirty=True, suite__dirty_paths=["suite/x.py"], suite__diff_sha256="ab" * 32)
     changed = {**section(), provenance.CHANGED_DURING_RUN: at_end["suite"]}
     text = show.render(path, dataclasses.replace(result, provenance=changed))
+    assert "\n  changed while it ran: the suite above is the code at launch;" in text, text
     assert (
-        "  changed while it ran: the suite above is the code at launch; at the end: 1a2b3c4d5e6f + uncommitted "
+        "changed while it ran: the suite above is the code at launch; at the end: 1a2b3c4d5e6f + uncommitted "
         "changes (1 file: suite/x.py; diff sha256 abababababab)"
-    ) in text
+    ) in " ".join(text.split())
 
 
 # -- a real Docker run --------------------------------------------------------------------------

@@ -14,8 +14,10 @@ from suite.record import provenance, results, under_load
 from suite.record.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
 from suite.report import provenance_text
 from suite.report.figures import RUN_TIMINGS, peak_of
+from suite.run.progress import fitted
 
 LOG_LINES = 20  # of a failed run's log tail
+VALUE_COLUMN = len("fingerprint:  ")  # where a fact's value starts, and its wrapped lines
 RUN_KEYS = ("backend", "machine", "image", "image_id", "started_at", "finished_at")
 
 
@@ -38,9 +40,10 @@ def render(path: Path, result: RunResult) -> str:
 
 
 def render_lines(path: Path, result: RunResult) -> list[str]:
-    """The lines ``render`` writes, each one line of output: a value from the record that holds a
-    line break stays inside its line (the command writes control characters as escapes), so no
-    record can add lines of its own (a forged ``status:``)."""
+    """The lines ``render`` writes, each one line of output within 120 columns (a long fact goes on
+    under its value, ``progress.fitted``): a value from the record that holds a line break stays
+    inside its line (the command writes control characters as escapes), so no record can add lines
+    of its own (a forged ``status:``)."""
     spec, run = result.spec, result.run
     lines = [
         f"{path}",
@@ -67,7 +70,7 @@ def render_lines(path: Path, result: RunResult) -> list[str]:
     ]
     if not result.ok and result.log_tail:
         lines += ["log tail:", *[f"  {line}" for line in result.log_tail.splitlines()[-LOG_LINES:]]]
-    return lines
+    return [part for line in lines for part in fitted(line, VALUE_COLUMN)]
 
 
 def _work(r: RunResult) -> dict[str, Any]:
