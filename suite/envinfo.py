@@ -13,7 +13,7 @@ from typing import Any
 from suite import telemetry
 from suite.environment import host_facts
 from suite.record import under_load
-from suite.run.progress import fitted
+from suite.safe.console import fitted
 from suite.worker.facts import collect_host
 
 PACKAGES = ("tensorflow", "tensorflow-cpu", "keras", "jax", "torch", "numpy", "docker", "nvidia-ml-py")

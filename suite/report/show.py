@@ -14,7 +14,7 @@ from suite.record import provenance, results, under_load
 from suite.record.results import ENV_GPUS, ENV_HOST, ENV_VERSIONS, RunResult
 from suite.report import provenance_text
 from suite.report.figures import RUN_TIMINGS, peak_of
-from suite.run.progress import fitted
+from suite.safe.console import fitted
 
 LOG_LINES = 20  # of a failed run's log tail
 VALUE_COLUMN = len("fingerprint:  ")  # where a fact's value starts, and its wrapped lines

@@ -31,8 +31,8 @@ from typing import Any
 
 from suite.backends.gpu_pool import GPU_IDS_ALLOWED, is_gpu_id
 from suite.record import code_identity, results, saving
-from suite.run.progress import MAX_WIDTH, WIDTH_ENV
 from suite.run.results_folder import previous_runs
+from suite.safe.console import MAX_WIDTH, WIDTH_ENV
 from suite.spec import names
 from suite.spec.scenario import ScenarioError
 from suite.spec.settings import Checker, brief, plain_text

@@ -12,8 +12,6 @@ bound ("at most"). Runs skipped or already on file cost nothing.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import statistics
 import textwrap
@@ -22,21 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from suite.safe.console import WIDTH
 from suite.safe.markdown import escaped_lines
 
 CLEAR_LINE = "\r\x1b[K"
-# Each host's run under ``run --hosts`` gets WIDTH_ENV: its lines, with ``[host] `` in front, still fit.
-WIDTH_ENV, MIN_WIDTH, MAX_WIDTH = "SUITE_LINE_WIDTH", 60, 120
-
-
-def _width() -> int:
-    """Columns every plain line fits, whatever the terminal: 120, or fewer where WIDTH_ENV says."""
-    value = os.environ.get(WIDTH_ENV, "")
-    digits = value.isascii() and value.isdigit() and len(value) < 4  # int() refuses other scripts' digits
-    return min(max(int(value), MIN_WIDTH), MAX_WIDTH) if digits else MAX_WIDTH
-
-
-WIDTH = _width()
 
 # How much the console says: -q only errors and the closing summary, -v every run with its result file.
 QUIET, NORMAL, VERBOSE = -1, 0, 1
@@ -115,38 +102,6 @@ def cut_middle(text: str, width: int) -> str:
         return text
     head = (width - 3 + 1) // 2
     return text[:head] + "..." + text[len(text) - (width - 3 - head) :]
-
-
-def fitted(line: str, column: int, width: int = WIDTH) -> list[str]:
-    """``line`` in lines of ``width`` columns. It goes on under its value where a key pads it to a
-    column ("image:        name ..."), else two columns further in than it starts where indented,
-    else (a fact with no indent) under ``column``. Lines break after a semicolon where
-    they can, else after a comma (so a "key value" pair stays whole), else at a space (a longer word
-    alone on its line). A line holding a control character is left whole: it quotes a record, which
-    the command prints escaped, never split or changed."""
-    if len(line) <= width or not line.isprintable():
-        return [line]
-    lead = len(line) - len(line.lstrip(" "))
-    padded = re.match(r" *[^ :][^:]*:  +(?=\S)", line)
-    indent = " " * (len(padded.group()) if padded else lead + 2 if lead else column)
-    out = [" " * lead]
-
-    def place(text: str, separators: tuple[str, ...]) -> None:
-        joined = out[-1] + (" " if out[-1].strip() else "") + text
-        if len(joined) <= width:
-            out[-1] = joined
-        elif len(indent) + len(text) <= width:
-            out.append(indent + text)
-        elif separators:
-            for piece in re.split(rf"(?<={re.escape(separators[0])}) ", text):
-                place(piece, separators[1:])
-        else:
-            out[-1:] = textwrap.wrap(
-                joined, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
-            )
-
-    place(line[lead:], (";", ","))
-    return out
 
 
 def wrapped(text: str, first: str, indent: str, lines: int = 3, width: int = WIDTH) -> list[str]:
