@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import http.server
+import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import socket
@@ -193,3 +195,48 @@ def write_scenario(folder: Path, name: str, text: str) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# --------------------------------------------------------------------------- reading `check`'s output
+
+
+def said(stdout: str, start: str) -> str:
+    """The first line that starts with ``start``, with the lines it wraps onto (indented), as one line."""
+    lines = stdout.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith(start))
+    more = itertools.takewhile(lambda line: line.startswith("  "), lines[i + 1 :])
+    return " ".join([lines[i], *(line.strip() for line in more)])
+
+
+def check_rows(stdout: str) -> dict[str, dict[str, str]]:
+    """``check``'s tables: point label -> {"scenario": its scenario, header: cell, ...}, for each
+    point that runs or is done here (the skipped ones: ``check_skipped``)."""
+    found: dict[str, dict[str, str]] = {}
+    headers: list[str] = []
+    scenario = ""
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if heading := re.fullmatch(r"(\S+), \d+ points?:", line):
+            scenario = heading.group(1)
+        elif line.startswith("| point "):
+            headers = cells
+        elif line.startswith("| "):
+            row = dict(zip(headers, cells, strict=True))
+            found[row["point"]] = {"scenario": scenario, **row}
+    return found
+
+
+def check_skipped(stdout: str) -> dict[str, str]:
+    """``check``'s skipped points: label (with "(1 of 3 ok on file)" where some are) -> the line of
+    its reason ("3 GPU points (9 runs) skipped: needs 64 GPU(s); ...")."""
+    found = {}
+    for line in stdout.splitlines():
+        if re.match(r"\d+ (\w+ )?points? (\(\d+ runs\) )?skipped: ", line):
+            named = said(stdout, line).removeprefix(line).strip()
+            found |= {label: line for label in named.split("; ")}
+    return found
+
+
+def check_points(stdout: str) -> list[str]:
+    """Every point ``check`` plans, run, done or skipped: its label."""
+    return [*check_rows(stdout), *(re.sub(r" \(\d+ of \d+ ok on file\)$", "", p) for p in check_skipped(stdout))]

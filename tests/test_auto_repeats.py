@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import suite_cli, write_scenario
+from conftest import check_rows, suite_cli, write_scenario
 from scipy import stats as scipy_stats
 
 from suite.record import results
@@ -65,8 +65,8 @@ def test_check_shows_the_range_of_runs_before_the_first_stage(tmp_path: Path) ->
     path = write_scenario(tmp_path, "tiny_auto", TINY)
     proc = suite_cli("check", path, "--results", tmp_path / "results", "--backend", "local")
     assert proc.returncode == 0, proc.stderr
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| tiny_auto")]
-    assert len(rows) == 2 and all("| 4-10 (auto) " in row for row in rows)
+    rows = check_rows(proc.stdout)
+    assert len(rows) == 2 and all(row["reps"] == "4-10 (auto)" for row in rows.values()), proc.stdout
     assert "2 points without a count yet" in proc.stdout and "up to 12 runs more in all" in proc.stdout
     assert "2 points, 8 runs (repeats: auto: the runs of the first stage; more follow" in proc.stdout
     # --repeats auto makes any scenario's counts adaptive; --repeats N a fixed count, for this one too.
@@ -136,8 +136,9 @@ def test_a_point_runs_its_first_stage_then_as_many_more_as_its_spread_asks(auto_
     check = suite_cli(
         "check", path, "--smoke", "--repeats", "auto", "--backend", "local", "--machine", "box", "--results", res
     )
-    rows = [line for line in check.stdout.splitlines() if line.startswith("| tiny_auto")]
-    assert len(rows) == 2 and all("| 5 (auto) " in row and "done (ok on file" in row for row in rows), check.stdout
+    rows = check_rows(check.stdout).values()
+    assert len(rows) == 2, check.stdout
+    assert all(row["reps"] == "5 (auto)" and row["plan here"] == "done (ok on file)" for row in rows), check.stdout
     assert "without a count yet" not in check.stdout
 
 
@@ -284,8 +285,8 @@ def test_a_point_below_the_accuracy_gate_takes_no_second_stage(auto_run, tmp_pat
         "check", path, "--smoke", "--repeats", "auto", "--backend", "local", "--machine", "box", "--results", copy
     )
     assert check.returncode == 0, check.stderr
-    rows = {line.split("|")[2].strip(): line for line in check.stdout.splitlines() if line.startswith("| tiny_auto")}
-    assert "| 4 (auto) " in rows["width=128"] and "| 5 (auto) " in rows["width=32"], check.stdout
+    rows = check_rows(check.stdout)
+    assert rows["width=128"]["reps"] == "4 (auto)" and rows["width=32"]["reps"] == "5 (auto)", check.stdout
     proc = suite_cli("report", "--results", copy, "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "out" / "tiny_auto.md").read_text()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import suite_cli, write_scenario
+from conftest import check_rows, check_skipped, said, suite_cli, write_scenario
 
 from suite.record import results, saving
 from suite.report import verdicts
@@ -30,9 +30,8 @@ smoke:
 
 
 def _rows(stdout: str) -> dict[str, list[str]]:
-    """point label -> [device, reps, fingerprint, plan here, estimate]."""
-    rows = [[c.strip() for c in line.split("|")[2:-1]] for line in stdout.splitlines()[2:] if line.startswith("| ")]
-    return {r[0]: r[1:] for r in rows}
+    """point label -> [plan here, estimate], of the points that run or are done here."""
+    return {label: [row["plan here"], row["estimate"]] for label, row in check_rows(stdout).items()}
 
 
 def _record(folder: Path, spec: plan.RunSpec, status: str, seconds: float) -> None:
@@ -66,34 +65,40 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
     proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
     assert proc.returncode == 0, proc.stderr
     rows = _rows(proc.stdout)
-    assert rows["width=8, device=cpu"][3:] == ["done (ok on file; --fresh reruns)", "-"]
-    assert rows["width=16, device=cpu"][3:] == [
-        "will run 2 of 3 (1 of 3 ok on file)",
-        "~1 min 0 s (2 x 30 s, median of 1 earlier)",
+    assert rows["width=8, device=cpu"] == ["done (ok on file)", "-"]
+    assert rows["width=16, device=cpu"] == [
+        "will run 2 of 3 (1 ok on file)",
+        "~1 min 0 s (2 x 30 s, median of 1)",
     ]
-    assert rows["width=32, device=cpu"][3:] == ["will run", "<= 10 min 0 s (3 x timeout_s; no earlier result)"]
-    # A row gives the reason without its bracketed detail; the reason in full follows the table, once.
-    fulls = [line.removeprefix("skipped, in full: ") for line in proc.stdout.splitlines() if "in full: " in line]
-    for width in (8, 16, 32):
-        status, estimate = rows[f"width={width}, device=gpu:64"][3:]
-        assert status.startswith("skipped: needs 64 GPU(s); this machine has") and estimate == "-"
-        assert " (" not in status, status
-    if "this machine has no GPU" in status:  # here: the reason says why (no NVML, no nvidia-smi)
-        assert len(fulls) == 1 and fulls[0].startswith("needs 64 GPU(s); this machine has no GPU ("), fulls
-        assert status == f"skipped: {verdicts.short_reason(fulls[0])}"
+    assert rows["width=32, device=cpu"] == ["will run", "<= 10 min 0 s (3 x timeout_s)"]
+    # The skipped points leave the table: one line per reason, without its bracketed detail, names
+    # them below it; the reason in full follows, once.
+    assert proc.stdout.startswith("tiny_plan, 6 points:\n| point "), proc.stdout
+    assert all(len(line) <= 120 or str(tmp_path) in line for line in proc.stdout.splitlines()), proc.stdout
+    assert not any(label.endswith("gpu:64") for label in rows), rows
+    skipped = check_skipped(proc.stdout)
+    assert list(skipped) == [f"width={w}, device=gpu:64" for w in (8, 16, 32)], proc.stdout
+    (line,) = set(skipped.values())
+    assert line.startswith("3 GPU points (9 runs) skipped: needs 64 GPU(s); this machine has")
+    assert " (" not in line.split(": ", 1)[1], "the reason without its detail"
+    if "this machine has no GPU" in line:  # here: the reason says why (no NVML, no nvidia-smi)
+        full = said(proc.stdout, "skipped, in full: ").removeprefix("skipped, in full: ")
+        assert full.startswith("needs 64 GPU(s); this machine has no GPU ("), proc.stdout
+        assert proc.stdout.count("skipped, in full: ") == 1, proc.stdout
+        assert line.endswith(f"skipped: {verdicts.short_reason(full)}")
     assert "6 points, 18 runs" in proc.stdout
-    assert f"backend: local (--backend); earlier results: {res / 'm'}" in proc.stdout
-    assert (
+    assert said(proc.stdout, "backend: ") == f"backend: local (--backend); earlier results: {res / 'm'}"
+    assert said(proc.stdout, "here: ") == (
         "here: 5 runs will run, 9 skipped, 4 already done (ok on file); estimated time: about 1 min 0 s from "
         "earlier results + at most 10 min 0 s for 3 runs without an earlier result (timeout_s each)"
-    ) in proc.stdout
+    )
 
     fresh = _rows(
         suite_cli(
             "check", path, "--backend", "local", "--results", res, "--machine", "m", "--fresh", "--allow-synthetic"
         ).stdout
     )
-    assert fresh["width=8, device=cpu"][3:] == ["will run", "~1 min 0 s (3 x 20 s, median of 3 earlier)"]
+    assert fresh["width=8, device=cpu"] == ["will run", "~1 min 0 s (3 x 20 s, median of 3)"]
 
 
 @pytest.mark.parametrize("seconds", [-63_072_000.0, 1e9], ids=["ends-before-it-starts", "thirty-years"])
@@ -104,9 +109,9 @@ def test_times_no_run_could_take_are_not_an_estimate(tmp_path: Path, seconds: fl
     res = _on_file(tmp_path, path, walls={(16, 0): seconds})
     proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
     assert proc.returncode == 0, proc.stderr
-    assert _rows(proc.stdout)["width=16, device=cpu"][3:] == [
-        "will run 2 of 3 (1 of 3 ok on file)",
-        "<= 6 min 40 s (2 x timeout_s; no earlier result)",
+    assert _rows(proc.stdout)["width=16, device=cpu"] == [
+        "will run 2 of 3 (1 ok on file)",
+        "<= 6 min 40 s (2 x timeout_s)",
     ], proc.stdout
 
 
@@ -119,8 +124,15 @@ def test_a_point_done_on_file_gives_no_skip_reason_under_the_table(tmp_path: Pat
             _record(res / "m", spec, "ok", 10.0)
     proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
     assert proc.returncode == 0, proc.stderr
-    assert _rows(proc.stdout)["width=8, device=gpu:64"][3] == "done (ok on file; --fresh reruns)"
+    assert _rows(proc.stdout)["width=8, device=gpu:64"][0] == "done (ok on file)"
     assert "0 skipped" in proc.stdout and "skipped, in full" not in proc.stdout, proc.stdout
+    # One of a point's runs on file: the point is skipped, its runs left counted, what is on file said.
+    for file in sorted((res / "m" / "tiny_plan").glob("*-r[12].json")):
+        file.unlink()
+    proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
+    skipped = check_skipped(proc.stdout)
+    assert list(skipped) == [f"width={w}, device=gpu:64 (1 of 3 ok on file)" for w in (8, 16, 32)], proc.stdout
+    assert next(iter(skipped.values())).startswith("3 GPU points (6 runs) skipped: "), proc.stdout
 
 
 def test_budget_says_how_many_runs_start_before_it_is_spent(tmp_path: Path) -> None:
@@ -131,7 +143,7 @@ def test_budget_says_how_many_runs_start_before_it_is_spent(tmp_path: Path) -> N
     def budget_line(*more: str) -> str:
         proc = suite_cli("check", path, *args, *more)
         assert proc.returncode == 0, proc.stderr
-        return next(line for line in proc.stdout.splitlines() if line.startswith("--budget"))
+        return said(proc.stdout, "--budget")
 
     # Left to run, in the plan's interleaved order (repetition by repetition): width 32 r0 (no
     # earlier result: its 200 s timeout), width 16 r1 (30 s, the median of its one ok run), width 32
@@ -163,15 +175,15 @@ def test_smoke_size_and_another_machine_have_their_own_results(tmp_path: Path) -
     path = write_scenario(tmp_path, "tiny_plan", TINY)
     res = _on_file(tmp_path, path, walls={(8, 0): 10.0})
     smoke = _rows(suite_cli("check", path, "--smoke", "--backend", "local", "--results", res, "--machine", "m").stdout)
-    assert smoke["width=8, device=cpu"][3:] == ["will run", "<= 1 min 40 s (timeout_s; no earlier result)"]
+    assert smoke["width=8, device=cpu"] == ["will run", "<= 1 min 40 s (timeout_s)"]
     other = _rows(suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "other").stdout)
-    assert other["width=8, device=cpu"][3] == "run refuses (below)", "full size on synthetic digits"
+    assert other["width=8, device=cpu"][0] == "run refuses (below)", "full size on synthetic digits"
     other = _rows(
         suite_cli(
             "check", path, "--backend", "local", "--results", res, "--machine", "other", "--allow-synthetic"
         ).stdout
     )
-    assert other["width=8, device=cpu"][3] == "will run"
+    assert other["width=8, device=cpu"][0] == "will run"
 
 
 def test_set_makes_other_runs_and_k_plans_only_its_points(tmp_path: Path) -> None:
@@ -181,8 +193,8 @@ def test_set_makes_other_runs_and_k_plans_only_its_points(tmp_path: Path) -> Non
     changed = suite_cli("check", path, *where, "--set", "training.epochs=2", "-k", "width=8")
     assert changed.returncode == 0, changed.stderr
     rows = _rows(changed.stdout)
-    assert list(rows) == ["width=8, device=cpu", "width=8, device=gpu:64"]
-    assert rows["width=8, device=cpu"][3] == "will run", "two epochs are not the one measured"
+    assert list(rows) == ["width=8, device=cpu"] and list(check_skipped(changed.stdout)) == ["width=8, device=gpu:64"]
+    assert rows["width=8, device=cpu"][0] == "will run", "two epochs are not the one measured"
     assert "2 of 6 points, 6 of 18 runs match -k 'width=8'" in changed.stdout
     assert "--set, for every point: training.epochs=2" in changed.stdout
     same = _on_file(tmp_path / "again", path, walls={(8, 0): 10.0}, overrides={"training.epochs": 2})
@@ -200,7 +212,7 @@ def test_set_makes_other_runs_and_k_plans_only_its_points(tmp_path: Path) -> Non
             "--allow-synthetic",
         ).stdout
     )
-    assert rows["width=8, device=cpu"][3] == "will run 2 of 3 (1 of 3 ok on file)"
+    assert rows["width=8, device=cpu"][0] == "will run 2 of 3 (1 ok on file)"
 
 
 def test_an_unusable_backend_is_bad_input(tmp_path: Path) -> None:
@@ -215,12 +227,12 @@ def test_check_after_a_real_run(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, "tiny_plan", TINY)
     where = ["--smoke", "--backend", "local", "--results", tmp_path / "r", "--machine", "m", "-k", "width=8"]
     before = _rows(suite_cli("check", path, *where).stdout)
-    assert before["width=8, device=cpu"][3:] == ["will run", "<= 1 min 40 s (timeout_s; no earlier result)"]
+    assert before["width=8, device=cpu"] == ["will run", "<= 1 min 40 s (timeout_s)"]
     proc = suite_cli("run", path, *where)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     after = suite_cli("check", path, *where)
-    assert _rows(after.stdout)["width=8, device=cpu"][3] == "done (ok on file; --fresh reruns)"
+    assert _rows(after.stdout)["width=8, device=cpu"][0] == "done (ok on file)"
     assert "here: 0 runs will run, 1 skipped, 1 already done (ok on file); nothing to run" in after.stdout
     fresh = _rows(suite_cli("check", path, *where, "--fresh").stdout)
-    status, estimate = fresh["width=8, device=cpu"][3:]
-    assert status == "will run" and estimate.startswith("~") and estimate.endswith("(median of 1 earlier)")
+    status, estimate = fresh["width=8, device=cpu"]
+    assert status == "will run" and estimate.startswith("~") and estimate.endswith("(median of 1)")

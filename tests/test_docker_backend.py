@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import suite_cli, write_scenario
+from conftest import said, suite_cli, write_scenario
 from docker_fixtures import (  # noqa: F401 - fixtures
     REPO,
     SMALL_SCENARIO,
@@ -385,6 +385,6 @@ def test_a_gpu_point_the_engine_cannot_serve_says_whose_gpus_were_counted(client
     scenario.write_text(scenario.read_text().replace("device: [cpu]", "device: [gpu:64]"))
     proc = suite_cli("check", scenario, "--backend", "docker", "--results", tmp_path / "res", "--machine", "m")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    full = next(line for line in proc.stdout.splitlines() if line.startswith("skipped, in full: "))
+    full = said(proc.stdout, "skipped, in full: ")
     assert full.startswith("skipped, in full: needs 64 GPU(s); the Docker engine gives its containers "), full
     assert "this machine has" not in proc.stdout, proc.stdout

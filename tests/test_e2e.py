@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SCENARIOS, QuickStart, suite_cli
+from conftest import SCENARIOS, QuickStart, check_points, suite_cli
 
 from suite.record import results
 
@@ -31,7 +31,7 @@ def test_every_scenario_gets_a_report_with_its_matrix_points(smoke_run) -> None:
     res, out, _ = smoke_run
     for path in sorted(SCENARIOS.glob("*.yaml")):
         check = suite_cli("check", "--smoke", path)
-        points = [line.split("|")[2].strip() for line in check.stdout.splitlines()[2:] if line.startswith("|")]
+        points = check_points(check.stdout)
         page = (out / f"{path.stem}.md").read_text()
         assert page.startswith(f"# {path.stem}\n")
         assert "- **On `testbox`, smoke size:**" in page and "**Question:**" in page  # the verdict's caveat

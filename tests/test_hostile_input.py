@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import suite_cli, write_scenario
+from conftest import said, suite_cli, write_scenario
 from docker_fixtures import REPO, SMALL_SCENARIO
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -244,10 +244,8 @@ def test_flags_out_of_range_are_refused(tmp_path: Path) -> None:
     afile.write_text("")
     proc = suite_cli("check", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", afile)
     assert proc.returncode == 0 and "will run" not in proc.stdout, proc.stdout
-    assert (
-        f"run would refuse this plan: results folder {afile}/" in proc.stdout
-        and f"{afile} is not a folder" in proc.stdout
-    )
+    refusal = said(proc.stdout, "run would refuse this plan: ")
+    assert f"run would refuse this plan: results folder {afile}/" in refusal and f"{afile} is not a folder" in refusal
     _refused(suite_cli("run", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", afile), f"{afile}")
 
 

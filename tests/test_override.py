@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SCENARIOS, suite_cli, write_scenario
+from conftest import SCENARIOS, check_points, check_rows, suite_cli, write_scenario
 
 from suite import cli
 from suite.record import results
@@ -93,8 +93,7 @@ def test_applied_before_the_matrix_and_over_the_smoke_size(tmp_path: Path) -> No
 def _fingerprints(*args: object) -> dict[str, str]:
     proc = suite_cli("check", "--backend", "local", *args)
     assert proc.returncode == 0, proc.stderr
-    rows = [line.split("|") for line in proc.stdout.splitlines()[2:] if line.startswith("| ")]
-    return {r[2].strip(): r[5].strip() for r in rows}
+    return {label: row["fingerprint"] for label, row in check_rows(proc.stdout).items()}
 
 
 def test_fingerprint_is_that_of_the_file_with_the_value_written_in(tmp_path: Path) -> None:
@@ -249,7 +248,7 @@ def test_report_shows_each_set_of_overrides_apart_and_reproduces_each(tmp_path: 
         assert run[:4] == ["python", "-m", "suite", "run"]
         check = suite_cli("check", *run[4:])
         assert check.returncode == 0, check.stderr
-        labels = [line.split("|")[2].strip() for line in check.stdout.splitlines()[2:] if line.startswith("| ")]
+        labels = check_points(check.stdout)
         by_k[tuple(a for i, a in enumerate(run) if i and run[i - 1] == "--set")] = labels
     assert by_k == {
         (): ["width=100, device=cpu", "width=100, device=gpu"],

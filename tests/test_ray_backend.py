@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import check_rows, check_skipped
 from ray_local import HEAD, REQUIRED, RayLocalCluster, require_ray
 
 from suite.backends.base import WORKER_DEADLINE_GRACE_S
@@ -361,10 +362,9 @@ def test_a_model_no_node_offers_is_skipped_naming_it(cluster: RayLocalCluster, t
     )  # fmt: skip
     shown = check.stdout + check.stderr
     assert check.returncode == 0, shown
-    c_row = next((line for line in shown.splitlines() if c_file.stem in line), "")
-    a_row = next((line for line in shown.splitlines() if a_file.stem in line), "")
-    assert "skipped" in c_row and "gpu_model:C" in c_row, shown
-    assert "will run" in a_row, shown
+    rows, skipped = check_rows(check.stdout), check_skipped(check.stdout)
+    assert rows["default"]["scenario"].startswith("ray_a") and rows["default"]["plan here"] == "will run", shown
+    assert list(skipped) == ["default"] and skipped["default"].endswith("offers gpu_model:C"), shown
 
     res = tmp_path / "results"
     proc = run_suite(cluster, res, c_file, timeout=120)
@@ -401,8 +401,9 @@ def test_repeats_auto_runs_its_first_stage_on_the_pool_then_what_its_spread_asks
         suite_cmd(cluster, res, path, "--repeats", "auto", "--results", res, command="check"),
         cwd=REPO, env=suite_env(cluster), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    row = next((line for line in check.stdout.splitlines() if path.stem in line), "")
-    assert check.returncode == 0 and "| 5 (auto) " in row and "done" in row, check.stdout + check.stderr
+    assert check.returncode == 0, check.stdout + check.stderr
+    row = check_rows(check.stdout)["default"]
+    assert row["reps"] == "5 (auto)" and row["plan here"] == "done (ok on file)", check.stdout
     assert "warning: repeats: auto counts each point's runs over all the nodes that take it" in check.stdout
     out = tmp_path / "rep"
     report = subprocess.run(

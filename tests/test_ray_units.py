@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import REPO, suite_cli, write_scenario
+from conftest import REPO, check_rows, check_skipped, said, suite_cli, write_scenario
 
 from suite import cli, paths
 from suite.backends import base, peak_cache
@@ -1920,18 +1920,18 @@ def test_check_shows_which_points_the_cluster_can_place(
     rc = cli.main([*args, "--results", str(res), "--machine", "orch"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    rows = {
-        line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line for line in out.splitlines() if "|" in line
-    }
+    rows, skipped = check_rows(out), check_skipped(out)
     where = "the Ray cluster at 10.0.0.1:6379"
-    assert f"skipped: no node of {where} offers gpu_model:C |" in rows["nobody device=cpu"], out
-    # The row keeps the short reason; the detail is said once, under the table.
-    [full] = [line for line in out.splitlines() if line.startswith("skipped, in full: ")]
+    assert rows["device=cpu"]["scenario"] == rows["device=gpu:2"]["scenario"] == "anyone", out
+    assert skipped["device=cpu"].endswith(f"skipped: no node of {where} offers gpu_model:C"), out
+    # The line of skipped points keeps the short reason; the detail is said once, below.
+    assert out.count("skipped, in full: ") == 1, out
+    full = said(out, "skipped, in full: ")
     assert full.startswith(f"skipped, in full: no node of {where} offers gpu_model:C (offered: "), full
     assert "gpu_model:A" in full and "gpu_model:\\x1b[2J" in full and "\x1b" not in out, full
-    assert "done (ok on file" in rows["anyone device=cpu"], out
-    assert "will run" in rows["anyone device=gpu:2"], out
-    [line] = [line for line in out.splitlines() if "earlier results:" in line]
+    assert rows["device=cpu"]["plan here"] == "done (ok on file)", out
+    assert rows["device=gpu:2"]["plan here"] == "will run", out
+    line = said(out, "backend: ")
     assert "backend: ray (--backend)" in line and "(none yet)" not in line, line
     assert str(Path("res") / "box") in line and str(Path("res") / "gone-node") in line, line
     assert fake.inits[0]["address"] == "10.0.0.1:6379" and fake.shutdowns == 1 and not fake.submissions

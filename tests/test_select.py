@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SCENARIOS, suite_cli, write_scenario
+from conftest import SCENARIOS, check_points, suite_cli, write_scenario
 
 from suite import cli
 from suite.record import results
@@ -183,7 +183,7 @@ def test_expression_for_quotes_a_key_that_needs_it(tmp_path: Path, monkeypatch: 
 
 
 def _table_labels(stdout: str) -> list[str]:
-    return [line.split("|")[2].strip() for line in stdout.splitlines()[2:] if line.startswith("| ")]
+    return check_points(stdout)
 
 
 def test_check_k_says_how_many_points_and_runs_match() -> None:

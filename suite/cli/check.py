@@ -24,9 +24,14 @@ from suite.record import results, saving
 from suite.report import verdicts
 from suite.run import results_folder, runner
 from suite.run.progress import duration_text, runs_text
+from suite.safe.console import fitted
 from suite.safe.markdown import one_line
 from suite.spec import plan
 from suite.spec.settings import AUTO
+
+HEADERS = ["point", "device", "reps", "fingerprint", "plan here", "estimate"]
+PLAN_HERE, DEVICE = HEADERS.index("plan here"), HEADERS.index("device")
+SKIPPED = "skipped"  # a point's plan when the backend skips it here: said below its scenario's table
 
 
 def _refused(
@@ -34,7 +39,7 @@ def _refused(
     args: argparse.Namespace,
     backend: Any,
     folder: Path,
-    rows: list[list[Any]],
+    rows: list[tuple[str, list[Any]]],
     total: _Totals,
 ) -> str | None:
     """What ``run`` would refuse before anything runs, if anything; the rows then say "run refuses"
@@ -46,9 +51,9 @@ def _refused(
         refused = str(exc)
     if refused:
         total.refused = True
-        for row in rows:  # "will run 2 of 3 (...)" -> "run refuses 2 of 3 (...) (below)"
-            if row[5].startswith("will run"):
-                row[5] = row[5].replace("will run", "run refuses", 1) + " (below)"
+        for _, row in rows:  # "will run 2 of 3 (...)" -> "run refuses 2 of 3 (...) (below)"
+            if row[PLAN_HERE].startswith("will run"):
+                row[PLAN_HERE] = row[PLAN_HERE].replace("will run", "run refuses", 1) + " (below)"
     return refused
 
 
@@ -85,7 +90,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         extra = runner.second_stage(specs, done)
         for s in specs + extra:
             points.setdefault((s.scenario, s.point_label), []).append(s)
-        rows: list[list[Any]] = []
+        rows: list[tuple[str, list[Any]]] = []  # (scenario, its row) for each point that runs or is done here
+        # scenario -> short reason -> (runs left, "" or "(1 of 3 ok on file)") per point skipped here
+        skipped: dict[str, dict[str, list[tuple[list[plan.RunSpec], str]]]] = {}
         total = _Totals()
         open_auto: list[int] = []  # per auto point without its count yet: the runs it may add
         skips: dict[str, str | None] = {}  # fingerprint -> why the backend skips the point here
@@ -93,7 +100,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             first = runs[0]
             skips[first.fingerprint] = skip = backend.skip_reason(first)
             status, estimate = _point_plan(runs, skip, done, walls.get(first.fingerprint), total)
-            rows.append([scenario, label, first.device, _reps(runs, counts), first.fingerprint[:12], status, estimate])
+            if status.startswith(SKIPPED):
+                by_reason = skipped.setdefault(scenario, {})
+                left = [s for s in runs if not _ok_on_file(s, done)]
+                by_reason.setdefault(verdicts.short_reason(skip or ""), []).append((left, status[len(SKIPPED) :]))
+            else:
+                rows.append(
+                    (scenario, [label, first.device, _reps(runs, counts), first.fingerprint[:12], status, estimate])
+                )
             rule = (first.report.get("repeats") or {}).get(AUTO)
             if rule and first.fingerprint not in counts and skip is None:
                 open_auto.append(int(rule["max_repeats"]) - len(runs))
@@ -113,44 +127,74 @@ def cmd_check(args: argparse.Namespace) -> int:
             budget = _budget_line(args.budget, specs + extra, skips, done, walls)
     finally:
         backend.close()
-    _print_table(rows, total.skip_reasons)
+    _print_plan(list(points), rows, skipped, total.skip_reasons)
     print()
     whole = dataclasses.replace(made, specs=specs + extra, counted=not open_auto)
     for line in whole.lines(args.select):
-        print(line)
-    shown = ", ".join(str(display_path(f)) for f in folders)
-    print(f"backend: {chosen}; earlier results: {shown}" + ("" if any(f.is_dir() for f in folders) else " (none yet)"))
-    print(total.text())
+        _say(line)
+    shown = ", ".join(str(display_path(f)) for f in folders) or "none yet"  # a pool that knows no folder yet
+    if folders and not any(f.is_dir() for f in folders):
+        shown += " (none yet)"
+    _say(f"backend: {chosen}; earlier results: {shown}")
+    _say(total.text())
     if budget:
-        print(budget + ("; auto's further runs start only while it lasts" if open_auto else ""))
+        _say(budget + ("; auto's further runs start only while it lasts" if open_auto else ""))
     if open_auto:
         n = len(open_auto)
-        print(
+        _say(
             f"repeats: auto: {n} point{'s' if n != 1 else ''} without a count yet: each runs its first stage, "
             f"then more as that stage's spread asks, up to {runs_text(sum(open_auto))} more in all"
         )
     if pool_note:
-        print(pool_note)
+        _say(pool_note)
     for line in split:
-        print(f"warning: {line}")
+        _say(f"warning: {line}")
     for line in _data_lines(whole.specs):
-        print(line)
+        _say(line)
     if refused:
-        print(f"run would refuse this plan: {refused}")
+        _say(f"run would refuse this plan: {refused}")
     return 0
 
 
-def _print_table(rows: list[list[Any]], skip_reasons: dict[str, None]) -> None:
-    """The plan's table, then each skip reason in full that a row gave without its bracketed detail:
-    said once, so that rows stay narrow. Escaped: a reason may quote a Ray node's label."""
+def _say(text: str) -> None:
+    """A line of the plan's summary, within the console's width (a path is never split)."""
+    print("\n".join(fitted(text, 2)))
+
+
+def _print_plan(
+    points: list[tuple[str, str]],
+    rows: list[tuple[str, list[Any]]],
+    skipped: dict[str, dict[str, list[tuple[list[plan.RunSpec], str]]]],
+    skip_reasons: dict[str, None],
+) -> None:
+    """Per scenario, a table of the points that run or are done here, then its skipped points, one
+    line per reason with the points named below it (as ``run`` says them, so that a plan of many GPU
+    points on a CPU machine stays short); then each skip reason in full that was said without its
+    bracketed detail. Escaped: a reason may quote a Ray node's label, a label a variant's name."""
     from tabulate import tabulate
 
-    headers = ["scenario", "point", "device", "reps", "fingerprint", "plan here", "estimate"]
-    # Each cell on one line, its "|" escaped: a variant's name may hold either and split the row.
-    cells = [[one_line(c).replace("|", "\\|") for c in row] for row in rows]
-    print(tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True))
-    for reason in (r for r in skip_reasons if verdicts.short_reason(r) != r):
-        print(f"skipped, in full: {one_line(reason)}")
+    cut: set[str] = set()
+    for i, scenario in enumerate(dict.fromkeys(s for s, _ in points)):
+        n = sum(1 for s, _ in points if s == scenario)
+        print(("\n" if i else "") + f"{one_line(scenario)}, {n} point{'s' if n != 1 else ''}:")
+        # Each cell on one line, its "|" escaped: a variant's name may hold either and split the row.
+        cells = [[one_line(c).replace("|", "\\|") for c in row] for s, row in rows if s == scenario]
+        # The device has a column where a point's label does not name it.
+        in_label = all(f"device={row[DEVICE]}" in row[0].split(", ") for row in cells)
+        headers = [h for h in HEADERS if not (in_label and h == "device")]
+        cells = [[c for c, h in zip(row, HEADERS, strict=True) if h in headers] for row in cells]
+        if cells:
+            print(tabulate(cells, headers=headers, tablefmt="github", disable_numparse=True))
+        for reason, group in (skipped.get(scenario) or {}).items():
+            line = runner.skip_line([spec for left, _ in group for spec in left], reason)
+            print(one_line(line))
+            if not line.endswith(reason):
+                cut.add(reason)  # said in part: said in full below
+            named = "; ".join(one_line(left[0].point_label) + also for left, also in group)
+            _say(f"  {named}")
+    for reason in skip_reasons:
+        if verdicts.short_reason(reason) != reason or reason in cut:
+            _say(f"skipped, in full: {one_line(reason)}")
 
 
 def _budget_line(
@@ -275,20 +319,20 @@ def _point_plan(
     left = len(runs) - ok
     total.done += ok
     if left == 0:
-        return "done (ok on file; --fresh reruns)", "-"
+        return "done (ok on file)", "-"
     also = f" ({ok} of {len(runs)} ok on file)" if ok else ""
     if skip is not None:
         total.skipped += left
         total.skip_reasons.setdefault(skip)
-        return f"skipped: {one_line(verdicts.short_reason(skip))}{also}", "-"
+        return f"{SKIPPED}{also}", "-"
     total.run += left
-    status = ("will run" if not ok else f"will run {left} of {len(runs)}") + also
+    status = "will run" if not ok else f"will run {left} of {len(runs)} ({ok} ok on file)"
     if walls:
         each = statistics.median(walls)
         total.known_s += left * each
         times = f"{left} x {duration_text(each)}, " if left > 1 else ""
-        return status, f"~{duration_text(left * each)} ({times}median of {len(walls)} earlier)"
+        return status, f"~{duration_text(left * each)} ({times}median of {len(walls)})"
     total.unknown += left
     total.bound_s += left * runs[0].timeout_s
     per = f"{left} x " if left > 1 else ""
-    return status, f"<= {duration_text(left * runs[0].timeout_s)} ({per}timeout_s; no earlier result)"
+    return status, f"<= {duration_text(left * runs[0].timeout_s)} ({per}timeout_s)"

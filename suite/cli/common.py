@@ -13,6 +13,7 @@ from suite import backends, paths
 from suite.backends import gpu_pool
 from suite.environment import datasets, host_facts
 from suite.record import saving
+from suite.run.progress import runs_text
 from suite.spec import plan, select
 from suite.spec.scenario import (
     Override,
@@ -46,7 +47,7 @@ class Plan:
         """How big the plan is, and what -k and --set did to it, for run and check to say."""
         points = select.points_of(self.specs)
         if select_text is None:
-            out = [f"{points} points, {len(self.specs)} runs"]
+            out = [f"{points} point{'' if points == 1 else 's'}, {runs_text(len(self.specs))}"]
         else:
             out = [f"{points} of {self.points} points, {len(self.specs)} of {self.runs} runs match -k {select_text!r}"]
         if not self.counted and any(AUTO in (s.report.get("repeats") or {}) for s in self.specs):

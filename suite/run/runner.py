@@ -184,12 +184,14 @@ def _skip_lines(steps: list[_Step]) -> list[str]:
         if step.action in ("skip", "skip-again") and step.reason:
             groups.setdefault(verdicts.short_reason(step.reason), []).append(step)
     return [
-        _skip_line([s.spec for s in group], reason, again=all(s.action == "skip-again" for s in group))
+        skip_line([s.spec for s in group], reason, again=all(s.action == "skip-again" for s in group))
         for reason, group in groups.items()
     ]
 
 
-def _skip_line(specs: list[RunSpec], reason: str, again: bool) -> str:
+def skip_line(specs: list[RunSpec], reason: str, again: bool = False) -> str:
+    """ "6 GPU points (12 runs) skipped: <reason>" within WIDTH, the reason cut to its first clause
+    where it would not fit (the result files, and ``check``'s lines below it, hold it whole)."""
     npoints = len({(s.scenario, s.point_label) for s in specs})
     kinds = {parse_device(s.device)[0] for s in specs}
     kind = f"{kinds.pop().upper()} " if len(kinds) == 1 else ""
