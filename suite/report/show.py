@@ -41,7 +41,7 @@ def render(path: Path, result: RunResult) -> str:
 
 def render_lines(path: Path, result: RunResult) -> list[str]:
     """The lines ``render`` writes, each one line of output within 120 columns (a long fact goes on
-    under its value, ``progress.fitted``): a value from the record that holds a line break stays
+    under its value, ``console.fitted``): a value from the record that holds a line break stays
     inside its line (the command writes control characters as escapes), so no record can add lines
     of its own (a forged ``status:``)."""
     spec, run = result.spec, result.run
