@@ -419,6 +419,7 @@ class _Engine:
         self.registry_error = pull_error
         self.have: dict[str, Any] = {}
         self.built: list[dict[str, Any]] = []
+        self.stream: list[dict[str, Any]] = []  # events a build sends before its own
         self.api = self
         self.images = self
 
@@ -445,7 +446,7 @@ class _Engine:
         kwargs["context_files"] = sorted(context.getnames())
         labels = _parse_labels("LABEL " + dockerfile.rsplit("\nLABEL ", 1)[1])
         self.have[kwargs["tag"]] = SimpleNamespace(id="sha256:" + "2" * 64, attrs={}, labels=labels)
-        return iter([{"stream": "built"}, {"aux": {"ID": "sha256:" + "2" * 64}}])
+        return iter([*self.stream, {"stream": "built"}, {"aux": {"ID": "sha256:" + "2" * 64}}])
 
 
 PACKAGES = {"libc6": "2.36-9+deb12u13", "python3.11": "3.11.2-6+deb12u6", "ca-certificates": "20230311"}
@@ -466,6 +467,25 @@ def _fake_debian_base(monkeypatch: pytest.MonkeyPatch, engine: _Engine, seen: li
 
     monkeypatch.setattr(debian_base, "ensure", ensure)
     return made
+
+
+def test_a_build_step_s_stderr_is_said_without_the_engine_s_colour(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker 20.10 sends what a RUN step writes to stderr wrapped in colour codes (events as this
+    machine's engine sent them for ``RUN echo oops >&2; echo fine``): the console gets the text."""
+    pytest.importorskip("docker")
+    engine = _Engine(pull_error="no registry")
+    engine.stream = [{"stream": "fine\n"}, {"stream": "\x1b[91moops\n\x1b[0m"}]
+    _fake_debian_base(monkeypatch, engine)
+    said: list[str] = []
+    images.build_images(["tf2.21-cpu"], progress=said.append, client=engine)
+    assert "fine" in said and "oops" in said, said
+    assert not any("\x1b" in line or "[91m" in line for line in said), said
+    # A build that then fails quotes the step's output, without the colour, in its error.
+    engine.have.clear()
+    engine.stream = [{"stream": "\x1b[91mERROR: No matching distribution\n\x1b[0m"}, {"error": "exit code 1"}]
+    with pytest.raises(images.ImageError) as failed:
+        images.build_images(["tf2.21-cpu"], progress=said.append, client=engine)
+    assert "ERROR: No matching distribution" in str(failed.value) and "\x1b" not in str(failed.value)
 
 
 def test_a_base_the_engine_cannot_pull_is_made_from_debian_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,7 @@ API (no BuildKit), which the Dockerfile is written for.
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import tarfile
 from collections.abc import Callable, Mapping
@@ -337,6 +338,9 @@ def _pull(client: Any, ref: str, progress: Callable[[str], None]) -> Any:
         ) from None
 
 
+ENGINE_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # an SGR sequence of the build stream
+
+
 def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Callable[[str], None]) -> str:
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
@@ -364,7 +368,8 @@ def _build(client: Any, plan: BuildPlan, labels: dict[str, str], progress: Calla
         if "error" in event:
             tail = "".join(log[-30:])
             raise ImageError(f"building {plan.tag} failed: {event['error'].strip()}\n{tail}")
-        text = event.get("stream") or event.get("status") or ""
+        # The engine colours a step's stderr ("\x1b[91m...\x1b[0m"): the text is kept, not the colour.
+        text = ENGINE_COLOUR.sub("", event.get("stream") or event.get("status") or "")
         if text:
             log.append(text if text.endswith("\n") else text + "\n")
             if text.strip():
