@@ -65,6 +65,7 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
     proc = suite_cli("check", path, "--backend", "local", "--results", res, "--machine", "m", "--allow-synthetic")
     assert proc.returncode == 0, proc.stderr
     rows = _rows(proc.stdout)
+    assert "device" not in check_rows(proc.stdout)["width=8, device=cpu"], "each label names its device"
     assert rows["width=8, device=cpu"] == ["done (ok on file)", "-"]
     assert rows["width=16, device=cpu"] == [
         "will run 2 of 3 (1 ok on file)",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import http_server, said, suite_cli, write_scenario
+from conftest import check_rows, http_server, said, suite_cli, write_scenario
 from docker_fixtures import SMALL_SCENARIO, backend_factory, engine_client, image_fixture  # noqa: F401 - fixtures
 
 from suite import cli
@@ -151,6 +151,7 @@ def test_a_file_accepted_under_an_overridden_hash_is_not_called_mnist(tmp_path: 
     env = {"KERAS_HOME": str(tmp_path / "keras"), datasets.SHA_ENV: PAYLOAD_SHA}
     proc = suite_cli("check", path, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert check_rows(proc.stdout)["default"]["device"] == "cpu", "a label that does not name its device"
     data = said(proc.stdout, "data for ")  # one line, wrapped to the console's width
     assert f"source {wdata.NPZ_OVERRIDE_SOURCE}, sha256 {PAYLOAD_SHA}" in data, proc.stdout
     assert f"{datasets.SHA_ENV} override in effect" in data
