@@ -27,20 +27,9 @@ from suite.record import results, saving, under_load
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
 from suite.report import points, stats, verdicts
 from suite.run import executors
-from suite.run.progress import (
-    NORMAL,
-    QUIET,
-    VERBOSE,
-    WIDTH,
-    Progress,
-    Ticker,
-    fit_line,
-    fits,
-    runs_text,
-    shorten,
-    wrapped,
-)
+from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, runs_text, shorten
 from suite.run.results_folder import machine_dir
+from suite.safe.console import fitted
 from suite.spec import names
 from suite.spec.plan import RunSpec, parse_device
 from suite.spec.settings import AUTO
@@ -407,17 +396,15 @@ def _say_result(
     load = under_load.load_note(result)  # "measured while other processes used 85% of a core": a line of its own
     if progress.level >= VERBOSE:
         progress.line(step.line(f"{_tail(what, message[:200], took, eta)} -> {path}", None, note), VERBOSE)
-        if load:
-            progress.line("\n".join(wrapped(load, "  ", "    ")), VERBOSE)
-        return
-    # What gives way when the line is too long: the ETA, then the run's time (the next line and the
-    # result file have them), never the outcome.
-    tails = [_tail(what, message, took, eta)]
-    if not message:  # a failure's message stands last and is cut instead
-        tails += [_tail(what, "", took, ""), what]
-    progress.line(step.fitting(tails, note), QUIET if result.status in FAILED else NORMAL)
+    else:
+        # What gives way when the line is too long: the ETA, then the run's time (the next line and
+        # the result file have them), never the outcome.
+        tails = [_tail(what, message, took, eta)]
+        if not message:  # a failure's message stands last and is cut instead
+            tails += [_tail(what, "", took, ""), what]
+        progress.line(step.fitting(tails, note), QUIET if result.status in FAILED else NORMAL)
     if load:
-        progress.line("\n".join(wrapped(load, "  ", "    ")), NORMAL)
+        progress.line("\n".join(fitted(f"  {load}", 4)), NORMAL)
 
 
 def _tail(what: str, message: str, took: str, eta: str) -> str:
