@@ -82,7 +82,7 @@ def test_synthetic_data_is_said_in_the_report(smoke_run) -> None:
     if first.quality["data_source"] != "synthetic":
         pytest.skip("MNIST was available on this machine")
     page = (out / "mnist_mlp_width.md").read_text()
-    assert "**The data was synthetic**" in page
+    assert "- Data: **synthetic** (MNIST's shapes, not its digits; " in page
     # Said above the numbers too, where a reader starts: the first line under the machine's heading.
     assert "## On `testbox`\n\n**Smoke size, on synthetic digits**: a check that the scenario runs" in page
 

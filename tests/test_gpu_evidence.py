@@ -229,7 +229,7 @@ def test_cpu_run_with_jax_records_gpu_points_as_skipped(tmp_path: Path) -> None:
     assert derived["backend"] == "jax" and derived["training"]["jit_compile"] is True
 
     page = (rep / "mnist_mlp_width_jax.md").read_text()
-    assert "(backend jax)" in page and "skipped" in page and "The data was synthetic" in page
+    assert "(backend jax)" in page and "skipped" in page and "- Data: **synthetic** (MNIST" in page
     assert "scenarios/mnist_mlp_width_jax.yaml" in page  # the Reproduce line names the derived file
     assert (rep / "gpu_knobs_jax.md").is_file()
     assert "budget" not in proc.stdout.split("== runs took")[0]

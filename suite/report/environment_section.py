@@ -3,6 +3,7 @@ the data, what changed from the scenario file, and where the code, its packages 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -55,11 +56,7 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
             + (f" ({cell('; '.join(reasons))})" if reasons else "")
         )
     lines += _provenance_lines(view)
-    sources = sorted({p.ok_runs[0].quality.get(DATA_SOURCE.key, "?") for p in view.points if p.ok_runs})
-    lines.append(f"- Data: {cell(', '.join(sources) or 'no run completed')}")
-    if "synthetic" in sources:
-        detail = next(p.ok_runs[0].quality.get(DATA_DETAIL.key, "") for p in view.points if p.ok_runs)
-        lines.append(f"- **The data was synthetic** (MNIST's shapes, not its digits): {cell(detail)}")
+    lines.append(f"- Data: {_data_text(view)}")
     if view.smoke:
         lines.append(_smoke_line(view, files or ScenarioFiles()))
     counted = sorted(
@@ -71,6 +68,28 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
         lines.append(f"- Changed from the scenario file (every point): {set_flags(view.overrides)}")
     lines += [f"- Also on file: {cell(o)}" for o in view.other_sizes]
     return lines
+
+
+# What the worker records of synthetic data (worker/data): the words the line below says already.
+SYNTHETIC_DETAIL = re.compile(r"synthetic, same shapes as MNIST \((?P<why>.*)\)", re.S)
+
+
+def _data_text(view: ScenarioView) -> str:
+    """Where the data came from, each source once; synthetic data in bold, with why the real data
+    was not used (the detail of the first point that had it)."""
+    sources = sorted({p.ok_runs[0].quality.get(DATA_SOURCE.key, "?") for p in view.points if p.ok_runs})
+    if not sources:
+        return "no run completed"
+    words = [cell(s) for s in sources if s != "synthetic"]
+    if "synthetic" in sources:
+        detail = next(
+            str(p.ok_runs[0].quality.get(DATA_DETAIL.key) or "")
+            for p in view.points
+            if p.ok_runs and p.ok_runs[0].quality.get(DATA_SOURCE.key) == "synthetic"
+        )
+        why = found.group("why") if (found := SYNTHETIC_DETAIL.fullmatch(detail)) else detail
+        words.append("**synthetic** (MNIST's shapes, not its digits" + (f"; {cell(why)})" if why else ")"))
+    return ", ".join(words)
 
 
 # What a smoke block sets at the least, where the scenario file cannot say which settings it has.
