@@ -213,3 +213,70 @@ def test_kernel_high_water_mark_wins_when_higher_than_the_sampled_peak() -> None
 def test_results_without_telemetry_say_not_measured() -> None:
     _, _, row = _point({"fit_s": 1.0})
     assert row["GPU busy"] == "-" and row["peak memory"] == "-"
+
+
+def _width_view(cpu_status: str, gpu_status: str, data: dict[str, Any] | None = None) -> ScenarioView:
+    """The width scenario's two devices at one width, each point three runs of ``status``; the CPU
+    point is the baseline (``report.baseline``), as in scenarios/mnist_mlp_width.yaml."""
+    points = []
+    for device, status, fit in (("cpu", cpu_status, 2.0), ("gpu", gpu_status, 1.0)):
+        spec = {
+            "scenario": "s",
+            "point": {"width": 100, "device": device},
+            "point_label": f"width=100, device={device}",
+            "config": {"device": device},
+            "fingerprint": device,
+            "report": {"baseline": {"device": "cpu"}, "verdict": "gpu_crossover"},
+        }
+        quality = {"test_accuracy": 0.97, **(data or {})}
+        runs = [
+            RunResult(status=status, spec={**spec, "repetition": i}, timing={"fit_s": fit + i / 100}, quality=quality)
+            for i in range(3)
+        ]
+        points.append(Point(spec["point_label"], spec["point"], runs))
+    return ScenarioView("m", "s", False, points)
+
+
+def _results_table(page: str) -> list[str]:
+    """The Results section's lines up to its notes or plot."""
+    lines = page.split("### Results\n\n", 1)[1].splitlines()
+    return lines[: next(i for i, line in enumerate(lines) if line.startswith("#"))]
+
+
+def test_a_vs_baseline_column_without_a_ratio_is_left_out_and_the_page_says_why() -> None:
+    """Only the CPU points ran (a machine without a GPU): every row would read "baseline"."""
+    table = _results_table(pages.render_scenario([_width_view("ok", "skipped")]))
+    assert not any("vs baseline" in line for line in table), table
+    headers = [h.strip() for h in table[0].split("|")[1:-1]]
+    assert headers == [h for h in pages.ANSWER_HEADERS if h != "vs baseline (fit time)"], table
+    said = [line for line in table if line.startswith("No ratio to a baseline")]
+    assert said == [
+        "No ratio to a baseline: every point that ran here is a baseline, and the points compared with them "
+        "have no ok run (see Skips and failures)."
+    ], table
+    # Only the GPU point ran: compared with nothing, its cell would read "-".
+    table = _results_table(pages.render_scenario([_width_view("error", "ok")]))
+    assert not any("vs baseline" in line for line in table), table
+    assert "No ratio to a baseline: no point that ran here could be compared with its baseline." in table
+    # Both ran: the column holds the ratio, and no line says there is none.
+    table = _results_table(pages.render_scenario([_width_view("ok", "ok")]))
+    assert "vs baseline (fit time)" in table[0], table
+    assert "1.99x faster (95% CI" in next(line for line in table if "device=gpu" in line), table
+    assert not any(line.startswith("No ratio") for line in table), table
+    # The export keeps the column whatever the page shows.
+    view = _width_view("ok", "skipped")
+    assert pages.point_row(view, view.points[0])["vs baseline (fit time)"] == "baseline"
+
+
+def test_synthetic_data_is_said_once_with_why_the_real_data_was_not_used() -> None:
+    why = "no /data/mnist.npz; download failed: Exception: URL fetch failure (name resolution)"
+    synthetic = {"data_source": "synthetic", "data_detail": f"synthetic, same shapes as MNIST ({why})"}
+    lines = environment_section.environment_lines(_width_view("ok", "skipped", synthetic))
+    data = [line for line in lines if "synthetic" in line]
+    assert data == [f"- Data: **synthetic** (MNIST's shapes, not its digits; {why})"], lines
+    # A detail in other words (an older worker's) is given whole; a real source is named as recorded.
+    other = {"data_source": "synthetic", "data_detail": "made up"}
+    lines = environment_section.environment_lines(_width_view("ok", "skipped", other))
+    assert "- Data: **synthetic** (MNIST's shapes, not its digits; made up)" in lines, lines
+    lines = environment_section.environment_lines(_width_view("ok", "ok", {"data_source": "keras_cache"}))
+    assert "- Data: keras_cache" in lines, lines

@@ -216,6 +216,26 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return tabulate([[cell(c) for c in row] for row in rows], headers=headers, tablefmt="github", disable_numparse=True)
 
 
+SPEED = ANSWER_HEADERS.index("vs baseline (fit time)")
+
+
+def _answer_table(figs: list[figures.PointFigures]) -> list[str]:
+    """The table that answers the question. A ``vs baseline`` column without a ratio in it (each
+    point that ran is a baseline, as on a machine where only the CPU points ran) is left out, and
+    the line below the table says why."""
+    rows = [_answer_cells(f) for f in figs]
+    if any(row[SPEED] not in ("baseline", "-") for row in rows):
+        return [_table(ANSWER_HEADERS, rows)]
+    headers = [h for i, h in enumerate(ANSWER_HEADERS) if i != SPEED]
+    lines = [_table(headers, [[c for i, c in enumerate(row) if i != SPEED] for row in rows]), ""]
+    if all(f.is_baseline for f in figs):
+        why = "every point that ran here is a baseline, and the points compared with them have no ok run"
+        why += " (see Skips and failures)"
+    else:
+        why = "no point that ran here could be compared with its baseline"
+    return [*lines, f"No ratio to a baseline: {why}."]
+
+
 def _cost_table(figs: list[figures.PointFigures]) -> list[str]:
     """Where the time goes; a column no row measured is left out and named below the table."""
     rows = [_cost_cells(f) for f in figs]
@@ -262,7 +282,7 @@ def render_scenario(
             ]
         lines.append("### Results")
         if ran:
-            lines += ["", _table(ANSWER_HEADERS, [_answer_cells(f) for f in ran])]
+            lines += ["", *_answer_table(ran)]
             notes = _notes(ran, view)
             if notes:
                 lines += ["", "Notes:", "", *notes]
