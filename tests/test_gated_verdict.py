@@ -50,3 +50,28 @@ def test_a_cpu_only_plan_of_a_gpu_scenario_says_no_gpu_point_ran_not_that_no_pai
     verdict = _verdict((tmp_path / "out" / "fx_width.md").read_text())
     assert "No CPU-GPU comparison on this machine: no GPU point among these runs." in verdict, verdict
     assert "pair" not in verdict and "CPU fit time: 1.38 s at width 100 to 1.56 s at width 750." in verdict, verdict
+
+
+def test_a_sweep_of_one_s_own_whose_points_were_all_skipped_says_why_not_how_many_passed_the_gate(
+    tmp_path: Path,
+) -> None:
+    """A scenario of the user's own (verdict none) on a machine without a GPU: no point ran, so the
+    verdict says why, as the other verdicts do, not "0 of 2 points ran ok above the accuracy gate"."""
+    folder = tmp_path / "results" / "fixture-local" / "fx_width"
+    shutil.copytree(FIXTURE, folder)
+    for path in folder.glob("*.json"):
+        record = json.loads(path.read_text())
+        if record["spec"]["config"]["device"] == "cpu":
+            path.unlink()
+        else:
+            record["spec"]["report"]["verdict"] = "none"
+            path.write_text(json.dumps(record))
+
+    done = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
+
+    assert done.returncode == 0, done.stderr
+    verdict = _verdict((tmp_path / "out" / "fx_width.md").read_text())
+    assert verdict.endswith(
+        "No comparison on this machine: needs 1 GPU(s); this machine has no GPU (2 points skipped)."
+    ), verdict
+    assert "accuracy gate" not in verdict, verdict

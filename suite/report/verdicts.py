@@ -424,6 +424,10 @@ def none(view: ScenarioView) -> Verdict:
         return Verdict(f"One point, nothing to compare it with: {view.points[0].label} {took}.")
     if base is None or not usable(base):
         missing = tuple((p.label, why_unusable(p)) for p in view.points if not usable(p))
+        if view.points and all(r.status == STATUS_SKIPPED for p in view.points for r in p.runs):
+            # Nothing ran: why (a GPU this machine lacks), with the count, as the other verdicts say it.
+            why = _skip_reason(view.points) or "every point was skipped"
+            return Verdict(f"No comparison on this machine: {why}{_missing_count(view.points)}.", "", missing)
         why = f"the baseline {base.label} {_predicate(base)}" if base is not None else "no point ran ok"
         good = sum(1 for p in view.points if usable(p))
         count = f"{good} of {len(view.points)} points ran ok above the accuracy gate." if len(view.points) > 1 else ""
