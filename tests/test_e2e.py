@@ -66,10 +66,13 @@ def test_cpu_points_measured_gpu_points_skipped_with_reason(smoke_run) -> None:
     # One run a point: a figure with no range to show says so, rather than "1.87 (1.87-1.87)".
     row = next(line for line in page.splitlines() if line.startswith("| width=100, device=cpu "))
     assert re.search(r"\| [0-9.]+ \(1 run\) +\| [0-9.]+ \(1 run\) +\|", row), row
-    # A page of skips only: its Not compared line names a few of the 21 points, as Skips and failures
-    # does, and it offers no check of numbers it does not have.
+    # A page of skips only: Skips and failures names a few of the 21 points, no Not compared section
+    # says it again, and it offers no check of numbers it does not have.
     knobs = (out / "gpu_knobs.md").read_text()
-    assert re.search(r"^- 21 points \(variant=default, batch_size=128; .*; and 13 more\): skipped$", knobs, re.M)
+    assert re.search(
+        r"^- `skipped`, 21 runs of 21 points \(variant=default, batch_size=128; .*; and 13 more\): ", knobs, re.M
+    )
+    assert "### Not compared" not in knobs
     assert "To check these numbers" not in knobs and "To check these numbers" in page
     # The scaling scenario's points need 1, 2 and 4 GPUs: its verdict names every count, not the first.
     scaling = (out / "mlp4096_gpus.md").read_text()

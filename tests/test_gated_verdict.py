@@ -70,8 +70,12 @@ def test_a_sweep_of_one_s_own_whose_points_were_all_skipped_says_why_not_how_man
     done = suite_cli("report", "--results", tmp_path / "results", "--out", tmp_path / "out")
 
     assert done.returncode == 0, done.stderr
-    verdict = _verdict((tmp_path / "out" / "fx_width.md").read_text())
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    verdict = _verdict(page)
     assert verdict.endswith(
         "No comparison on this machine: needs 1 GPU(s); this machine has no GPU (2 points skipped)."
     ), verdict
     assert "accuracy gate" not in verdict, verdict
+    # Each point is under Skips and failures with its reason; no Not compared section repeats them.
+    assert "- `skipped`, 6 runs of 2 points (width=100, device=gpu; width=750, device=gpu): needs 1 GPU(s)" in page
+    assert "### Not compared" not in page

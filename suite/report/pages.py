@@ -294,7 +294,8 @@ def render_scenario(
             lines += ["", f"![{alt}]({quote(plot_name(view))})"]
         if ran:
             lines += ["", "### Where the time goes", "", *_cost_table(ran)]
-        not_compared = _not_compared(verdict)
+        # Where no point ran, each is under Skips and failures with its reason: the list adds nothing.
+        not_compared = _not_compared(verdict) if ran else []
         if not_compared:
             lines += ["", "### Not compared", "", *not_compared]
         failures = _failures(view)
