@@ -280,3 +280,12 @@ def test_synthetic_data_is_said_once_with_why_the_real_data_was_not_used() -> No
     assert "- Data: **synthetic** (MNIST's shapes, not its digits; made up)" in lines, lines
     lines = environment_section.environment_lines(_width_view("ok", "ok", {"data_source": "keras_cache"}))
     assert "- Data: keras_cache" in lines, lines
+
+
+def test_a_point_that_is_its_own_baseline_is_not_said_to_lack_points_that_did_not_run() -> None:
+    """A sweep of one point (verdict none, no baseline named): it is the baseline, and nothing is
+    compared with it; no point is missing."""
+    view, _, _ = _point({"fit_s": 1.0}, device="cpu")
+    table = _results_table(pages.render_scenario([view]))
+    assert not any("vs baseline" in line for line in table), table
+    assert "No ratio to a baseline: its one point is the baseline, with no other point to compare with it." in table

@@ -219,20 +219,24 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 SPEED = ANSWER_HEADERS.index("vs baseline (fit time)")
 
 
-def _answer_table(figs: list[figures.PointFigures]) -> list[str]:
-    """The table that answers the question. A ``vs baseline`` column without a ratio in it (each
-    point that ran is a baseline, as on a machine where only the CPU points ran) is left out, and
-    the line below the table says why."""
+def _answer_table(figs: list[figures.PointFigures], idle: int) -> list[str]:
+    """The table that answers the question, a row for each of ``figs`` (the points that ran; ``idle``
+    more did not). A ``vs baseline`` column without a ratio in it (each point that ran is a
+    baseline, as on a machine where only the CPU points ran) is left out, and the line below the
+    table says why."""
     rows = [_answer_cells(f) for f in figs]
     if any(row[SPEED] not in ("baseline", "-") for row in rows):
         return [_table(ANSWER_HEADERS, rows)]
     headers = [h for i, h in enumerate(ANSWER_HEADERS) if i != SPEED]
     lines = [_table(headers, [[c for i, c in enumerate(row) if i != SPEED] for row in rows]), ""]
-    if all(f.is_baseline for f in figs):
+    if not all(f.is_baseline for f in figs):
+        why = "no point that ran here could be compared with its baseline"
+    elif idle:
         why = "every point that ran here is a baseline, and the points compared with them have no ok run"
         why += " (see Skips and failures)"
     else:
-        why = "no point that ran here could be compared with its baseline"
+        why = "every point here is a baseline" if len(figs) > 1 else "its one point is the baseline"
+        why += ", with no other point to compare with it"
     return [*lines, f"No ratio to a baseline: {why}."]
 
 
@@ -282,7 +286,7 @@ def render_scenario(
             ]
         lines.append("### Results")
         if ran:
-            lines += ["", *_answer_table(ran)]
+            lines += ["", *_answer_table(ran, len(figs) - len(ran))]
             notes = _notes(ran, view)
             if notes:
                 lines += ["", "Notes:", "", *notes]
