@@ -235,8 +235,11 @@ def _answer_table(figs: list[figures.PointFigures], idle: int) -> list[str]:
         why = "every point that ran here is a baseline, and the points compared with them have no ok run"
         why += " (see Skips and failures)"
     else:
-        why = "every point here is a baseline" if len(figs) > 1 else "its one point is the baseline"
-        why += ", with no other point to compare with it"
+        why = (
+            "every point here is a baseline, with no other point to compare with them"
+            if len(figs) > 1
+            else "its one point is the baseline, with no other point to compare with it"
+        )
     return [*lines, f"No ratio to a baseline: {why}."]
 
 
