@@ -26,7 +26,7 @@ from suite.record.results import (
     RunResult,
     finished_at,
 )
-from suite.report import provenance_text, stats
+from suite.report import provenance_text, stats, verdicts
 from suite.report.points import ScenarioView, fit_ratio
 from suite.safe.markdown import cell, code
 
@@ -249,6 +249,12 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
                 and ref in per_machine
                 and (per_machine[m].smoke != per_machine[ref].smoke)
             )
+            # As on a page: runs on other data or with other settings measured other work.
+            differs = (
+                verdicts.not_comparable(got, base, also=verdicts.MACHINE_SETTINGS)
+                if base and got and fit and base_fit and m != ref and not size_differs
+                else ""
+            )
             # The reference's time over this one's.
             r = (
                 fit_ratio(base, got)
@@ -260,12 +266,14 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
                 and not below_gate
                 and not base_gated
                 and not size_differs
+                and not differs
                 else None
             )
             cells[m] = {
                 "status": got.status if got else "not run",
                 "below_gate": below_gate,
                 "size_differs": size_differs,
+                "not_compared": differs or None,
                 "runs_ok": len(got.ok_runs) if got else 0,
                 "runs_total": len(got.runs) if got else 0,
                 "fit_s_geomean": stats.geometric_mean(fit) if fit else None,
@@ -331,6 +339,8 @@ def _table(scenario: dict[str, Any], machines: list[str]) -> str:
             elif c["size_differs"]:
                 sizes = (_size(scenario, m), _size(scenario, machines[0]))
                 row.append(f"{c['fit_s_geomean']:.2f} (not compared: {sizes[0]} size, the reference {sizes[1]} size)")
+            elif c.get("not_compared"):
+                row.append(f"{c['fit_s_geomean']:.2f} (not compared: {cell(c['not_compared'])})")
             elif c["speedup_vs_reference"] is None:
                 row.append(f"{c['fit_s_geomean']:.2f}")
             else:

@@ -143,14 +143,15 @@ def _overrides_text(overrides: dict[str, object]) -> str:
     return "--set " + " ".join(override_flag(k, v) for k, v in sorted(overrides.items())) if overrides else "no --set"
 
 
-def other_settings(p: Point, base: Point) -> str:
+def other_settings(p: Point, base: Point, also: tuple[str, ...] = ()) -> str:
     """'' when two points were measured with the same settings, except for the matrix coordinates
-    that tell them apart, else why they are not compared: other ``--set`` overrides, or a config
-    that differs elsewhere (the scenario changed between their runs)."""
+    that tell them apart (and the config paths ``also`` names), else why they are not compared:
+    other ``--set`` overrides, or a config that differs elsewhere (the scenario changed between
+    their runs)."""
     if not p.runs or not base.runs:
         return ""
     mine, theirs = p.runs[0].spec, base.runs[0].spec
-    skip = {k for k in (*p.coords, *base.coords) if k != "variant"}
+    skip = {k for k in (*p.coords, *base.coords, *also) if k != "variant"}
     set_mine = {k: v for k, v in (mine.get("overrides") or {}).items() if _measured(k, set())}
     set_theirs = {k: v for k, v in (theirs.get("overrides") or {}).items() if _measured(k, set())}
     if set_mine != set_theirs:
@@ -166,9 +167,16 @@ def other_settings(p: Point, base: Point) -> str:
     return f"other settings ({'; '.join(differs)})" if differs else ""
 
 
-def not_comparable(p: Point, base: Point) -> str:
-    """'' when two usable points may be compared, else why not: other data or other settings."""
-    return other_data(p, base) or other_settings(p, base)
+def not_comparable(p: Point, base: Point, also: tuple[str, ...] = ()) -> str:
+    """'' when two usable points may be compared, else why not: other data or other settings (the
+    config paths ``also`` names aside)."""
+    return other_data(p, base) or other_settings(p, base, also)
+
+
+# Config paths that may differ between two machines' runs of one point, which ``compare`` and
+# hardware.md set side by side: the image (a version against another is a question they answer, and
+# the facts below the table name it), the GPU model a pool placed it on, and where the data lies.
+MACHINE_SETTINGS = ("image", "gpu_model", "data.data_dir")
 
 
 def _skip_reason(points: list[Point]) -> str:
