@@ -411,13 +411,15 @@ def test_compare_json_holds_the_numbers_the_text_shows() -> None:
     assert f"{len(skipped)} points skipped on every machine: {'; '.join(skipped)}." in text.stdout, text.stdout
     facts_a, facts_b = doc["facts"][str(a)], doc["facts"][str(b)]
     unrecorded = [f for f in facts_a if "not recorded" in (facts_a[f], facts_b[f])]
-    # Neither fixture ran a GPU point, so neither records GPU facts; nor do these older results record provenance.
+    # Neither fixture ran a GPU point, so neither records GPU facts; nor do these older results record
+    # provenance or the data's identity.
     assert (
         doc["facts_unrecorded"]
         == unrecorded
         == [
             "GPU model",
             "GPU driver",
+            "data",
             "suite revision",
             "suite code",
             "environment lock",

@@ -114,7 +114,18 @@ def _image_recipe(r: RunResult) -> str:
     return "none" if r.provenance else NOT_RECORDED
 
 
+def _data(r: RunResult) -> str:
+    """The data a run trained on, as its fingerprint sees it: "synthetic", or the source with the
+    sha256 of its bytes; what runs of other data were never compared on, named for the reader."""
+    identity = ((r.spec.get("config") or {}).get("data") or {}).get("identity")
+    if not isinstance(identity, dict):
+        return NOT_RECORDED
+    source, sha = identity.get("source"), identity.get("sha256")
+    return f"{source} sha256 {provenance_text.short(str(sha))}" if sha else str(source)
+
+
 FACTS += [
+    ("data", _data),
     ("suite revision", _suite_revision),
     ("suite code", _suite_code),
     ("environment lock", _environment_lock),
@@ -134,7 +145,8 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     """Facts of one machine: GPU facts from its newest run of a GPU point (a CPU run, in a container
     above all, sees no GPU: without one they are not recorded), provenance facts from every run that
     reached the worker (each value once, "; " between; every run where none did), the rest from its
-    newest run that reached the worker."""
+    newest run that reached the worker; the data, every value the runs that reached the worker
+    record (where none did, every run's)."""
     newest = max((v.newest for v in views), key=finished_at)
     gpu_runs = [r for v in views for r in v.gpu_runs]
     newest_gpu = max(gpu_runs, key=finished_at) if gpu_runs else None
@@ -144,8 +156,9 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     ran = _distinct_provenance(reached or [r for v in views for r in v.provenance_runs])
     facts = {}
     for name, get in FACTS:
-        if name in PROVENANCE_FACTS:  # what runs did not record is no other value where others did
-            values = {str(get(r)) for r in ran}
+        if name in PROVENANCE_FACTS or name == "data":  # what runs did not record is no other value where others did
+            every = reached or [r for v in views for p in v.points for r in p.runs]
+            values = {_data(r) for r in every} if name == "data" else {str(get(r)) for r in ran}
             facts[name] = "; ".join(sorted(values - {NOT_RECORDED} or values))
         elif name in GPU_FACTS:  # a CPU run, in a container above all, sees no GPU: it cannot say
             facts[name] = str(get(newest_gpu)) if newest_gpu is not None else NOT_RECORDED
