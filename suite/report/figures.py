@@ -214,8 +214,15 @@ def _notes(
     p: Point, fit: stats.Summary | None, steady: stats.Summary | None, first: stats.Summary | None, outlier: bool
 ) -> list[str]:
     notes = []
-    if fit and fit.unstable:
-        notes.append(f"unstable: fit times spread {fit.spread:.0%}")
+    # The steady epoch's median gives the cost table's figures (examples/s, fixed cost, GFLOP/s): a
+    # spread there is flagged as the fit time's is.
+    spread = [
+        f"{what} spread {s.spread:.0%}"
+        for what, s in (("fit times", fit), ("steady epochs", steady))
+        if s and s.unstable
+    ]
+    if spread:
+        notes.append(f"unstable: {', '.join(spread)}")
     if outlier:
         notes.append("first repetition an outlier")
     if p.ok_runs and not p.passes_gate:
