@@ -289,3 +289,27 @@ def test_a_point_that_is_its_own_baseline_is_not_said_to_lack_points_that_did_no
     table = _results_table(pages.render_scenario([view]))
     assert not any("vs baseline" in line for line in table), table
     assert "No ratio to a baseline: its one point is the baseline, with no other point to compare with it." in table
+
+
+def test_why_no_run_reached_the_worker_names_each_gpu_count_once() -> None:
+    """The scaling scenario's points need 1, 2 and 4 GPUs, skipped for one reason: said once, as
+    its verdict says it, not three times joined by semicolons."""
+    rest = "; the Docker engine gives its containers no GPU"
+    points = []
+    for n in (1, 2, 4):
+        spec = {"scenario": "s", "point": {"device": f"gpu:{n}"}, "point_label": f"device=gpu:{n}", "fingerprint": "f"}
+        message = f"needs {n} GPU(s){rest} (docker info: Runtimes: runc)"
+        points.append(
+            Point(f"device=gpu:{n}", spec["point"], [RunResult(status="skipped", spec=spec, message=message)])
+        )
+    lines = environment_section.environment_lines(ScenarioView("m", "s", False, points))
+    said = next(line for line in lines if line.startswith("- CPU, GPUs and versions"))
+    assert said.endswith(f"(needs 1, 2 or 4 GPU(s){rest})"), said
+
+
+def test_smoke_size_on_synthetic_digits_still_says_the_accuracy_means_nothing() -> None:
+    synthetic = {"data_source": "synthetic", "data_detail": "synthetic, same shapes as MNIST (offline)"}
+    view = dataclasses.replace(_width_view("ok", "skipped", synthetic), smoke=True)
+    said = environment_section.caveat(view)
+    assert said.startswith("**Smoke size, on synthetic digits**: a check that the scenario runs"), said
+    assert "the test accuracy says nothing of MNIST" in said, said

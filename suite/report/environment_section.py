@@ -50,7 +50,7 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
             f"/{cell(versions.get('tf_cudnn_build') or '-')}",
         ]
     else:
-        reasons = sorted({verdicts.short_reason(x.message) for p in view.points for x in p.runs if x.message})
+        reasons = verdicts.merged_reasons([x.message for p in view.points for x in p.runs if x.message])
         lines.append(
             "- CPU, GPUs and versions: not recorded, as no run reached the worker here"
             + (f" ({cell('; '.join(reasons))})" if reasons else "")
@@ -103,7 +103,8 @@ def caveat(view: ScenarioView) -> str:
     synthetic = any(r.quality.get(DATA_SOURCE.key) == "synthetic" for p in view.points for r in p.ok_runs)
     if smoke and synthetic:
         return (
-            "**Smoke size, on synthetic digits**: a check that the scenario runs, not a measurement (see Environment)."
+            "**Smoke size, on synthetic digits**: a check that the scenario runs, not a measurement; the test "
+            "accuracy says nothing of MNIST (see Environment)."
         )
     if smoke:
         return "**Smoke size**: a check that the scenario runs, not a measurement (see Environment)."

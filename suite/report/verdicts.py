@@ -183,17 +183,32 @@ def _skip_reason(points: list[Point]) -> str:
     """The short recorded reason of the first skipped point, to say why a whole device kind is
     missing. Where it is a GPU count this machine lacks, every count the skipped points need with
     the same rest is said: "needs 1, 2 or 4 GPU(s); this machine has no GPU"."""
-    # Each message once: thousands of skipped runs hold a few messages.
-    messages = dict.fromkeys(r.message for p in points for r in p.runs if r.status == STATUS_SKIPPED and r.message)
-    reasons = [short_reason(message) for message in messages]
-    if not reasons:
-        return ""
-    first = GPU_NEED.fullmatch(reasons[0])
-    if first is None:
-        return reasons[0]
-    counts = sorted({int(m[1]) for m in map(GPU_NEED.fullmatch, reasons) if m and m[2] == first[2]})
-    said = ", ".join(map(str, counts[:-1])) + f" or {counts[-1]}" if len(counts) > 1 else str(counts[0])
-    return f"needs {said} GPU(s){first[2]}"
+    messages = [r.message for p in points for r in p.runs if r.status == STATUS_SKIPPED and r.message]
+    return next(iter(merged_reasons(messages)), "")
+
+
+def merged_reasons(messages: list[str]) -> list[str]:
+    """Each short reason once (``short_reason``), in the order first met; GPU counts needed with the
+    same rest said as one: "needs 1, 2 or 4 GPU(s); this machine has no GPU"."""
+    counts: dict[str, set[int]] = {}  # a GPU need's rest -> the counts needed
+    order: dict[tuple[bool, str], None] = {}  # (a GPU need, its rest or the reason), in order
+    for message in dict.fromkeys(messages):  # thousands of runs hold a few messages
+        reason = short_reason(message)
+        need = GPU_NEED.fullmatch(reason)
+        if need is None:
+            order.setdefault((False, reason))
+        else:
+            counts.setdefault(need[2], set()).add(int(need[1]))
+            order.setdefault((True, need[2]))
+    out = []
+    for is_need, text in order:
+        if not is_need:
+            out.append(text)
+            continue
+        found = sorted(counts[text])
+        said = ", ".join(map(str, found[:-1])) + f" or {found[-1]}" if len(found) > 1 else str(found[0])
+        out.append(f"needs {said} GPU(s){text}")
+    return out
 
 
 # backends/gpu_pool's reason for a point it cannot place; a count of more digits is no machine's
