@@ -313,3 +313,24 @@ def test_smoke_size_on_synthetic_digits_still_says_the_accuracy_means_nothing() 
     said = environment_section.caveat(view)
     assert said.startswith("**Smoke size, on synthetic digits**: a check that the scenario runs"), said
     assert "the test accuracy says nothing of MNIST" in said, said
+
+
+def test_pairs_the_cpu_gpu_verdict_could_not_compare_are_counted_as_comparisons() -> None:
+    """Two widths whose GPU points were skipped: two CPU-GPU comparisons are missing, named by
+    their widths; the CPU points ran, so "2 points ... skipped" would misname them."""
+    points = []
+    for width in (100, 750):
+        for device, status in (("cpu", "ok"), ("gpu", "skipped")):
+            spec = {
+                "scenario": "s",
+                "point": {"width": width, "device": device},
+                "point_label": f"width={width}, device={device}",
+                "config": {"device": device},
+                "fingerprint": device,
+                "report": {"baseline": {"device": "cpu"}, "verdict": "gpu_crossover"},
+            }
+            runs = [RunResult(status=status, spec=spec, timing={"fit_s": 1.0}, quality={"test_accuracy": 0.97})]
+            points.append(Point(spec["point_label"], spec["point"], runs))
+    page = pages.render_scenario([ScenarioView("m", "s", False, points)])
+    assert "### Not compared\n\n- 2 comparisons (width 100; width 750): GPU: skipped\n" in page, page
+    assert "- `skipped`, 2 runs of 2 points (width=100, device=gpu; width=750, device=gpu)" in page, page

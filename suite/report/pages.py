@@ -165,18 +165,24 @@ def _failures(view: ScenarioView) -> list[str]:
     return out
 
 
-def _points_text(labels: list[str], limit: int = 8) -> str:
-    """'width=100, device=gpu' or '3 points: a; b; c', the list cut after ``limit`` with the count."""
+def _points_text(labels: list[str], limit: int = 8, noun: str = "points") -> str:
+    """'width=100, device=gpu' or '3 points (a; b; c)', the list cut after ``limit`` with the count."""
     if len(labels) == 1:
         return labels[0]
     shown = "; ".join(labels[:limit]) + (f"; and {len(labels) - limit} more" if len(labels) > limit else "")
-    return f"{len(labels)} points ({shown})"
+    return f"{len(labels)} {noun} ({shown})"
 
 
-def _not_compared(verdict: verdicts.Verdict) -> list[str]:
+def _not_compared(view: ScenarioView, verdict: verdicts.Verdict) -> list[str]:
     """A line per reason, its points named as Skips and failures names them (the first few, and how
-    many more); the JSON export lists every one."""
-    return [f"- {cell(_points_text(names))}: {cell(why)}" for why, names in verdict.not_compared_by_reason()]
+    many more); the JSON export lists every one. A verdict that compares pairs along a size axis
+    names each pair by its size ("width 100": the CPU and the GPU point there): those are counted
+    as comparisons, not as points."""
+    labels = {p.label for p in view.points}
+    return [
+        f"- {cell(_points_text(names, noun='points' if set(names) <= labels else 'comparisons'))}: {cell(why)}"
+        for why, names in verdict.not_compared_by_reason()
+    ]
 
 
 def _left_out(view: ScenarioView, results_dir: Path | None) -> list[str]:
@@ -302,7 +308,7 @@ def render_scenario(
         if ran:
             lines += ["", "### Where the time goes", "", *_cost_table(ran)]
         # Where no point ran, each is under Skips and failures with its reason: the list adds nothing.
-        not_compared = _not_compared(verdict) if ran else []
+        not_compared = _not_compared(view, verdict) if ran else []
         if not_compared:
             lines += ["", "### Not compared", "", *not_compared]
         failures = _failures(view)
