@@ -119,3 +119,16 @@ def test_an_image_of_other_versions_is_what_machines_are_compared_on(tmp_path: P
     points = {p["point"]: p["machines"] for s in json.loads(done.stdout)["scenarios"] for p in s["points"]}
     cell = points["width=750, device=cpu"][str(docker)]
     assert cell["speedup_vs_reference"] is not None and cell["not_compared"] is None, cell
+
+
+def test_a_fact_that_does_not_apply_says_so_not_a_dash(tmp_path: Path) -> None:
+    """A CPU build of TensorFlow was built for no CUDA, and a local run used no Docker engine: each
+    cell says which, where a "-" could have meant either or a fact not recorded."""
+    local, docker = _machines(tmp_path)
+    done = suite_cli("compare", local, docker, "--json")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)["facts"]
+    assert facts[str(local)]["Docker engine"] == "none (local)", facts
+    assert facts[str(docker)]["Docker engine"] == "20.10.24+dfsg1", facts
+    for machine in (local, docker):
+        assert facts[str(machine)]["CUDA build"] == facts[str(machine)]["cuDNN build"] == "none (CPU build)"

@@ -50,13 +50,31 @@ FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
     ("CPU cores", lambda r: _env(r, ENV_HOST, "cpu_count")),
     ("backend", lambda r: RUN_BACKEND.of(r)),
     ("image ID", lambda r: _image_id(r)),
-    ("Docker engine", lambda r: RUN_ENGINE_VERSION.of(r) or "-"),
+    ("Docker engine", lambda r: _engine(r)),
     ("Python", lambda r: _env(r, ENV_HOST, "python")),
     ("TensorFlow", lambda r: _env(r, ENV_VERSIONS, "tensorflow")),
     ("Keras", lambda r: _env(r, ENV_VERSIONS, "keras")),
-    ("CUDA build", lambda r: _env(r, ENV_VERSIONS, "tf_cuda_build") or "-"),
-    ("cuDNN build", lambda r: _env(r, ENV_VERSIONS, "tf_cudnn_build") or "-"),
+    ("CUDA build", lambda r: _cuda_build(r, "tf_cuda_build")),
+    ("cuDNN build", lambda r: _cuda_build(r, "tf_cudnn_build")),
 ]
+
+
+def _engine(r: RunResult) -> str | None:
+    """The Docker engine a run's container ran on: none for a run of another backend (a process of
+    its own, on this machine or a cluster's node); None (not recorded) for a Docker run without it."""
+    if version := RUN_ENGINE_VERSION.of(r):
+        return str(version)
+    backend = RUN_BACKEND.of(r)
+    return f"none ({backend})" if backend and backend != "docker" else None
+
+
+def _cuda_build(r: RunResult, key: str) -> str | None:
+    """The CUDA (or cuDNN) version TensorFlow was built for; "none (CPU build)" for a TensorFlow
+    built without CUDA; None (not recorded) where the run recorded neither."""
+    versions = r.environment.get(ENV_VERSIONS.key, {})
+    if versions.get(key):
+        return str(versions[key])
+    return "none (CPU build)" if versions.get("tf_built_with_cuda") is False else None
 
 
 NOT_RECORDED = provenance_text.NOT_RECORDED

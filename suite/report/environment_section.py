@@ -46,8 +46,7 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
             f"- GPUs: {cell(_gpu_text(view))}",
             f"- Python {cell(host.get('python', '?'))}, TensorFlow {cell(versions.get('tensorflow', '-'))}, "
             f"Keras {cell(versions.get('keras', '?'))} (backend {cell(versions.get('keras_backend', '?'))}), "
-            f"CUDA/cuDNN built for: {cell(versions.get('tf_cuda_build') or '-')}"
-            f"/{cell(versions.get('tf_cudnn_build') or '-')}",
+            + _cuda_text(versions),
         ]
     else:
         reasons = verdicts.merged_reasons([x.message for p in view.points for x in p.runs if x.message])
@@ -68,6 +67,14 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
         lines.append(f"- Changed from the scenario file (every point): {set_flags(view.overrides)}")
     lines += [f"- Also on file: {cell(o)}" for o in view.other_sizes]
     return lines
+
+
+def _cuda_text(versions: dict[str, Any]) -> str:
+    """The CUDA and cuDNN versions TensorFlow was built for, or that it was built without CUDA."""
+    if not versions.get("tf_cuda_build") and versions.get("tf_built_with_cuda") is False:
+        return "TensorFlow built without CUDA"
+    cuda, cudnn = versions.get("tf_cuda_build") or "not recorded", versions.get("tf_cudnn_build") or "not recorded"
+    return f"CUDA/cuDNN built for: {cell(cuda)}/{cell(cudnn)}"
 
 
 # What the worker records of synthetic data (worker/data): the words the line below says already.
