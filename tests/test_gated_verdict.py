@@ -49,7 +49,7 @@ def test_a_cpu_only_plan_of_a_gpu_scenario_says_no_gpu_point_ran_not_that_no_pai
     assert done.returncode == 0, done.stderr
     verdict = _verdict((tmp_path / "out" / "fx_width.md").read_text())
     assert "No CPU-GPU comparison on this machine: no GPU point among these runs." in verdict, verdict
-    assert "pair" not in verdict and "CPU fit time: 1.38 s at width 100 to 1.56 s at width 750." in verdict, verdict
+    assert "pair" not in verdict and "CPU fit time: 1.38 s at width 100, 1.56 s at width 750." in verdict, verdict
 
 
 def test_a_sweep_of_one_s_own_whose_points_were_all_skipped_says_why_not_how_many_passed_the_gate(

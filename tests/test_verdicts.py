@@ -156,7 +156,7 @@ def test_no_gpu_says_why() -> None:
     assert text.startswith(
         "No CPU-GPU comparison on this machine: needs 1 GPU(s); this machine has no GPU (2 GPU points skipped)."
     )
-    assert "CPU fit time: 1.00 s at width 100 to 2.00 s at width 750" in text
+    assert "CPU fit time: 1.00 s at width 100, 2.00 s at width 750" in text
     assert text.endswith("Not compared: width 100, width 750 (GPU: skipped).")
 
 

@@ -276,7 +276,7 @@ def gpu_crossover(view: ScenarioView) -> Verdict:
         # Only CPU points that could take part (every run ok, above the gate): a fast broken run is no end of the span.
         cpu_fits = [(along(p), stats.geometric_mean(_fit(p))) for p in cpus if usable(p) and _fit(p)]
         ends = cpu_fits[:1] if len(cpu_fits) == 1 else [cpu_fits[0], cpu_fits[-1]] if cpu_fits else []
-        times = " to ".join(f"{t:.2f} s at {_name(axis, v)}" for v, t in ends)
+        times = ", ".join(f"{t:.2f} s at {_name(axis, v)}" for v, t in ends)  # the ends of the axis, not a range
         span = f"CPU fit time: {times}." if ends else ""
         answer = f"No CPU-GPU comparison on this machine: {reason}{_missing_count(gpu_points, 'GPU')}."
         return Verdict(answer, span, left)
