@@ -139,7 +139,7 @@ def test_shipped_cnn_scenario_smoke_report_names_the_filters_axis(quick_start: Q
     skips = next(line for line in page.splitlines() if line.startswith("- `skipped`, 4 runs of 4 points"))
     assert all(f"filters={filters}, device=gpu" in skips for filters in (8, 16, 32, 64)), skips
     verdict = next(line for line in page.splitlines() if line.startswith("- **On `testbox`, smoke size:**"))
-    assert "at filters 8 to" in verdict and "at filters 64" in verdict, verdict
+    assert "at filters 8, " in verdict and "at filters 64" in verdict, verdict
     assert "width" not in verdict
     assert "[reading a report](../docs/reading-a-report.md)" in page  # the column definitions, CNN's included
     assert "a CNN with one filter per conv layer" in (REPO / "docs" / "reading-a-report.md").read_text()
