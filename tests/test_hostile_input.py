@@ -214,6 +214,17 @@ def test_numbers_no_figure_could_hold_are_refused_in_results(tmp_path: Path, edi
         _refused(_limited(*command), str(bad), *words)
 
 
+def test_reproduce_refuses_a_value_nested_too_deep_before_anything_runs(tmp_path: Path) -> None:
+    """Taken, such a value reached the rerun's record, which could then not be written: the rerun's
+    measurement was lost after its training."""
+    res, path, record = _rich_copy(tmp_path)
+    record["spec"]["point"]["x"] = json.loads("[" * 590 + "]" * 590)
+    path.write_text(json.dumps(record))
+    proc = _limited("reproduce", path, "--results", tmp_path / "again", "--backend", "local", "--anyway")
+    _refused(proc, f"{path}: field spec.point.x", "nested at most 32 levels deep")
+    assert not (tmp_path / "again").exists(), "nothing ran"
+
+
 def test_reproduce_checks_a_recorded_config_as_run_checks_a_scenario(tmp_path: Path) -> None:
     """A result from elsewhere may hold what no scenario file could: it is refused before anything runs."""
     res = tmp_path / "res"
@@ -284,7 +295,7 @@ def _skipped_needing(gpus: str):
         _set(["message"], "\ud800 and \x1b[2J"),
         _set(["spec", "overrides"], {"model.name": "[" * 3000 + "]" * 3000}),
         _set(["spec", "overrides"], {"x|y": "a|b"}),
-        _set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)),
+        _set(["spec", "config", "data", "deep"], json.loads("[" * 32 + "]" * 32)),  # as deep as a value may nest
         _skipped_needing("9" * 5000),
         _set(["spec", "point"], {f"k{i}": i for i in range(150_000)}),  # 2.6 MB: once minutes of list.count
         _set(["spec", "repetition"], 10**9),
@@ -295,7 +306,7 @@ def _skipped_needing(gpus: str):
         "surrogate-and-escape",
         "override-nested-3000",
         "pipes",
-        "config-600-deep",
+        "config-32-deep",
         "gpu-count-5000-digits",
         "150000-coordinates",
         "repetition-1e9",
@@ -336,8 +347,22 @@ def _scaling_against(device: str):
         (_set(["telemetry", "load", "gpu_others"], {"0": [{"pid": 1, "used_memory_bytes": "x"}]}), ["used_memory"]),
         (_set(["spec", "config", "device"], "gpu:two"), ["field spec.config.device", "'gpu:N'"]),
         (_scaling_against("gpu:x"), ["field spec.report.baseline.device", "'gpu:N'"]),
+        # Nested hundreds of levels deep, a value breaks whatever walks it by recursion (json.dumps of a
+        # rerun's record, the exports), long after the file was taken: refused as the file is read.
+        (_set(["spec", "point", "x"], json.loads("[" * 500 + "]" * 500)), ["field spec.point.x", "at most 32 levels"]),
+        (_set(["spec", "overrides"], {"x": json.loads("[" * 33 + "]" * 33)}), ["field spec.overrides.x", "32 levels"]),
+        (_set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)), ["spec.config.data.deep"]),
     ],
-    ids=["dirty-path-null", "reasons-not-a-mapping", "gpu-memory-text", "device-not-parsed", "baseline-device"],
+    ids=[
+        "dirty-path-null",
+        "reasons-not-a-mapping",
+        "gpu-memory-text",
+        "device-not-parsed",
+        "baseline-device",
+        "deep-point",
+        "deep-override",
+        "deep-config",
+    ],
 )
 def test_records_a_page_could_not_use_are_refused_naming_the_field(tmp_path: Path, change, words: list[str]) -> None:
     res, path, record = _rich_copy(tmp_path)

@@ -208,6 +208,13 @@ RECORD: dict[str, Shape] = {
     },
 }
 
+# How deep a value a shape leaves open ("any": a matrix coordinate, a --set value, a backend's own
+# facts) may nest. The suite writes none deeper than a few levels; a record may come from anyone, and
+# every function that walks a value by recursion (JSON writing, dataclasses.asdict, a copy) stops
+# near Python's limit of 1,000 frames, so a value of hundreds of levels would fail the command
+# that reads it, or lose the measurement of one that reruns it, long after the file was taken.
+MAX_ANY_DEPTH = 32
+
 _WORDS = {
     "str": "text",
     "int": "an integer",
@@ -222,6 +229,7 @@ _WORDS = {
     "bool": "true or false",
     "dict": "a mapping",
     "list": "a list",
+    "any": f"any JSON value nested at most {MAX_ANY_DEPTH} levels deep",
 }
 
 
@@ -267,7 +275,7 @@ def _compiled(shape: Shape) -> Check:
                 continue
             if not sub_check(value):
                 return False
-        if every is not None and every is not _anything:
+        if every is not None:
             return all(every(value) for name, value in data.items() if name not in named)
         return True
 
@@ -327,6 +335,18 @@ def _word_check(word: str) -> Check:
 
 
 def _anything(value: Any) -> bool:
+    """Any JSON value whose lists and mappings nest at most MAX_ANY_DEPTH levels (walked with a stack
+    of its own: the value may be nested far deeper than Python's recursion allows)."""
+    if not isinstance(value, (dict, list)):
+        return True
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_ANY_DEPTH:
+            return False
+        for inner in item.values() if isinstance(item, dict) else item:
+            if isinstance(inner, (dict, list)):
+                stack.append((inner, depth + 1))
     return True
 
 
@@ -373,7 +393,7 @@ def _is(value: Any, word: str) -> bool:
     if word.endswith("?"):
         return value is None or _is(value, word[:-1])
     if word == "any":
-        return True
+        return _anything(value)
     if word == "name":
         return names.is_safe(value)
     if word == "device":
