@@ -66,6 +66,9 @@ def test_names_with_markdown_syntax_keep_every_table_whole(tmp_path: Path) -> No
     # A machine name is one safe folder name (docs/limits.md); its underscores could still read as emphasis.
     run = suite_cli("run", path, "--backend", "local", "--results", res, "--machine", "box_1_a_", "--allow-synthetic")
     assert run.returncode == 0, run.stdout + run.stderr
+    # The variant named with a line break is one line on the console, as on the pages.
+    assert "[variant=two lines ~~x~~ [l](u)]" in run.stdout, run.stdout
+    assert not any(line.startswith("lines ~~x~~") for line in run.stdout.splitlines()), run.stdout
     rep = suite_cli("report", "--results", res, "--out", out)
     assert rep.returncode == 0, rep.stdout + rep.stderr
     md = _md()

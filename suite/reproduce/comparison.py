@@ -12,6 +12,7 @@ from suite.report import compare, stats
 from suite.report.points import ACCURACY_GATE, first_stage
 from suite.reproduce.equivalence import EQUIVALENCE_LEVEL, REPRODUCED, said, tolerance_text, verdict
 from suite.reproduce.originals import Original, files_text
+from suite.safe.markdown import one_line
 
 FORMAT = "keras-speed-suite/reproduce"
 VERSION = 2  # 2: gate misses moved from rerun.failures to rerun.below_gate; 90% bounds
@@ -200,7 +201,8 @@ def render(data: dict[str, Any]) -> str:
         lines += ["Differences from the results (--anyway ran regardless):", *[f"  {d}" for d in shared], ""]
     for p in points:
         lines.append(
-            f"{p['scenario']} [{p['point']}] (fingerprint {p['fingerprint'][:12]}, original on {p['machine']})"
+            f"{p['scenario']} [{one_line(p['point'])}] "
+            f"(fingerprint {p['fingerprint'][:12]}, original on {p['machine']})"
         )
         rows = []
         for name in ("original", "rerun"):

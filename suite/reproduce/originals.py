@@ -10,6 +10,7 @@ from typing import Any
 
 from suite.record import results
 from suite.record.results import FIT_S, RunResult
+from suite.safe.markdown import one_line
 from suite.spec import plan, select
 
 
@@ -35,7 +36,8 @@ class Original:
 
     @property
     def label(self) -> str:
-        return f"{self.spec.get('scenario', '?')} [{self.spec.get('point_label', '?')}]"
+        """'scenario [point label]' on one line (a variant's name may hold a line break or a tab)."""
+        return f"{self.spec.get('scenario', '?')} [{one_line(self.spec.get('point_label', '?'))}]"
 
     @property
     def backend(self) -> str:
@@ -108,7 +110,7 @@ def all_points(loaded: list[tuple[Path, RunResult, dict[str, Any] | None]]) -> l
         grouped.setdefault(result.fingerprint, []).append((path, result, prov))
     points = []
     for fingerprint, items in grouped.items():
-        label = f"{items[0][1].spec.get('scenario')} [{items[0][1].spec.get('point_label')}]"
+        label = f"{items[0][1].spec.get('scenario')} [{one_line(items[0][1].spec.get('point_label'))}]"
         for what, of in (("machines", lambda r: str(results.RUN_MACHINE.of(r) or "?")), ("backends", _backend_of)):
             found: dict[str, list[Path]] = {}
             for path, r, _ in items:

@@ -86,7 +86,9 @@ def fit_line(before: str, label: str, after: str, width: int = WIDTH) -> str:
     """``before[label]after`` in ``width`` columns: the point label gives way first (to LABEL_FLOOR
     characters, cut in its middle, where labels of one scenario differ least), then what stands
     before it (a long scenario name, to BEFORE_FLOOR, in its middle), then the line's end (where a
-    failure's message stands): the outcome after the label is the last to go."""
+    failure's message stands): the outcome after the label is the last to go. A line break or tab
+    in the label (a variant's name may hold one) is a space: the line stays one line."""
+    label = " ".join(label.split())
     over = len(before) + len(label) + 2 + len(after) - width
     if over > 0:
         label = cut_middle(label, max(LABEL_FLOOR, len(label) - over))

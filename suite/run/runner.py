@@ -105,7 +105,7 @@ class _Step:
         or whole where ``width`` is None."""
         before, after = self._parts(tail, note)
         if width is None:
-            return f"{before}[{self.spec.point_label}]{after}"
+            return f"{before}[{' '.join(self.spec.point_label.split())}]{after}"  # one line, as fit_line
         return fit_line(before, self.spec.point_label, after, width)
 
     def fitting(self, tails: list[str], note: str = "") -> str:
