@@ -513,3 +513,16 @@ def test_a_merge_key_brings_an_anchors_settings_and_its_own_override_them(tmp_pa
     bomb = "name: mbomb\nquestion: q\nt0: &t0 {" + ", ".join(f"k{i}: {i}" for i in range(100)) + "}\n"
     bomb += "".join(f"t{i}: &t{i} {{<<: [*t{i - 1}], x{i}: 1}}\n" for i in range(1, 2000))
     _refused(_limited("check", write_scenario(tmp_path, "mbomb", bomb)), "each alias (*name) counted where it is used")
+
+
+def test_a_loop_of_links_given_as_a_file_or_a_folder_is_refused_naming_it(tmp_path: Path) -> None:
+    """A link that leads back to itself, given as a scenario or as the results folder: bad input,
+    named, exit 2 (it was a traceback from pathlib, exit 1)."""
+    loop_file, loop_dir = tmp_path / "loop.yaml", tmp_path / "loopdir"
+    loop_file.symlink_to(loop_file.name)
+    loop_dir.symlink_to(loop_dir.name)
+    for command in (
+        ["check", loop_file],
+        ["check", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", loop_dir],
+    ):
+        _refused(_limited(*command), "a loop of symbolic links", str(tmp_path))

@@ -86,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     except (datasets.FetchError, saving.Unsaved) as exc:
         _error(exc)
         return 1
+    except RuntimeError as exc:
+        # pathlib's resolve() on Python before 3.13 where a path given leads into a loop of links.
+        found = re.fullmatch(r"Symlink loop from (.*)", str(exc), re.S)
+        if found is None:
+            raise
+        _error(f"{found.group(1)}: a loop of symbolic links; allowed: a path that leads to a file or a folder")
+        return 2
     except KeyboardInterrupt:
         print("interrupted; results written so far are kept", file=sys.stderr)
         return 130
