@@ -118,6 +118,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_text(tmp_path: Path) -> None
         elif data["spec"]["point_label"].startswith("variant=steps"):
             data["spec"]["point_label"] = "\t=HYPERLINK(2)"
         data["message"] = "failed \x1b[2J\x1b]0;owned\x07 here"  # runs.csv: shown, never obeyed by a terminal
+        data["spec"]["point"]["\x1b[2J\x1b]0;pwned\x07x"] = 1  # a coordinate's name is a column's header
         path.write_text(json.dumps(data))
     out = tmp_path / "out"
     proc = suite_cli("report", "--results", res, "--out", out, "--format", "csv")
@@ -129,6 +130,9 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_text(tmp_path: Path) -> None
     runs = (out / "runs.csv").read_text(encoding="utf-8")
     assert "\x1b" not in runs and "\x07" not in runs, "no control character reaches the file"
     assert "failed \\x1b[2J\\x1b]0;owned\\x07 here" in runs, runs[:2000]
+    points = (out / "points.csv").read_text(encoding="utf-8")
+    assert "\x1b" not in points and "\x07" not in points, "nor its header"
+    assert "coord.\\x1b[2J\\x1b]0;pwned\\x07x" in points.splitlines()[0], points.splitlines()[0]
 
 
 def test_a_link_planted_as_a_scenario_folder_is_not_written_through(tmp_path: Path) -> None:

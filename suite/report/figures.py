@@ -412,7 +412,8 @@ def runs_csv(doc: dict[str, Any]) -> str:
 def _csv(columns: list[str], rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
+    # The header as the cells are written: a coordinate's name (coord.<path>) comes from a record.
+    csv.writer(buf, lineterminator="\n").writerow([_csv_value(c) for c in columns])
     for row in rows:
         writer.writerow({k: _csv_value(row.get(k)) for k in columns})
     return buf.getvalue()
