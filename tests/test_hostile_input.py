@@ -526,3 +526,19 @@ def test_a_loop_of_links_given_as_a_file_or_a_folder_is_refused_naming_it(tmp_pa
         ["check", _tiny(tmp_path), "--smoke", "--backend", "local", "--results", loop_dir],
     ):
         _refused(_limited(*command), "a loop of symbolic links", str(tmp_path))
+
+
+def test_a_null_backend_or_scenario_file_gives_a_command_that_runs_not_none(tmp_path: Path) -> None:
+    """The shape allows null (or "") where the suite writes a backend and a scenario file: the
+    page's command then names the defaults (the scenario's file under scenarios/, the local
+    backend, as reproduce takes it), not `run '' --backend None`."""
+    res, path, record = _rich_copy(tmp_path)
+    record["run"]["backend"], record["spec"]["scenario_file"] = None, ""
+    path.write_text(json.dumps(record))
+    proc = _limited("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    scenario = record["spec"]["scenario"]
+    page = (tmp_path / "out" / f"{scenario}.md").read_text()
+    assert f"`python -m suite run scenarios/{scenario}.yaml --backend local " in page, page
+    assert "None" not in page and "run ''" not in page, page
+    assert f"- Machine: `{record['run']['machine']}`, backend not recorded" in page, page

@@ -37,7 +37,8 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
     env, run = r.environment, r.run
     host, versions = env.get(ENV_HOST.key, {}), env.get(ENV_VERSIONS.key, {})
     lines = [
-        f"- Machine: {code(view.machine)}, backend {code(run.get(RUN_BACKEND.key, '?'))}"
+        f"- Machine: {code(view.machine)}, backend "
+        + (code(run[RUN_BACKEND.key]) if run.get(RUN_BACKEND.key) else "not recorded")
         + (f", image {code(run[RUN_IMAGE.key])}" if run.get(RUN_IMAGE.key) else "")
     ]
     if env:

@@ -73,8 +73,9 @@ def run_commands(view: ScenarioView, results_dir: Path | None = None, files: Sce
     """
     spec, run = view.spec, view.newest.run
     folder = folder_text(results_dir)
-    base = ["python -m suite run", shlex.quote(spec.get("scenario_file", f"scenarios/{view.scenario}.yaml"))]
-    base.append(f"--backend {shlex.quote(str(run.get(RUN_BACKEND.key, 'local')))}")
+    # A record may hold null or "" where the suite writes a value (the shape allows it): the defaults.
+    base = ["python -m suite run", shlex.quote(spec.get("scenario_file") or f"scenarios/{view.scenario}.yaml")]
+    base.append(f"--backend {shlex.quote(str(run.get(RUN_BACKEND.key) or 'local'))}")
     if view.smoke:
         base.append("--smoke")
     base.append(f"--repeats {_repeats(view)}")
