@@ -542,3 +542,20 @@ def test_a_null_backend_or_scenario_file_gives_a_command_that_runs_not_none(tmp_
     assert f"`python -m suite run scenarios/{scenario}.yaml --backend local " in page, page
     assert "None" not in page and "run ''" not in page, page
     assert f"- Machine: `{record['run']['machine']}`, backend not recorded" in page, page
+
+
+def test_an_ok_run_without_a_fit_time_is_said_not_silently_left_out_of_the_figures(tmp_path: Path) -> None:
+    """The worker writes a fit time for every ok run; a record without one (edited, or from another
+    tool) would make a row of "3/3" whose mean and range are of two runs."""
+    res = tmp_path / "res"
+    shutil.copytree(FIXTURES / "fixture-local" / "fx_width", res / "fixture-local" / "fx_width")
+    path = res / "fixture-local" / "fx_width" / "8795d9598222-r0.json"
+    record = json.loads(path.read_text())
+    record["timing"] = {}
+    path.write_text(json.dumps(record))
+    proc = _limited("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "fx_width.md").read_text()
+    label = record["spec"]["point_label"]
+    note = next(line for line in page.splitlines() if line.startswith(f"- {label}: "))
+    assert "1 of 3 ok runs recorded no fit time: its times are of the other 2" in note, note

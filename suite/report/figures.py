@@ -223,6 +223,14 @@ def _notes(
     ]
     if spread:
         notes.append(f"unstable: {', '.join(spread)}")
+    untimed = len(p.ok_runs) - len(p.values(FIT_S))  # a record the worker did not write: its figures are the others'
+    if untimed:
+        timed = len(p.ok_runs) - untimed
+        notes.append(
+            f"{untimed} of {len(p.ok_runs)} ok runs recorded no fit time: its times are of the other {timed}"
+            if timed
+            else "no ok run recorded a fit time"
+        )
     if outlier:
         notes.append("first repetition an outlier")
     if p.ok_runs and not p.passes_gate:
