@@ -559,3 +559,24 @@ def test_an_ok_run_without_a_fit_time_is_said_not_silently_left_out_of_the_figur
     label = record["spec"]["point_label"]
     note = next(line for line in page.splitlines() if line.startswith(f"- {label}: "))
     assert "1 of 3 ok runs recorded no fit time: its times are of the other 2" in note, note
+
+
+def test_a_result_loose_in_the_results_folder_naming_no_machine_is_refused(tmp_path: Path) -> None:
+    """A machine is named by its record or by the folder its files lie in: a file directly in the
+    results folder, whose record names none, gave a "machine" named after the file itself."""
+    res = tmp_path / "res"
+    res.mkdir()
+    source = FIXTURES / "fixture-local" / "fx_width" / "8795d9598222-r0.json"
+    record = json.loads(source.read_text())
+    record["run"].pop("machine", None)
+    (res / source.name).write_text(json.dumps(record))
+    _refused(
+        _limited("report", "--results", res, "--out", tmp_path / "out"),
+        f"{res / source.name}: names no machine and lies in no machine's folder",
+        f"allowed: {res}/<machine>/<scenario>/{source.name}",
+    )
+    # In a folder of its own, the folder names the machine.
+    (res / "box" / "fx_width").mkdir(parents=True)
+    (res / source.name).rename(res / "box" / "fx_width" / source.name)
+    proc = _limited("report", "--results", res, "--out", tmp_path / "out")
+    assert proc.returncode == 0 and "## On `box`" in (tmp_path / "out" / "fx_width.md").read_text(), proc.stderr

@@ -265,7 +265,15 @@ def group_views(results_dir: Path, loaded: list[tuple[Path, RunResult]]) -> list
     grouped: dict[tuple[str, str, bool, str], list[tuple[Path, RunResult]]] = defaultdict(list)
     checked: set[str] = set()  # machine names found safe: thousands of runs name a few
     for path, result in loaded:
-        machine = RUN_MACHINE.of(result) or path.relative_to(results_dir).parts[0]
+        machine = RUN_MACHINE.of(result)
+        if not machine:
+            where = path.relative_to(results_dir).parts
+            if len(where) == 1:  # its own name would stand for the machine: one "machine" per such file
+                raise results.ResultError(
+                    f"{path}: names no machine and lies in no machine's folder; allowed: "
+                    f"{results_dir}/<machine>/<scenario>/{path.name}"
+                )
+            machine = where[0]
         if not (isinstance(machine, str) and machine in checked):
             if not names.is_safe(machine):  # a folder's name, where the record names no machine
                 raise results.ResultError(f"{path}: machine folder {machine!r}; allowed: {names.ALLOWED}")
