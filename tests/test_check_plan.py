@@ -10,7 +10,7 @@ import pytest
 from conftest import check_rows, check_skipped, said, suite_cli, write_scenario
 
 from suite.record import results, saving
-from suite.report import verdicts
+from suite.report import reasons
 from suite.spec import plan, scenario
 
 TINY = """\
@@ -86,7 +86,7 @@ def test_each_point_says_what_run_does_with_it_here_and_how_long(tmp_path: Path)
         full = said(proc.stdout, "skipped, in full: ").removeprefix("skipped, in full: ")
         assert full.startswith("needs 64 GPU(s); this machine has no GPU ("), proc.stdout
         assert proc.stdout.count("skipped, in full: ") == 1, proc.stdout
-        assert line.endswith(f"skipped: {verdicts.short_reason(full)}")
+        assert line.endswith(f"skipped: {reasons.short_reason(full)}")
     assert "6 points, 18 runs" in proc.stdout
     assert said(proc.stdout, "backend: ") == f"backend: local (--backend); earlier results: {res / 'm'}"
     assert said(proc.stdout, "here: ") == (

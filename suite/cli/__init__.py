@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _error(exc: Exception) -> None:
+def _error(exc: Exception | str) -> None:
     """An error on stderr, each line with its control characters escaped: a message quotes input
     from elsewhere (a result's fields, a flag, a lock holder's host), and a terminal must show an
     escape sequence in it, not obey it."""

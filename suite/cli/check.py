@@ -21,7 +21,7 @@ from suite.cli.common import (
 )
 from suite.environment import datasets, host_facts
 from suite.record import results, saving
-from suite.report import verdicts
+from suite.report import reasons
 from suite.run import results_folder, runner
 from suite.run.progress import duration_text, runs_text
 from suite.safe.console import fitted
@@ -103,7 +103,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             if status.startswith(SKIPPED):
                 by_reason = skipped.setdefault(scenario, {})
                 left = [s for s in runs if not _ok_on_file(s, done)]
-                by_reason.setdefault(verdicts.short_reason(skip or ""), []).append((left, status[len(SKIPPED) :]))
+                by_reason.setdefault(reasons.short_reason(skip or ""), []).append((left, status[len(SKIPPED) :]))
             else:
                 rows.append(
                     (scenario, [label, first.device, _reps(runs, counts), first.fingerprint[:12], status, estimate])
@@ -193,7 +193,7 @@ def _print_plan(
             named = "; ".join(one_line(left[0].point_label) + also for left, also in group)
             _say(f"  {named}")
     for reason in skip_reasons:
-        if verdicts.short_reason(reason) != reason or reason in cut:
+        if reasons.short_reason(reason) != reason or reason in cut:
             _say(f"skipped, in full: {one_line(reason)}")
 
 

@@ -20,8 +20,9 @@ from suite.record.results import (
     RUN_BACKEND,
     RUN_IMAGE,
 )
-from suite.report import provenance_text, verdicts
+from suite.report import provenance_text
 from suite.report.points import ScenarioView
+from suite.report.reasons import merged_reasons
 from suite.report.up_to_date import ScenarioFiles
 from suite.safe.markdown import cell, code
 from suite.spec.plan import override_flag
@@ -50,7 +51,7 @@ def environment_lines(view: ScenarioView, files: ScenarioFiles | None = None) ->
             + _cuda_text(versions),
         ]
     else:
-        reasons = verdicts.merged_reasons([x.message for p in view.points for x in p.runs if x.message])
+        reasons = merged_reasons([x.message for p in view.points for x in p.runs if x.message])
         lines.append(
             "- CPU, GPUs and versions: not recorded, as no run reached the worker here"
             + (f" ({cell('; '.join(reasons))})" if reasons else "")

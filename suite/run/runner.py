@@ -25,7 +25,7 @@ import numpy as np
 from suite.backends.base import Backend, is_pool
 from suite.record import results, saving, under_load
 from suite.record.results import FAILED, FIT_S, STATUS_OK, STATUS_SKIPPED, TEST_ACCURACY
-from suite.report import points, stats, verdicts
+from suite.report import points, reasons, stats
 from suite.run import executors
 from suite.run.progress import NORMAL, QUIET, VERBOSE, WIDTH, Progress, Ticker, fit_line, fits, runs_text, shorten
 from suite.run.results_folder import machine_dir
@@ -171,7 +171,7 @@ def _skip_lines(steps: list[_Step]) -> list[str]:
     groups: dict[str, list[_Step]] = {}
     for step in steps:
         if step.action in ("skip", "skip-again") and step.reason:
-            groups.setdefault(verdicts.short_reason(step.reason), []).append(step)
+            groups.setdefault(reasons.short_reason(step.reason), []).append(step)
     return [
         skip_line([s.spec for s in group], reason, again=all(s.action == "skip-again" for s in group))
         for reason, group in groups.items()
