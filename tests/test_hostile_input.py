@@ -221,7 +221,7 @@ def test_reproduce_refuses_a_value_nested_too_deep_before_anything_runs(tmp_path
     record["spec"]["point"]["x"] = json.loads("[" * 590 + "]" * 590)
     path.write_text(json.dumps(record))
     proc = _limited("reproduce", path, "--results", tmp_path / "again", "--backend", "local", "--anyway")
-    _refused(proc, f"{path}: field spec.point.x", "nested at most 32 levels deep")
+    _refused(proc, f"{path}: field spec.point.x.0...", "nested more than 32 levels deep")
     assert not (tmp_path / "again").exists(), "nothing ran"
 
 
@@ -295,7 +295,7 @@ def _skipped_needing(gpus: str):
         _set(["message"], "\ud800 and \x1b[2J"),
         _set(["spec", "overrides"], {"model.name": "[" * 3000 + "]" * 3000}),
         _set(["spec", "overrides"], {"x|y": "a|b"}),
-        _set(["spec", "config", "data", "deep"], json.loads("[" * 32 + "]" * 32)),  # as deep as a value may nest
+        _set(["spec", "config", "data", "deep"], json.loads("[" * 28 + "]" * 28)),  # the record 32 levels deep
         _skipped_needing("9" * 5000),
         _set(["spec", "point"], {f"k{i}": i for i in range(150_000)}),  # 2.6 MB: once minutes of list.count
         _set(["spec", "repetition"], 10**9),
@@ -306,7 +306,7 @@ def _skipped_needing(gpus: str):
         "surrogate-and-escape",
         "override-nested-3000",
         "pipes",
-        "config-32-deep",
+        "config-28-deep",
         "gpu-count-5000-digits",
         "150000-coordinates",
         "repetition-1e9",
@@ -349,9 +349,21 @@ def _scaling_against(device: str):
         (_scaling_against("gpu:x"), ["field spec.report.baseline.device", "'gpu:N'"]),
         # Nested hundreds of levels deep, a value breaks whatever walks it by recursion (json.dumps of a
         # rerun's record, the exports), long after the file was taken: refused as the file is read.
-        (_set(["spec", "point", "x"], json.loads("[" * 500 + "]" * 500)), ["field spec.point.x", "at most 32 levels"]),
-        (_set(["spec", "overrides"], {"x": json.loads("[" * 33 + "]" * 33)}), ["field spec.overrides.x", "32 levels"]),
-        (_set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)), ["spec.config.data.deep"]),
+        (
+            _set(["spec", "point", "x"], json.loads("[" * 500 + "]" * 500)),
+            ["field spec.point.x.0...", "32 levels deep"],
+        ),
+        (
+            _set(["spec", "overrides"], {"x": json.loads("[" * 33 + "]" * 33)}),
+            ["field spec.overrides.x.0...", "32 levels"],
+        ),
+        (_set(["spec", "config", "data", "deep"], json.loads("[" * 600 + "]" * 600)), ["spec.config.data.deep..."]),
+        # A key the shape does not name is walked too: a rerun copies the report section into its record.
+        (_set(["spec", "report", "x"], json.loads("[" * 590 + "]" * 590)), ["field spec.report.x.0...", "32 levels"]),
+        (
+            _set(["timing", "x"], {"a": json.loads('{"a":' * 40 + "1" + "}" * 40)}),
+            ["field timing.x.a.a...", "32 levels"],
+        ),
     ],
     ids=[
         "dirty-path-null",
@@ -362,6 +374,8 @@ def _scaling_against(device: str):
         "deep-point",
         "deep-override",
         "deep-config",
+        "deep-report-key",
+        "deep-timing-key",
     ],
 )
 def test_records_a_page_could_not_use_are_refused_naming_the_field(tmp_path: Path, change, words: list[str]) -> None:

@@ -208,12 +208,13 @@ RECORD: dict[str, Shape] = {
     },
 }
 
-# How deep a value a shape leaves open ("any": a matrix coordinate, a --set value, a backend's own
-# facts) may nest. The suite writes none deeper than a few levels; a record may come from anyone, and
-# every function that walks a value by recursion (JSON writing, dataclasses.asdict, a copy) stops
-# near Python's limit of 1,000 frames, so a value of hundreds of levels would fail the command
-# that reads it, or lose the measurement of one that reruns it, long after the file was taken.
-MAX_ANY_DEPTH = 32
+# How deep a record may nest, wherever its shape leaves a value open (a matrix coordinate, a --set
+# value, a backend's own facts, a key the shape does not name). The suite writes fewer than 10
+# levels; a record may come from anyone, and every function that walks a value by recursion (JSON
+# writing, dataclasses.asdict, a copy) stops near Python's limit of 1,000 frames, so a record of
+# hundreds of levels would fail the command that reads it, or lose the measurement of one that
+# reruns it, long after the file was taken.
+MAX_DEPTH = 32
 
 _WORDS = {
     "str": "text",
@@ -229,7 +230,6 @@ _WORDS = {
     "bool": "true or false",
     "dict": "a mapping",
     "list": "a list",
-    "any": f"any JSON value nested at most {MAX_ANY_DEPTH} levels deep",
     "label": "printable text, line breaks and tabs (as a scenario's variant names; no other control character)",
 }
 
@@ -238,7 +238,26 @@ def valid(data: Any) -> bool:
     """Whether ``problem(data)`` is None, without building a path or a message for every field:
     the shape compiled once into nested checks (a report reads thousands of records; the words of
     a refusal come from ``problem``, which says the same yes or no)."""
-    return _RECORD_CHECK(data)
+    return _RECORD_CHECK(data) and _too_deep(data) is None
+
+
+def _too_deep(data: Any) -> str | None:
+    """The path of the first value nested more than MAX_DEPTH levels deep; None where none is.
+    Walked with a stack of its own (the record may nest deeper than Python's recursion allows); a
+    list of numbers (a telemetry series) is passed over by the types it holds, in C."""
+    stack: list[tuple[Any, int, str]] = [(data, 1, "")]
+    while stack:
+        item, depth, path = stack.pop()
+        if depth > MAX_DEPTH:
+            return path
+        if isinstance(item, dict):
+            stack += [(v, depth + 1, f"{path}.{k}" if path else str(k)) for k, v in item.items() if type(v) in _NESTS]
+        elif _NESTS & set(map(type, item)):
+            stack += [(v, depth + 1, f"{path}.{i}") for i, v in enumerate(item) if type(v) in _NESTS]
+    return None
+
+
+_NESTS = {dict, list}
 
 
 Check = Callable[[Any], bool]
@@ -276,7 +295,7 @@ def _compiled(shape: Shape) -> Check:
                 continue
             if not sub_check(value):
                 return False
-        if every is not None:
+        if every is not None and every is not _anything:
             return all(every(value) for name, value in data.items() if name not in named)
         return True
 
@@ -336,22 +355,23 @@ def _word_check(word: str) -> Check:
 
 
 def _anything(value: Any) -> bool:
-    """Any JSON value whose lists and mappings nest at most MAX_ANY_DEPTH levels (walked with a stack
-    of its own: the value may be nested far deeper than Python's recursion allows)."""
-    if not isinstance(value, (dict, list)):
-        return True
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_ANY_DEPTH:
-            return False
-        for inner in item.values() if isinstance(item, dict) else item:
-            if isinstance(inner, (dict, list)):
-                stack.append((inner, depth + 1))
     return True
 
 
-def problem(data: Any, shape: Shape = RECORD, path: str = "") -> str | None:
+def problem(data: Any) -> str | None:
+    """The first field of the record ``data`` that does not have its shape, in words ("field
+    timing.fit_s: got 'x' (str); allowed: a finite number or null"), or that nests too deep; None
+    when every field does."""
+    if (found := _problem(data)) is not None:
+        return found
+    if (deep := _too_deep(data)) is not None:
+        parts = deep.split(".")  # as deep as the value: its first steps name it
+        where = ".".join(parts[:4]) + ("..." if len(parts) > 4 else "")
+        return f"field {where}: nested more than {MAX_DEPTH} levels deep (a result nests fewer than 10)"
+    return None
+
+
+def _problem(data: Any, shape: Shape = RECORD, path: str = "") -> str | None:
     """The first field of ``data`` that does not have its shape, in words ("field timing.fit_s:
     got 'x' (str); allowed: a finite number or null"); None when every field does. It descends
     only as deep as the shape names, whatever the record's own depth."""
@@ -365,7 +385,7 @@ def problem(data: Any, shape: Shape = RECORD, path: str = "") -> str | None:
         if not isinstance(data, list):
             return _said(path, data, "a list")
         for i, item in enumerate(data):
-            if (found := problem(item, shape[0], f"{path}.{i}")) is not None:
+            if (found := _problem(item, shape[0], f"{path}.{i}")) is not None:
                 return found
         return None
     if not isinstance(data, dict):
@@ -380,12 +400,12 @@ def problem(data: Any, shape: Shape = RECORD, path: str = "") -> str | None:
             continue
         if key.endswith("?") and data[name] is None:
             continue
-        if (found := problem(data[name], sub, f"{path}.{name}" if path else name)) is not None:
+        if (found := _problem(data[name], sub, f"{path}.{name}" if path else name)) is not None:
             return found
     if (every := shape.get("*")) is not None:
         for name, value in data.items():
             if not {name, f"!{name}", f"{name}?"} & set(shape):
-                if (found := problem(value, every, f"{path}.{name}" if path else str(name))) is not None:
+                if (found := _problem(value, every, f"{path}.{name}" if path else str(name))) is not None:
                     return found
     return None
 
@@ -394,7 +414,7 @@ def _is(value: Any, word: str) -> bool:
     if word.endswith("?"):
         return value is None or _is(value, word[:-1])
     if word == "any":
-        return _anything(value)
+        return True
     if word == "name":
         return names.is_safe(value)
     if word == "label":
