@@ -70,6 +70,10 @@ def _real_mnist(record: dict[str, Any]) -> None:
     record["quality"]["data_source"] = "mnist.npz"
 
 
+def _synthetic(record: dict[str, Any]) -> None:
+    record["spec"]["config"]["data"]["identity"] = {"source": "synthetic", "note": "no mnist.npz"}
+
+
 def _bigger_batch(record: dict[str, Any]) -> None:
     record["spec"]["config"]["training"]["batch_size"] = 512
 
@@ -85,7 +89,7 @@ def test_machines_that_trained_on_other_data_or_settings_get_no_ratio(tmp_path: 
     machine by name, fixture-docker; compare's the first folder given, fixture-local)."""
     mnist = "mnist.npz sha256 abababababab"
     for edit, on_page, in_json in (
-        (_real_mnist, f"other data: not recorded, against {mnist}", f"other data: {mnist}, against not recorded"),
+        (_real_mnist, f"other data: synthetic, against {mnist}", f"other data: {mnist}, against synthetic"),
         (
             _bigger_batch,
             "settings (training.batch_size 128 against 512)",
@@ -93,6 +97,12 @@ def test_machines_that_trained_on_other_data_or_settings_get_no_ratio(tmp_path: 
         ),
     ):
         local, docker = _edited(tmp_path / edit.__name__, "width=750, device=cpu", edit)
+        if edit is _real_mnist:  # the other machine's runs of that point record their data too: synthetic
+            for path in (local / "fx_width").glob("*.json"):
+                record = json.loads(path.read_text())
+                if record["spec"]["point_label"] == "width=750, device=cpu":
+                    _synthetic(record)
+                    path.write_text(json.dumps(record))
         done = suite_cli("report", "--results", local.parent, "--out", tmp_path / edit.__name__ / "out")
         assert done.returncode == 0, done.stderr
         page = (tmp_path / edit.__name__ / "out" / "hardware.md").read_text()
@@ -102,12 +112,25 @@ def test_machines_that_trained_on_other_data_or_settings_get_no_ratio(tmp_path: 
         assert "than the reference" not in rows["width=750, device=cpu"]
         assert "than the reference" in rows["width=100, device=cpu"], "the point run alike is still compared"
         if edit is _real_mnist:  # the facts name each machine's data (the fixtures' older runs record none)
-            assert [c.strip() for c in rows["data"].split("|")[2:4]] == [mnist, "not recorded"], rows["data"]
+            assert [c.strip() for c in rows["data"].split("|")[2:4]] == [mnist, "synthetic"], rows["data"]
         done = suite_cli("compare", local, docker, "--json")
         assert done.returncode == 0, done.stderr
         points = {p["point"]: p["machines"] for s in json.loads(done.stdout)["scenarios"] for p in s["points"]}
         cell = points["width=750, device=cpu"][str(docker)]
         assert cell["speedup_vs_reference"] is None and cell["not_compared"].endswith(in_json), cell
+
+
+def test_a_machine_whose_results_name_no_data_is_compared_its_data_not_recorded(tmp_path: Path) -> None:
+    """Results made before records named their data say nothing either way: compared, as before,
+    with the "data" fact "not recorded" for that machine."""
+    local, docker = _edited(tmp_path, "width=750, device=cpu", _real_mnist)
+    done = suite_cli("compare", local, docker, "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    points = {p["point"]: p["machines"] for s in doc["scenarios"] for p in s["points"]}
+    cell = points["width=750, device=cpu"][str(docker)]
+    assert cell["speedup_vs_reference"] is not None and cell["not_compared"] is None, cell
+    assert doc["facts"][str(local)]["data"] == "not recorded", doc["facts"]
 
 
 def test_an_image_of_other_versions_is_what_machines_are_compared_on(tmp_path: Path) -> None:

@@ -282,7 +282,7 @@ def _scenario(scenario: str, per_machine: dict[str, ScenarioView], machines: lis
             )
             # As on a page: runs on other data or with other settings measured other work.
             differs = (
-                verdicts.not_comparable(got, base, also=verdicts.MACHINE_SETTINGS)
+                verdicts.not_comparable_across_machines(got, base)
                 if base and got and fit and base_fit and m != ref and not size_differs
                 else ""
             )

@@ -152,16 +152,24 @@ def other_settings(p: Point, base: Point, also: tuple[str, ...] = ()) -> str:
     return f"other settings ({'; '.join(differs)})" if differs else ""
 
 
-def not_comparable(p: Point, base: Point, also: tuple[str, ...] = ()) -> str:
-    """'' when two usable points may be compared, else why not: other data or other settings (the
-    config paths ``also`` names aside)."""
-    return other_data(p, base) or other_settings(p, base, also)
+def not_comparable(p: Point, base: Point) -> str:
+    """'' when two usable points may be compared, else why not: other data or other settings."""
+    return other_data(p, base) or other_settings(p, base)
 
 
 # Config paths that may differ between two machines' runs of one point, which ``compare`` and
 # hardware.md set side by side: the image (a version against another is a question they answer, and
 # the facts below the table name it), the GPU model a pool placed it on, and where the data lies.
 MACHINE_SETTINGS = ("image", "gpu_model", "data.data_dir")
+
+
+def not_comparable_across_machines(p: Point, base: Point) -> str:
+    """``not_comparable`` for one point on two machines: other data where both record which (a
+    result made before records named their data says nothing either way: compared, its "data" fact
+    not recorded), or other settings but those MACHINE_SETTINGS names."""
+    if None not in (data_identity(p), data_identity(base)) and (differs := other_data(p, base)):
+        return differs
+    return other_settings(p, base, MACHINE_SETTINGS)
 
 
 def _skip_reason(points: list[Point]) -> str:
