@@ -470,7 +470,7 @@ def test_a_point_label_with_a_control_character_is_refused_as_the_file_is_read(t
         ["show", path],
     ):
         proc = _limited(*command)
-        _refused(proc, f"{path}: field spec.point_label", "no other control character")
+        _refused(proc, f"{path}: field spec.point_label", "no other control or format character")
         assert "\x1b" not in proc.stderr and "\u202e" not in proc.stderr and "\x07" not in proc.stderr
         assert "width=100\\x1b[2J" in proc.stderr, proc.stderr
     assert not (tmp_path / "again").exists(), "nothing ran"

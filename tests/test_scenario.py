@@ -304,3 +304,18 @@ def test_a_matrix_listing_a_whole_float_and_its_int_lists_a_value_twice(tmp_path
     proc = suite_cli("check", path, "--backend", "local")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert f"{path}: line 10 key 'matrix.model.dropout': lists a value twice; allowed: each value once" in proc.stderr
+
+
+def test_a_variant_named_with_a_character_newer_than_this_python_is_taken(tmp_path: Path) -> None:
+    """Control characters are refused by their Unicode category, not by ``isprintable``, which also
+    refuses a character this Python's tables do not know (U+1FAE8, of Unicode 15, on Python 3.11): a
+    scenario and its results read the same on every supported Python."""
+    text = (
+        (Path(__file__).parent / "fixtures" / "scenarios" / "fx_knobs.yaml")
+        .read_text()
+        .replace("name: jit_compile", "name: jit \U0001fae8")
+    )
+    path = write_scenario(tmp_path, "newer", text.replace("name: fx_knobs", "name: newer"))
+    proc = suite_cli("check", path, "--backend", "local", "--allow-synthetic", "--results", tmp_path / "r")
+    # (The console writes what this Python calls unprintable as its escape: shown, either way.)
+    assert proc.returncode == 0 and "| variant=jit " in proc.stdout, proc.stdout + proc.stderr

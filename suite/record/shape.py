@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from suite.spec import names
-from suite.spec.settings import DEVICE_ALLOWED, DEVICE_RE, VERDICTS, brief
+from suite.spec.settings import DEVICE_ALLOWED, DEVICE_RE, VERDICTS, brief, plain_text
 
 Shape = str | frozenset[str] | dict[str, Any] | list[Any]
 # No figure a run records comes near this (a GPU's peak is about 1e15 FLOP/s); below it, products
@@ -230,7 +230,7 @@ _WORDS = {
     "bool": "true or false",
     "dict": "a mapping",
     "list": "a list",
-    "label": "printable text, line breaks and tabs (as a scenario's variant names; no other control character)",
+    "label": "text with line breaks and tabs but no other control or format character (as a scenario's variant names)",
 }
 
 
@@ -418,7 +418,7 @@ def _is(value: Any, word: str) -> bool:
     if word == "name":
         return names.is_safe(value)
     if word == "label":
-        return isinstance(value, str) and all(c.isprintable() or c in "\n\t" for c in value)
+        return isinstance(value, str) and plain_text(value, "\n\t")
     if word == "device":
         return isinstance(value, str) and DEVICE_RE.fullmatch(value) is not None
     if word == "hex":

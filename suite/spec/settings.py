@@ -12,6 +12,7 @@ import copy
 import difflib
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -273,8 +274,14 @@ def brief(value: Any, limit: int = 80) -> str:
 
 def plain_text(text: str, extra: str = "") -> bool:
     """Whether ``text`` holds no control character (those in ``extra`` aside): nothing that a
-    terminal or a Markdown page would read as an instruction."""
-    return all(c.isprintable() or c in extra for c in text)
+    terminal or a Markdown page would read as an instruction. Judged by the characters' Unicode
+    categories (control, format, surrogate, line and paragraph separators), not by ``isprintable``,
+    which also refuses a character its Python's tables do not know yet (a new emoji): a variant
+    named so on Python 3.12 would make its results unreadable on 3.11."""
+    return all(c in extra or unicodedata.category(c) not in _CONTROL_CATEGORIES for c in text)
+
+
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def is_int(v: Any) -> bool:
