@@ -251,8 +251,8 @@ def test_a_vs_baseline_column_without_a_ratio_is_left_out_and_the_page_says_why(
     assert headers == [h for h in pages.ANSWER_HEADERS if h != "vs baseline (fit time)"], table
     said = [line for line in table if line.startswith("No ratio to a baseline")]
     assert said == [
-        "No ratio to a baseline: every point that ran here is a baseline, and the points compared with them "
-        "have no ok run (see Skips and failures)."
+        "No ratio to a baseline: the one point that ran here is a baseline, and no point compared with it "
+        "has an ok run (see Skips and failures)."
     ], table
     # Only the GPU point ran: compared with nothing, its cell would read "-".
     table = _results_table(pages.render_scenario([_width_view("error", "ok")]))

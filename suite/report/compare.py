@@ -60,12 +60,11 @@ FACTS: list[tuple[str, Callable[[RunResult], Any]]] = [
 
 
 def _engine(r: RunResult) -> str | None:
-    """The Docker engine a run's container ran on: none for a run of another backend (a process of
-    its own, on this machine or a cluster's node); None (not recorded) for a Docker run without it."""
+    """The Docker engine a run's container ran on: none for a local run (a process of its own);
+    None (not recorded) for any other run without it (a pool's node may run containers)."""
     if version := RUN_ENGINE_VERSION.of(r):
         return str(version)
-    backend = RUN_BACKEND.of(r)
-    return f"none ({backend})" if backend and backend != "docker" else None
+    return "none (local)" if RUN_BACKEND.of(r) == "local" else None
 
 
 def _cuda_build(r: RunResult, key: str) -> str | None:

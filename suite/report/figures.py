@@ -99,6 +99,7 @@ class PointFigures:
     status: str
     runs_total: int
     runs_ok: int
+    runs_timed: int  # of runs_ok, those that recorded a fit time: the fit figures are over these
     fit_s_median: float | None
     fit_s_min: float | None
     fit_s_max: float | None
@@ -172,6 +173,7 @@ def point_figures(view: ScenarioView, p: Point) -> PointFigures:
         status=p.status,
         runs_total=len(p.runs),
         runs_ok=len(p.ok_runs),
+        runs_timed=len(p.values(FIT_S)),
         fit_s_median=fit.median if fit else None,
         fit_s_min=fit.low if fit else None,
         fit_s_max=fit.high if fit else None,

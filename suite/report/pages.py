@@ -76,7 +76,7 @@ def _answer_cells(f: figures.PointFigures) -> list[str]:
     return [
         f.point,
         f"{f.runs_ok}/{f.runs_total}",
-        _span(f.fit_s_geomean, f.fit_s_min, f.fit_s_max, ".2f", f.runs_ok),
+        _span(f.fit_s_geomean, f.fit_s_min, f.fit_s_max, ".2f", f.runs_timed),
         _span(f.steady_epoch_s_median, f.steady_epoch_s_min, f.steady_epoch_s_max, ".3f", f.runs_ok),
         speed,
         _num(f.test_accuracy_min, ".3f"),
@@ -238,8 +238,8 @@ def _answer_table(figs: list[figures.PointFigures], idle: int) -> list[str]:
     if not all(f.is_baseline for f in figs):
         why = "no point that ran here could be compared with its baseline"
     elif idle:
-        why = "every point that ran here is a baseline, and the points compared with them have no ok run"
-        why += " (see Skips and failures)"
+        who, them = ("every point that ran here", "them") if len(figs) > 1 else ("the one point that ran here", "it")
+        why = f"{who} is a baseline, and no point compared with {them} has an ok run (see Skips and failures)"
     else:
         why = (
             "every point here is a baseline, with no other point to compare with them"

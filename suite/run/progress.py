@@ -76,10 +76,16 @@ LABEL_FLOOR = 48
 BEFORE_FLOOR = 32
 
 
+def one_line_label(label: str) -> str:
+    """A point label on one line: a line break or a tab (a variant's name may hold one) as a space,
+    as the scenario's check of its names folds them (other spaces stay: "a  b" is not "a b")."""
+    return label.replace("\n", " ").replace("\t", " ")
+
+
 def fits(before: str, label: str, after: str, width: int = WIDTH) -> bool:
     """Whether ``before[label]after`` fits ``width`` columns with the label cut to LABEL_FLOOR at most
     and what stands before it to BEFORE_FLOOR."""
-    return min(len(before), BEFORE_FLOOR) + min(len(label), LABEL_FLOOR) + 2 + len(after) <= width
+    return min(len(before), BEFORE_FLOOR) + min(len(one_line_label(label)), LABEL_FLOOR) + 2 + len(after) <= width
 
 
 def fit_line(before: str, label: str, after: str, width: int = WIDTH) -> str:
@@ -88,7 +94,7 @@ def fit_line(before: str, label: str, after: str, width: int = WIDTH) -> str:
     before it (a long scenario name, to BEFORE_FLOOR, in its middle), then the line's end (where a
     failure's message stands): the outcome after the label is the last to go. A line break or tab
     in the label (a variant's name may hold one) is a space: the line stays one line."""
-    label = " ".join(label.split())
+    label = one_line_label(label)
     over = len(before) + len(label) + 2 + len(after) - width
     if over > 0:
         label = cut_middle(label, max(LABEL_FLOOR, len(label) - over))

@@ -104,9 +104,7 @@ class _Step:
         """The step's head, ``note`` after it (" on node-a"), then ``tail``; in ``width`` columns,
         or whole where ``width`` is None."""
         before, after = self._parts(tail, note)
-        if width is None:
-            return f"{before}[{' '.join(self.spec.point_label.split())}]{after}"  # one line, as fit_line
-        return fit_line(before, self.spec.point_label, after, width)
+        return fit_line(before, self.spec.point_label, after, width or sys.maxsize)  # None: whole, on one line
 
     def fitting(self, tails: list[str], note: str = "") -> str:
         """The line of the first of ``tails`` that fits WIDTH without cutting the point label below
