@@ -171,11 +171,11 @@ def machine_facts(views: list[ScenarioView]) -> dict[str, str]:
     # runs started nothing (no image) and measured nothing, so the machine's facts are of the others.
     reached = [r for v in views for p in v.points for r in p.runs if r.environment]
     ran = _distinct_provenance(reached or [r for v in views for r in v.provenance_runs])
+    trained = reached or [r for v in views for p in v.points for r in p.runs]  # whose data the "data" fact lists
     facts = {}
     for name, get in FACTS:
         if name in PROVENANCE_FACTS or name == "data":  # what runs did not record is no other value where others did
-            every = reached or [r for v in views for p in v.points for r in p.runs]
-            values = {_data(r) for r in every} if name == "data" else {str(get(r)) for r in ran}
+            values = {str(get(r)) for r in (trained if name == "data" else ran)}
             facts[name] = "; ".join(sorted(values - {NOT_RECORDED} or values))
         elif name in GPU_FACTS:  # a CPU run, in a container above all, sees no GPU: it cannot say
             facts[name] = str(get(newest_gpu)) if newest_gpu is not None else NOT_RECORDED

@@ -36,8 +36,7 @@ class Original:
 
     @property
     def label(self) -> str:
-        """'scenario [point label]' on one line (a variant's name may hold a line break or a tab)."""
-        return f"{self.spec.get('scenario', '?')} [{one_line(self.spec.get('point_label', '?'))}]"
+        return named(self.spec)
 
     @property
     def backend(self) -> str:
@@ -101,6 +100,12 @@ def group_points(loaded: list[tuple[Path, RunResult, dict[str, Any] | None]]) ->
     return take_points(all_points(loaded))[0]
 
 
+def named(spec: dict[str, Any]) -> str:
+    """A point as the console names it: 'scenario [point label]', on one line (a variant's name may
+    hold a line break or a tab)."""
+    return f"{spec.get('scenario', '?')} [{one_line(spec.get('point_label', '?'))}]"
+
+
 def all_points(loaded: list[tuple[Path, RunResult, dict[str, Any] | None]]) -> list[Original]:
     """``group_points`` without the check that each point has an ok run to compare with."""
     grouped: dict[str, list[tuple[Path, RunResult, dict[str, Any] | None]]] = {}
@@ -110,7 +115,7 @@ def all_points(loaded: list[tuple[Path, RunResult, dict[str, Any] | None]]) -> l
         grouped.setdefault(result.fingerprint, []).append((path, result, prov))
     points = []
     for fingerprint, items in grouped.items():
-        label = f"{items[0][1].spec.get('scenario')} [{one_line(items[0][1].spec.get('point_label'))}]"
+        label = named(items[0][1].spec)
         for what, of in (("machines", lambda r: str(results.RUN_MACHINE.of(r) or "?")), ("backends", _backend_of)):
             found: dict[str, list[Path]] = {}
             for path, r, _ in items:
